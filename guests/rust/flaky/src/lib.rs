@@ -1,0 +1,45 @@
+//! Example handler: asks for a retry while `attempt` is below the route's `succeed_on_attempt`
+//! config value (default 3), then succeeds with one output on `<subject>.done`.
+
+wit_bindgen::generate!({
+    path: "../../../wit",
+    world: "handler-guest",
+});
+
+use dedup::handler::config;
+use dedup::handler::log::{log, Level};
+use dedup::handler::types::{Event, Failure, Output, RetryRequest};
+use exports::dedup::handler::handler::Guest;
+
+const DEFAULT_SUCCEED_ON_ATTEMPT: u32 = 3;
+
+struct Flaky;
+
+impl Guest for Flaky {
+    fn handle(event: Event) -> Result<Vec<Output>, Failure> {
+        let succeed_on = match config::get("succeed_on_attempt") {
+            None => DEFAULT_SUCCEED_ON_ATTEMPT,
+            Some(v) => v.trim().parse().map_err(|_| {
+                Failure::Reject(format!("config `succeed_on_attempt` = `{v}` is not a whole number"))
+            })?,
+        };
+        if event.attempt < succeed_on {
+            log(
+                Level::Warn,
+                "simulated transient failure",
+                &[("attempt".to_string(), event.attempt.to_string())],
+            );
+            return Err(Failure::Retry(RetryRequest {
+                reason: format!("attempt {} of {succeed_on}: not yet", event.attempt),
+                delay_ms: None,
+            }));
+        }
+        Ok(vec![Output {
+            subject: format!("{}.done", event.subject),
+            payload: format!("succeeded on attempt {}", event.attempt).into_bytes(),
+            headers: Vec::new(),
+        }])
+    }
+}
+
+export!(Flaky);

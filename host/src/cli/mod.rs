@@ -1,0 +1,38 @@
+//! The `dedup-host` command line: flag definitions and dispatch to each subcommand.
+
+mod invoke;
+
+use clap::{Parser, Subcommand};
+
+/// A WebAssembly plugin host for dedup-guarded NATS JetStream message handlers.
+#[derive(Debug, Parser)]
+#[command(name = "dedup-host", version, about)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run one event through a guest with no NATS and print the outcome as JSON.
+    Invoke(invoke::InvokeArgs),
+}
+
+impl Cli {
+    /// Runs the chosen subcommand; the returned code is the process's exit code.
+    pub async fn run(self) -> anyhow::Result<std::process::ExitCode> {
+        match self.command {
+            Command::Invoke(args) => invoke::run(args).await,
+        }
+    }
+}
+
+/// Parses a `KEY=VALUE` flag value.
+pub(crate) fn parse_key_value(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+        _ => Err(format!("`{s}` is not KEY=VALUE (example: --header Content-Type=text/plain)")),
+    }
+}

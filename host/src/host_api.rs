@@ -1,0 +1,48 @@
+//! What guests may call: the `log` and `config` imports of `dedup:handler@0.1.0`.
+
+use crate::bindings::dedup::handler::{config, log, types};
+use crate::runtime::outcome::{LogLine, TrapKind, level_name};
+use crate::runtime::state::GuestState;
+
+impl types::Host for GuestState {}
+
+impl log::Host for GuestState {
+    fn log(
+        &mut self,
+        level: log::Level,
+        message: String,
+        fields: Vec<(String, String)>,
+    ) -> wasmtime::Result<()> {
+        let bytes = message.len() + fields.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>();
+        self.log_bytes += bytes as u64;
+        if self.logs.len() >= self.limits.max_log_lines || self.log_bytes > self.limits.max_log_bytes
+        {
+            let (lines, bytes) = (self.limits.max_log_lines, self.limits.max_log_bytes);
+            return Err(self.breach(
+                TrapKind::LogLimit,
+                format!("guest logged past its budget of {lines} lines / {bytes} bytes"),
+            ));
+        }
+        let ctx = &self.context;
+        let level_str = level_name(level);
+        match level {
+            log::Level::Trace => tracing::trace!(target: "guest", route = %ctx.route, key = %ctx.key, attempt = ctx.attempt, ?fields, "{message}"),
+            log::Level::Debug => tracing::debug!(target: "guest", route = %ctx.route, key = %ctx.key, attempt = ctx.attempt, ?fields, "{message}"),
+            log::Level::Info => tracing::info!(target: "guest", route = %ctx.route, key = %ctx.key, attempt = ctx.attempt, ?fields, "{message}"),
+            log::Level::Warn => tracing::warn!(target: "guest", route = %ctx.route, key = %ctx.key, attempt = ctx.attempt, ?fields, "{message}"),
+            log::Level::Error => tracing::error!(target: "guest", route = %ctx.route, key = %ctx.key, attempt = ctx.attempt, ?fields, "{message}"),
+        }
+        self.logs.push(LogLine { level: level_str, message, fields });
+        Ok(())
+    }
+}
+
+impl config::Host for GuestState {
+    fn get(&mut self, key: String) -> wasmtime::Result<Option<String>> {
+        Ok(self.config.get(&key).cloned())
+    }
+
+    fn get_all(&mut self) -> wasmtime::Result<Vec<(String, String)>> {
+        Ok(self.config.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+    }
+}

@@ -1,0 +1,14 @@
+//! dedup-host: a WebAssembly plugin host for dedup-guarded NATS JetStream message handlers.
+//!
+//! Where things live:
+//! - [`bindings`]: the Rust side of the WIT contract in `wit/` (the one `bindgen!`).
+//! - [`runtime`]: the wasmtime engine, loading and validating components, invoking them.
+//! - [`host_api`]: the imports guests may call (logging, route configuration).
+//! - [`limits`]: per-invocation resource limits.
+//! - [`cli`]: the `dedup-host` command line.
+
+pub mod bindings;
+pub mod cli;
+pub mod host_api;
+pub mod limits;
+pub mod runtime;

@@ -1,0 +1,56 @@
+//! Per-invocation resource limits for guests.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// Default wall-clock deadline for one invocation.
+pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(30);
+/// Default cap on a guest's linear memory, per memory.
+pub const DEFAULT_MEMORY_BYTES: u64 = 64 << 20;
+/// Default cap on table elements per table.
+pub const DEFAULT_TABLE_ELEMENTS: u64 = 20_000;
+/// Default cap on outputs per invocation.
+pub const DEFAULT_MAX_OUTPUTS: usize = 1_000;
+/// Default cap on the summed payload and header bytes of all outputs of one invocation.
+pub const DEFAULT_MAX_OUTPUT_BYTES: u64 = 8 << 20;
+/// Default cap on log lines per invocation.
+pub const DEFAULT_MAX_LOG_LINES: usize = 1_000;
+/// Default cap on log bytes (messages plus fields) per invocation.
+pub const DEFAULT_MAX_LOG_BYTES: u64 = 256 << 10;
+
+/// What one invocation of a guest may consume. Breaking any limit ends the invocation with a
+/// trap outcome whose kind names the limit.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Limits {
+    /// Wall-clock time for instantiation plus the call, enforced by epoch interruption.
+    #[serde(with = "humantime_serde")]
+    pub deadline: Duration,
+    /// Largest size a linear memory may grow to, in bytes.
+    pub memory_bytes: u64,
+    /// Largest number of elements a table may grow to.
+    pub table_elements: u64,
+    /// Most outputs one invocation may return.
+    pub max_outputs: usize,
+    /// Most bytes (payloads, subjects and headers) all outputs of one invocation may carry.
+    pub max_output_bytes: u64,
+    /// Most log lines one invocation may write.
+    pub max_log_lines: usize,
+    /// Most log bytes (messages and fields) one invocation may write.
+    pub max_log_bytes: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            deadline: DEFAULT_DEADLINE,
+            memory_bytes: DEFAULT_MEMORY_BYTES,
+            table_elements: DEFAULT_TABLE_ELEMENTS,
+            max_outputs: DEFAULT_MAX_OUTPUTS,
+            max_output_bytes: DEFAULT_MAX_OUTPUT_BYTES,
+            max_log_lines: DEFAULT_MAX_LOG_LINES,
+            max_log_bytes: DEFAULT_MAX_LOG_BYTES,
+        }
+    }
+}

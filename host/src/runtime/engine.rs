@@ -1,0 +1,67 @@
+//! The wasmtime engine: compiled once per process, tuned for many short invocations.
+
+use std::time::Duration;
+
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+
+/// How often the epoch advances. A running guest checks its deadline and yields to the async
+/// executor at each tick, so this bounds how long a CPU-bound guest can hold a worker thread.
+pub const EPOCH_TICK: Duration = Duration::from_millis(1);
+
+/// Default number of guest instances that may be alive at once in one process.
+pub const DEFAULT_MAX_INSTANCES: u32 = 256;
+
+/// Default largest linear memory the instance pool reserves room for, per memory.
+pub const DEFAULT_POOL_MEMORY_BYTES: u64 = 256 << 20;
+
+/// Process-wide engine settings.
+#[derive(Debug, Clone)]
+pub struct EngineSettings {
+    /// Guest instances alive at once (pool slots). Invocations beyond it wait for a slot.
+    pub max_instances: u32,
+    /// The largest linear memory any route may allow; per-route limits must not exceed it.
+    pub max_memory_bytes: u64,
+}
+
+impl Default for EngineSettings {
+    fn default() -> Self {
+        Self { max_instances: DEFAULT_MAX_INSTANCES, max_memory_bytes: DEFAULT_POOL_MEMORY_BYTES }
+    }
+}
+
+/// Builds the engine (pooling allocator, epoch interruption) and starts its epoch ticker,
+/// which stops by itself once the engine is dropped.
+pub fn build(settings: &EngineSettings) -> anyhow::Result<Engine> {
+    let mut pool = PoolingAllocationConfig::new();
+    // A Rust or C guest is a handful of core instances (the program plus WASI adapters);
+    // interpreted languages bring more.
+    let instances = settings.max_instances;
+    pool.total_component_instances(instances)
+        .total_core_instances(instances * 8)
+        .total_memories(instances * 2)
+        .total_tables(instances * 4)
+        .total_stacks(instances)
+        .max_core_instances_per_component(64)
+        .max_memories_per_component(8)
+        .max_tables_per_component(16)
+        .max_memory_size(settings.max_memory_bytes as usize)
+        .max_component_instance_size(1 << 20)
+        .max_core_instance_size(1 << 20);
+
+    let mut config = Config::new();
+    config
+        .wasm_component_model(true)
+        .epoch_interruption(true)
+        .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+    let engine = Engine::new(&config)?;
+
+    let weak = engine.weak();
+    std::thread::Builder::new().name("wasm-epoch".into()).spawn(move || {
+        while let Some(engine) = weak.upgrade() {
+            engine.increment_epoch();
+            drop(engine);
+            std::thread::sleep(EPOCH_TICK);
+        }
+    })?;
+    Ok(engine)
+}

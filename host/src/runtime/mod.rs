@@ -1,0 +1,123 @@
+//! The component runtime: one engine and linker per process, one compiled [`Handler`] per
+//! component, and a fresh store per invocation.
+
+pub mod engine;
+mod invoke;
+pub mod load;
+pub mod outcome;
+pub mod state;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use sha2::{Digest, Sha256};
+use wasmtime::Engine;
+use wasmtime::component::{Component, Linker};
+
+use crate::bindings::HandlerGuestPre;
+pub use engine::EngineSettings;
+pub use invoke::InvokeOptions;
+pub use load::LoadError;
+pub use outcome::{Invocation, LogLine, Outcome, Trap, TrapKind};
+use state::GuestState;
+
+/// The process's wasmtime engine and the linker holding every host import.
+#[derive(Clone)]
+pub struct Runtime {
+    engine: Engine,
+    linker: Arc<Linker<GuestState>>,
+}
+
+impl Runtime {
+    /// Builds the engine and links WASI 0.2 plus the `dedup:handler` imports.
+    pub fn new(settings: &EngineSettings) -> anyhow::Result<Self> {
+        let engine = engine::build(settings)?;
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+        crate::bindings::HandlerGuest::add_to_linker::<_, wasmtime::component::HasSelf<_>>(
+            &mut linker,
+            |state| state,
+        )?;
+        Ok(Self { engine, linker: Arc::new(linker) })
+    }
+
+    /// The wasmtime engine.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// Reads, compiles and checks the component at `path`.
+    pub fn load_file(&self, path: &Path) -> Result<Handler, LoadError> {
+        let bytes = std::fs::read(path)
+            .map_err(|source| LoadError::Read { path: path.to_path_buf(), source })?;
+        self.load_bytes(path, &bytes)
+    }
+
+    /// Compiles and checks a component whose bytes are already in memory; `path` names it
+    /// in errors (a `.wat` extension allows WebAssembly text).
+    pub fn load_bytes(&self, path: &Path, bytes: &[u8]) -> Result<Handler, LoadError> {
+        let component = load::compile(&self.engine, path, bytes)?;
+        self.link(path, component, digest(bytes))
+    }
+
+    /// Checks and links an already compiled component.
+    fn link(&self, path: &Path, component: Component, digest: String) -> Result<Handler, LoadError> {
+        load::check_contract(&self.engine, path, &component)?;
+        let link_err = |e: wasmtime::Error| LoadError::Link {
+            path: path.to_path_buf(),
+            message: format!("{e:#}"),
+        };
+        let instance_pre = self.linker.instantiate_pre(&component).map_err(link_err)?;
+        let pre = HandlerGuestPre::new(instance_pre).map_err(link_err)?;
+        Ok(Handler {
+            inner: Arc::new(HandlerInner {
+                name: path.display().to_string(),
+                digest,
+                component,
+                pre,
+            }),
+        })
+    }
+}
+
+/// The `sha256:<hex>` digest of a component's bytes, which identifies a version.
+pub fn digest(bytes: &[u8]) -> String {
+    format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
+}
+
+/// A compiled, linked, validated component, ready to be instantiated per invocation.
+/// Cheap to clone.
+#[derive(Clone)]
+pub struct Handler {
+    inner: Arc<HandlerInner>,
+}
+
+struct HandlerInner {
+    name: String,
+    digest: String,
+    component: Component,
+    pre: HandlerGuestPre<GuestState>,
+}
+
+impl Handler {
+    /// Where the component came from (its path), for messages.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The `sha256:` digest of the component's bytes.
+    pub fn digest(&self) -> &str {
+        &self.inner.digest
+    }
+
+    /// The compiled component (for serializing it to a cache).
+    pub fn component(&self) -> &Component {
+        &self.inner.component
+    }
+}
+
+impl std::fmt::Debug for Handler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Handler").field("name", &self.name()).field("digest", &self.digest()).finish()
+    }
+}

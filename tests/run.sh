@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# The test command: installs what is missing, builds the guests and the host, runs every test
+# (each test starts its own nats-server on a free port).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+source "$root/tests/setup.sh"
+
+cargo build --release --workspace --bins
+if command -v cargo-nextest >/dev/null 2>&1; then
+    cargo nextest run --release --workspace --no-fail-fast "$@"
+else
+    cargo test --release --workspace --no-fail-fast "$@"
+fi

