@@ -17,8 +17,8 @@ wasmtime::component::bindgen!({
     ownership: Owning,
 });
 
-pub use dedup::handler::types::{Event, Failure, Header, Output, RetryRequest};
 pub use dedup::handler::log::Level;
+pub use dedup::handler::types::{Event, Failure, Header, Output, RetryRequest};
 
 /// The fully qualified name of the interface every handler component must export.
 pub const HANDLER_EXPORT: &str = "dedup:handler/handler@0.1.0";

@@ -1,7 +1,7 @@
 //! What guests may call: the `log` and `config` imports of `dedup:handler@0.1.0`.
 
 use crate::bindings::dedup::handler::{config, log, types};
-use crate::runtime::outcome::{LogLine, TrapKind, level_name};
+use crate::runtime::outcome::{level_name, LogLine, TrapKind};
 use crate::runtime::state::GuestState;
 
 impl types::Host for GuestState {}
@@ -15,7 +15,8 @@ impl log::Host for GuestState {
     ) -> wasmtime::Result<()> {
         let bytes = message.len() + fields.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>();
         self.log_bytes += bytes as u64;
-        if self.logs.len() >= self.limits.max_log_lines || self.log_bytes > self.limits.max_log_bytes
+        if self.logs.len() >= self.limits.max_log_lines
+            || self.log_bytes > self.limits.max_log_bytes
         {
             let (lines, bytes) = (self.limits.max_log_lines, self.limits.max_log_bytes);
             return Err(self.breach(
@@ -26,13 +27,27 @@ impl log::Host for GuestState {
         let ctx = &self.context;
         let level_str = level_name(level);
         match level {
-            log::Level::Trace => tracing::trace!(target: "guest", route = %ctx.route, key = %ctx.key, attempt = ctx.attempt, ?fields, "{message}"),
-            log::Level::Debug => tracing::debug!(target: "guest", route = %ctx.route, key = %ctx.key, attempt = ctx.attempt, ?fields, "{message}"),
-            log::Level::Info => tracing::info!(target: "guest", route = %ctx.route, key = %ctx.key, attempt = ctx.attempt, ?fields, "{message}"),
-            log::Level::Warn => tracing::warn!(target: "guest", route = %ctx.route, key = %ctx.key, attempt = ctx.attempt, ?fields, "{message}"),
-            log::Level::Error => tracing::error!(target: "guest", route = %ctx.route, key = %ctx.key, attempt = ctx.attempt, ?fields, "{message}"),
+            log::Level::Trace => {
+                tracing::trace!(target: "guest", route = %ctx.route, key = %ctx.key, attempt = ctx.attempt, ?fields, "{message}")
+            }
+            log::Level::Debug => {
+                tracing::debug!(target: "guest", route = %ctx.route, key = %ctx.key, attempt = ctx.attempt, ?fields, "{message}")
+            }
+            log::Level::Info => {
+                tracing::info!(target: "guest", route = %ctx.route, key = %ctx.key, attempt = ctx.attempt, ?fields, "{message}")
+            }
+            log::Level::Warn => {
+                tracing::warn!(target: "guest", route = %ctx.route, key = %ctx.key, attempt = ctx.attempt, ?fields, "{message}")
+            }
+            log::Level::Error => {
+                tracing::error!(target: "guest", route = %ctx.route, key = %ctx.key, attempt = ctx.attempt, ?fields, "{message}")
+            }
         }
-        self.logs.push(LogLine { level: level_str, message, fields });
+        self.logs.push(LogLine {
+            level: level_str,
+            message,
+            fields,
+        });
         Ok(())
     }
 }
@@ -43,6 +58,10 @@ impl config::Host for GuestState {
     }
 
     fn get_all(&mut self) -> wasmtime::Result<Vec<(String, String)>> {
-        Ok(self.config.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+        Ok(self
+            .config
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect())
     }
 }

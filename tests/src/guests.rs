@@ -4,13 +4,22 @@ use std::path::PathBuf;
 
 /// The workspace root.
 pub fn workspace_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ has a parent").to_path_buf()
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ has a parent")
+        .to_path_buf()
 }
 
 /// The path of the guest `name` built by `guests/build.sh`. Panics with the fix when missing.
 pub fn guest(name: &str) -> PathBuf {
-    let path = workspace_root().join("guests/out").join(format!("{name}.wasm"));
-    assert!(path.exists(), "guest `{}` is not built: run `guests/build.sh` (or `bash tests/run.sh`)", path.display());
+    let path = workspace_root()
+        .join("guests/out")
+        .join(format!("{name}.wasm"));
+    assert!(
+        path.exists(),
+        "guest `{}` is not built: run `guests/build.sh` (or `bash tests/run.sh`)",
+        path.display()
+    );
     path
 }
 
@@ -22,6 +31,10 @@ pub fn host_binary() -> PathBuf {
         dir.pop();
     }
     let bin = dir.join("dedup-host");
-    assert!(bin.exists(), "`{}` is not built: run `cargo build --release -p dedup-host` (or `bash tests/run.sh`)", bin.display());
+    assert!(
+        bin.exists(),
+        "`{}` is not built: run `cargo build --release -p dedup-host` (or `bash tests/run.sh`)",
+        bin.display()
+    );
     bin
 }

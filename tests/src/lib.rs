@@ -1,5 +1,6 @@
 //! Shared support for dedup-host's integration tests and benchmarks: a real nats-server per
 //! test on a free port, and the paths of the example guests built by `guests/build.sh`.
 
+pub mod bench;
 pub mod guests;
 pub mod nats;

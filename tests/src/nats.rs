@@ -23,7 +23,11 @@ impl NatsServer {
             let port = free_port();
             let mut child = spawn(port, store.path());
             if wait_ready(&mut child, port) {
-                return Self { child, port, _store: store };
+                return Self {
+                    child,
+                    port,
+                    _store: store,
+                };
             }
             let _ = child.kill();
             let _ = child.wait();
@@ -43,7 +47,9 @@ impl NatsServer {
 
     /// Connects an async-nats client.
     pub async fn connect(&self) -> async_nats::Client {
-        async_nats::connect(self.url()).await.expect("connect to test nats-server")
+        async_nats::connect(self.url())
+            .await
+            .expect("connect to test nats-server")
     }
 }
 
@@ -55,7 +61,11 @@ impl Drop for NatsServer {
 }
 
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
+    TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port()
 }
 
 fn spawn(port: u16, store: &Path) -> Child {

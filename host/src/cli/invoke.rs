@@ -58,7 +58,11 @@ pub async fn run(args: InvokeArgs) -> anyhow::Result<ExitCode> {
     let event = Event {
         subject: args.subject,
         payload,
-        headers: args.headers.into_iter().map(|(name, value)| Header { name, value }).collect(),
+        headers: args
+            .headers
+            .into_iter()
+            .map(|(name, value)| Header { name, value })
+            .collect(),
         key: args.key,
         attempt: args.attempt,
         fencing_token: 1,
@@ -102,7 +106,10 @@ pub async fn run(args: InvokeArgs) -> anyhow::Result<ExitCode> {
     }
     println!("{}", serde_json::to_string_pretty(&report)?);
     if let Some(reason) = invocation.outcome.reason() {
-        eprintln!("dedup-host invoke: the guest did not succeed ({}): {reason}", invocation.outcome.kind());
+        eprintln!(
+            "dedup-host invoke: the guest did not succeed ({}): {reason}",
+            invocation.outcome.kind()
+        );
         return Ok(ExitCode::from(1));
     }
     Ok(ExitCode::SUCCESS)

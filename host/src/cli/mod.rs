@@ -33,6 +33,8 @@ impl Cli {
 pub(crate) fn parse_key_value(s: &str) -> Result<(String, String), String> {
     match s.split_once('=') {
         Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
-        _ => Err(format!("`{s}` is not KEY=VALUE (example: --header Content-Type=text/plain)")),
+        _ => Err(format!(
+            "`{s}` is not KEY=VALUE (example: --header Content-Type=text/plain)"
+        )),
     }
 }

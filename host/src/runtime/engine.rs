@@ -25,7 +25,10 @@ pub struct EngineSettings {
 
 impl Default for EngineSettings {
     fn default() -> Self {
-        Self { max_instances: DEFAULT_MAX_INSTANCES, max_memory_bytes: DEFAULT_POOL_MEMORY_BYTES }
+        Self {
+            max_instances: DEFAULT_MAX_INSTANCES,
+            max_memory_bytes: DEFAULT_POOL_MEMORY_BYTES,
+        }
     }
 }
 
@@ -52,16 +55,21 @@ pub fn build(settings: &EngineSettings) -> anyhow::Result<Engine> {
     config
         .wasm_component_model(true)
         .epoch_interruption(true)
+        // Trap reasons come from the trap code and the guest's stderr; backtraces of
+        // untrusted, usually stripped guests only cost time.
+        .wasm_backtrace_max_frames(None)
         .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
     let engine = Engine::new(&config)?;
 
     let weak = engine.weak();
-    std::thread::Builder::new().name("wasm-epoch".into()).spawn(move || {
-        while let Some(engine) = weak.upgrade() {
-            engine.increment_epoch();
-            drop(engine);
-            std::thread::sleep(EPOCH_TICK);
-        }
-    })?;
+    std::thread::Builder::new()
+        .name("wasm-epoch".into())
+        .spawn(move || {
+            while let Some(engine) = weak.upgrade() {
+                engine.increment_epoch();
+                drop(engine);
+                std::thread::sleep(EPOCH_TICK);
+            }
+        })?;
     Ok(engine)
 }

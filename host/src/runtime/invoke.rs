@@ -6,9 +6,9 @@ use std::time::{Duration, Instant};
 
 use wasmtime::{Store, UpdateDeadline};
 
-use super::Handler;
 use super::outcome::{Invocation, Outcome, Trap, TrapKind};
 use super::state::{GuestState, LogContext};
+use super::Handler;
 use crate::bindings::{Event, Failure, Output};
 use crate::limits::Limits;
 
@@ -48,7 +48,10 @@ impl Handler {
 
         let result = match self.inner.pre.instantiate_async(&mut store).await {
             Ok(bindings) => {
-                let call = bindings.dedup_handler_handler().call_handle(&mut store, &event).await;
+                let call = bindings
+                    .dedup_handler_handler()
+                    .call_handle(&mut store, &event)
+                    .await;
                 call.map_err(|e| classify(store.data_mut(), e, TrapKind::Guest))
             }
             Err(e) => Err(classify(store.data_mut(), e, TrapKind::Instantiate)),
@@ -63,7 +66,11 @@ impl Handler {
             Err(trap) => Outcome::Trap(trap),
         };
         let logs = std::mem::take(&mut store.data_mut().logs);
-        Invocation { outcome, logs, elapsed: started.elapsed() }
+        Invocation {
+            outcome,
+            logs,
+            elapsed: started.elapsed(),
+        }
     }
 }
 
@@ -76,13 +83,18 @@ fn classify(state: &mut GuestState, err: wasmtime::Error, default: TrapKind) -> 
         Some(wasmtime::Trap::StackOverflow) => TrapKind::StackOverflow,
         _ => default,
     };
-    let mut message = err.to_string();
-    if let Some(code) = err.downcast_ref::<wasmtime::Trap>() {
-        message = format!("{message}: {code}");
-    }
+    let mut message = match err.downcast_ref::<wasmtime::Trap>() {
+        Some(code) => code.to_string(),
+        None => format!("{:#}", err),
+    };
     let stderr = state.stderr_text();
+    let stderr: Vec<&str> = stderr
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with("note: run with `RUST_BACKTRACE"))
+        .collect();
     if !stderr.is_empty() {
-        message = format!("{message}; guest stderr: {stderr}");
+        message = format!("{message}; guest stderr: {}", stderr.join(" "));
     }
     Trap { kind, message }
 }
@@ -92,14 +104,21 @@ fn check_outputs(outputs: Vec<Output>, limits: &Limits) -> Outcome {
     if outputs.len() > limits.max_outputs {
         return Outcome::Trap(Trap {
             kind: TrapKind::OutputLimit,
-            message: format!("returned {} outputs, over the limit of {}", outputs.len(), limits.max_outputs),
+            message: format!(
+                "returned {} outputs, over the limit of {}",
+                outputs.len(),
+                limits.max_outputs
+            ),
         });
     }
     let bytes: u64 = outputs.iter().map(output_size).sum();
     if bytes > limits.max_output_bytes {
         return Outcome::Trap(Trap {
             kind: TrapKind::OutputLimit,
-            message: format!("returned {bytes} output bytes, over the limit of {}", limits.max_output_bytes),
+            message: format!(
+                "returned {bytes} output bytes, over the limit of {}",
+                limits.max_output_bytes
+            ),
         });
     }
     Outcome::Success(outputs)
@@ -107,7 +126,11 @@ fn check_outputs(outputs: Vec<Output>, limits: &Limits) -> Outcome {
 
 /// Bytes an output occupies on the wire, roughly: subject, payload and headers.
 fn output_size(output: &Output) -> u64 {
-    let headers: usize = output.headers.iter().map(|h| h.name.len() + h.value.len()).sum();
+    let headers: usize = output
+        .headers
+        .iter()
+        .map(|h| h.name.len() + h.value.len())
+        .sum();
     (output.subject.len() + output.payload.len() + headers) as u64
 }
 

@@ -3,8 +3,8 @@
 use std::path::{Path, PathBuf};
 
 use thiserror::Error;
-use wasmtime::component::Component;
 use wasmtime::component::types::ComponentItem;
+use wasmtime::component::Component;
 
 use crate::bindings::{HANDLER_EXPORT, HOST_INTERFACES};
 
@@ -56,7 +56,9 @@ pub enum LoadError {
         import: String,
     },
     /// The component's imports or exports have the right names but the wrong types.
-    #[error("component `{path}`: does not match the host's `dedup:handler@0.1.0` contract: {message}")]
+    #[error(
+        "component `{path}`: does not match the host's `dedup:handler@0.1.0` contract: {message}"
+    )]
     Link {
         /// The file.
         path: PathBuf,
@@ -78,19 +80,30 @@ pub(crate) fn compile(
     let is_text = path.extension().is_some_and(|e| e == "wat");
     if bytes.starts_with(WASM_MAGIC) {
         if bytes.get(4..8) == Some(&CORE_MODULE_VERSION[..]) {
-            return Err(LoadError::CoreModule { path: path.to_path_buf() });
+            return Err(LoadError::CoreModule {
+                path: path.to_path_buf(),
+            });
         }
     } else if !is_text {
-        return Err(LoadError::NotWasm { path: path.to_path_buf() });
+        return Err(LoadError::NotWasm {
+            path: path.to_path_buf(),
+        });
     }
     Component::new(engine, bytes).map_err(|e| {
         let message = format!("{e:#}");
         if is_text && message.contains("expected `(`") {
-            LoadError::NotWasm { path: path.to_path_buf() }
+            LoadError::NotWasm {
+                path: path.to_path_buf(),
+            }
         } else if message.contains("core module") || message.contains("component model feature") {
-            LoadError::CoreModule { path: path.to_path_buf() }
+            LoadError::CoreModule {
+                path: path.to_path_buf(),
+            }
         } else {
-            LoadError::Compile { path: path.to_path_buf(), message }
+            LoadError::Compile {
+                path: path.to_path_buf(),
+                message,
+            }
         }
     })
 }
@@ -111,14 +124,24 @@ pub(crate) fn check_contract(
             });
         }
     }
-    let exports: Vec<String> = ty.exports(engine).map(|(name, _)| name.to_string()).collect();
+    let exports: Vec<String> = ty
+        .exports(engine)
+        .map(|(name, _)| name.to_string())
+        .collect();
     if !exports.iter().any(|e| e == HANDLER_EXPORT) {
         let found = if exports.is_empty() {
             "nothing".to_string()
         } else {
-            exports.iter().map(|e| format!("`{e}`")).collect::<Vec<_>>().join(", ")
+            exports
+                .iter()
+                .map(|e| format!("`{e}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
         };
-        return Err(LoadError::MissingExport { path: path.to_path_buf(), found });
+        return Err(LoadError::MissingExport {
+            path: path.to_path_buf(),
+            found,
+        });
     }
     Ok(())
 }
@@ -129,7 +152,11 @@ pub(crate) fn check_contract(
 /// the per-invocation `WasiCtx`, which grants nothing by default.
 fn is_wasi_p2(name: &str) -> bool {
     const LINKED: &[&str] = &["cli", "clocks", "filesystem", "io", "random", "sockets"];
-    let Some(rest) = name.strip_prefix("wasi:") else { return false };
-    let Some((package, interface)) = rest.split_once('/') else { return false };
+    let Some(rest) = name.strip_prefix("wasi:") else {
+        return false;
+    };
+    let Some((package, interface)) = rest.split_once('/') else {
+        return false;
+    };
     LINKED.contains(&package) && interface.contains("@0.2.")
 }

@@ -11,8 +11,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
-use wasmtime::Engine;
 use wasmtime::component::{Component, Linker};
+use wasmtime::Engine;
 
 use crate::bindings::HandlerGuestPre;
 pub use engine::EngineSettings;
@@ -38,7 +38,10 @@ impl Runtime {
             &mut linker,
             |state| state,
         )?;
-        Ok(Self { engine, linker: Arc::new(linker) })
+        Ok(Self {
+            engine,
+            linker: Arc::new(linker),
+        })
     }
 
     /// The wasmtime engine.
@@ -48,8 +51,10 @@ impl Runtime {
 
     /// Reads, compiles and checks the component at `path`.
     pub fn load_file(&self, path: &Path) -> Result<Handler, LoadError> {
-        let bytes = std::fs::read(path)
-            .map_err(|source| LoadError::Read { path: path.to_path_buf(), source })?;
+        let bytes = std::fs::read(path).map_err(|source| LoadError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
         self.load_bytes(path, &bytes)
     }
 
@@ -61,7 +66,12 @@ impl Runtime {
     }
 
     /// Checks and links an already compiled component.
-    fn link(&self, path: &Path, component: Component, digest: String) -> Result<Handler, LoadError> {
+    fn link(
+        &self,
+        path: &Path,
+        component: Component,
+        digest: String,
+    ) -> Result<Handler, LoadError> {
         load::check_contract(&self.engine, path, &component)?;
         let link_err = |e: wasmtime::Error| LoadError::Link {
             path: path.to_path_buf(),
@@ -118,6 +128,9 @@ impl Handler {
 
 impl std::fmt::Debug for Handler {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Handler").field("name", &self.name()).field("digest", &self.digest()).finish()
+        f.debug_struct("Handler")
+            .field("name", &self.name())
+            .field("digest", &self.digest())
+            .finish()
     }
 }

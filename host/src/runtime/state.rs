@@ -4,8 +4,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use wasmtime::ResourceLimiter;
 use wasmtime::component::ResourceTable;
+use wasmtime::ResourceLimiter;
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
@@ -74,13 +74,18 @@ impl GuestState {
 
     /// The guest's stderr (a panic message, typically), trimmed.
     pub(crate) fn stderr_text(&self) -> String {
-        String::from_utf8_lossy(&self.stderr.contents()).trim().to_string()
+        String::from_utf8_lossy(&self.stderr.contents())
+            .trim()
+            .to_string()
     }
 }
 
 impl WasiView for GuestState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
     }
 }
 

@@ -5,19 +5,38 @@ use std::process::{Command, Output};
 use dedup_host_tests::guests::{guest, host_binary};
 
 fn invoke(args: &[&str]) -> Output {
-    Command::new(host_binary()).arg("invoke").args(args).output().expect("run dedup-host")
+    Command::new(host_binary())
+        .arg("invoke")
+        .args(args)
+        .output()
+        .expect("run dedup-host")
 }
 
 fn json(out: &Output) -> serde_json::Value {
-    serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
 }
 
 #[test]
 fn invoke_prints_outputs_for_each_example_guest() {
     let upper = guest("uppercase");
-    let out = invoke(&["--component", upper.to_str().unwrap(), "--subject", "a.b", "--payload", "hi"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = invoke(&[
+        "--component",
+        upper.to_str().unwrap(),
+        "--subject",
+        "a.b",
+        "--payload",
+        "hi",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let report = json(&out);
     assert_eq!(report["outcome"], "success");
     assert_eq!(report["outputs"][0]["subject"], "a.b.done");
@@ -27,39 +46,88 @@ fn invoke_prints_outputs_for_each_example_guest() {
     let ledger = guest("ledger");
     let dir = tempfile::tempdir().unwrap();
     let body = dir.path().join("adj.json");
-    std::fs::write(&body, r#"{"account":"acc-7","amount":100,"transaction_id":"t1"}"#).unwrap();
+    std::fs::write(
+        &body,
+        r#"{"account":"acc-7","amount":100,"transaction_id":"t1"}"#,
+    )
+    .unwrap();
     let out = invoke(&[
-        "--component", ledger.to_str().unwrap(), "--subject", "ledger.adjust",
-        "--payload-file", body.to_str().unwrap(), "--header", "Nats-Msg-Id=t1", "--key", "t1",
+        "--component",
+        ledger.to_str().unwrap(),
+        "--subject",
+        "ledger.adjust",
+        "--payload-file",
+        body.to_str().unwrap(),
+        "--header",
+        "Nats-Msg-Id=t1",
+        "--key",
+        "t1",
     ]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(json(&out)["outputs"][0]["subject"], "ledger.entries.acc-7");
 
     let flaky = guest("flaky");
-    let args = ["--component", flaky.to_str().unwrap(), "--subject", "j", "--payload", "", "--config", "succeed_on_attempt=2"];
+    let args = [
+        "--component",
+        flaky.to_str().unwrap(),
+        "--subject",
+        "j",
+        "--payload",
+        "",
+        "--config",
+        "succeed_on_attempt=2",
+    ];
     let out = invoke(&[&args[..], &["--attempt", "1"]].concat());
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(json(&out)["outcome"], "retry");
     assert!(String::from_utf8_lossy(&out.stderr).contains("did not succeed (retry)"));
     let out = invoke(&[&args[..], &["--attempt", "2"]].concat());
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]
 fn invoke_reports_reject_and_trap_with_a_non_zero_exit() {
     let ledger = guest("ledger");
-    let out = invoke(&["--component", ledger.to_str().unwrap(), "--subject", "l", "--payload", "{"]);
+    let out = invoke(&[
+        "--component",
+        ledger.to_str().unwrap(),
+        "--subject",
+        "l",
+        "--payload",
+        "{",
+    ]);
     assert_eq!(out.status.code(), Some(1));
     let report = json(&out);
     assert_eq!(report["outcome"], "reject");
-    assert!(report["reason"].as_str().unwrap().contains("malformed adjustment"));
+    assert!(report["reason"]
+        .as_str()
+        .unwrap()
+        .contains("malformed adjustment"));
 
     let hostile = guest("hostile");
-    let out = invoke(&["--component", hostile.to_str().unwrap(), "--subject", "h", "--payload", "panic"]);
+    let out = invoke(&[
+        "--component",
+        hostile.to_str().unwrap(),
+        "--subject",
+        "h",
+        "--payload",
+        "panic",
+    ]);
     assert_eq!(out.status.code(), Some(1));
     let report = json(&out);
     assert_eq!(report["outcome"], "trap");
-    assert!(report["reason"].as_str().unwrap().contains("guest panicked on purpose"));
+    assert!(report["reason"]
+        .as_str()
+        .unwrap()
+        .contains("guest panicked on purpose"));
 }
 
 #[test]
@@ -68,16 +136,75 @@ fn invoke_explains_wrong_arguments() {
     let upper = upper.to_str().unwrap();
     let cases: &[(&[&str], &str)] = &[
         (&["--component", upper, "--subject", "s"], "--payload"),
-        (&["--component", upper, "--subject", "s", "--payload", "x", "--payload-file", "f"], "cannot be used with"),
-        (&["--component", upper, "--subject", "s", "--payload", "x", "--header", "novalue"], "is not KEY=VALUE"),
-        (&["--component", upper, "--subject", "s", "--payload", "x", "--attempt", "0"], "--attempt"),
-        (&["--component", "/nope.wasm", "--subject", "s", "--payload", "x"], "/nope.wasm"),
-        (&["--component", upper, "--subject", "s", "--payload-file", "/nope.json"], "--payload-file `/nope.json`"),
+        (
+            &[
+                "--component",
+                upper,
+                "--subject",
+                "s",
+                "--payload",
+                "x",
+                "--payload-file",
+                "f",
+            ],
+            "cannot be used with",
+        ),
+        (
+            &[
+                "--component",
+                upper,
+                "--subject",
+                "s",
+                "--payload",
+                "x",
+                "--header",
+                "novalue",
+            ],
+            "is not KEY=VALUE",
+        ),
+        (
+            &[
+                "--component",
+                upper,
+                "--subject",
+                "s",
+                "--payload",
+                "x",
+                "--attempt",
+                "0",
+            ],
+            "--attempt",
+        ),
+        (
+            &[
+                "--component",
+                "/nope.wasm",
+                "--subject",
+                "s",
+                "--payload",
+                "x",
+            ],
+            "/nope.wasm",
+        ),
+        (
+            &[
+                "--component",
+                upper,
+                "--subject",
+                "s",
+                "--payload-file",
+                "/nope.json",
+            ],
+            "--payload-file `/nope.json`",
+        ),
     ];
     for (args, expected) in cases {
         let out = invoke(args);
         assert!(!out.status.success(), "{args:?} should fail");
         let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(stderr.contains(expected), "{args:?}: stderr should mention `{expected}`: {stderr}");
+        assert!(
+            stderr.contains(expected),
+            "{args:?}: stderr should mention `{expected}`: {stderr}"
+        );
     }
 }

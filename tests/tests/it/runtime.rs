@@ -5,7 +5,9 @@ use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
 use dedup_host::bindings::{Event, Header};
-use dedup_host::runtime::{EngineSettings, Handler, InvokeOptions, LoadError, Outcome, Runtime, TrapKind};
+use dedup_host::runtime::{
+    EngineSettings, Handler, InvokeOptions, LoadError, Outcome, Runtime, TrapKind,
+};
 use dedup_host_tests::guests::guest;
 
 /// One engine for the whole test binary: each guest is compiled once.
@@ -15,14 +17,19 @@ fn runtime() -> &'static Runtime {
 }
 
 fn load(name: &str) -> Handler {
-    runtime().load_file(&guest(name)).unwrap_or_else(|e| panic!("load {name}: {e}"))
+    runtime()
+        .load_file(&guest(name))
+        .unwrap_or_else(|e| panic!("load {name}: {e}"))
 }
 
 fn event(subject: &str, payload: &[u8], attempt: u32) -> Event {
     Event {
         subject: subject.into(),
         payload: payload.to_vec(),
-        headers: vec![Header { name: "Nats-Msg-Id".into(), value: "m-1".into() }],
+        headers: vec![Header {
+            name: "Nats-Msg-Id".into(),
+            value: "m-1".into(),
+        }],
         key: "k-1".into(),
         attempt,
         fencing_token: 7,
@@ -32,20 +39,32 @@ fn event(subject: &str, payload: &[u8], attempt: u32) -> Event {
 }
 
 fn options(config: &[(&str, &str)]) -> InvokeOptions {
-    let config: BTreeMap<String, String> =
-        config.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-    InvokeOptions { config: Arc::new(config), ..InvokeOptions::default() }
+    let config: BTreeMap<String, String> = config
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    InvokeOptions {
+        config: Arc::new(config),
+        ..InvokeOptions::default()
+    }
 }
 
 #[tokio::test]
 async fn uppercase_returns_one_upper_cased_output() {
     let handler = load("uppercase");
-    let inv = handler.invoke(event("orders.new", b"hello, world", 1), &options(&[])).await;
-    let Outcome::Success(outputs) = inv.outcome else { panic!("expected success: {:?}", inv.outcome) };
+    let inv = handler
+        .invoke(event("orders.new", b"hello, world", 1), &options(&[]))
+        .await;
+    let Outcome::Success(outputs) = inv.outcome else {
+        panic!("expected success: {:?}", inv.outcome)
+    };
     assert_eq!(outputs.len(), 1);
     assert_eq!(outputs[0].subject, "orders.new.done");
     assert_eq!(outputs[0].payload, b"HELLO, WORLD");
-    assert!(inv.logs.iter().any(|l| l.level == "debug" && l.message.contains("upper-casing")));
+    assert!(inv
+        .logs
+        .iter()
+        .any(|l| l.level == "debug" && l.message.contains("upper-casing")));
     assert!(handler.digest().starts_with("sha256:"));
 }
 
@@ -53,8 +72,12 @@ async fn uppercase_returns_one_upper_cased_output() {
 async fn ledger_accepts_a_valid_adjustment() {
     let handler = load("ledger");
     let body = br#"{"account":"acc-1","amount":-250,"transaction_id":"tx-9"}"#;
-    let inv = handler.invoke(event("ledger.adjust", body, 1), &options(&[])).await;
-    let Outcome::Success(outputs) = inv.outcome else { panic!("expected success: {:?}", inv.outcome) };
+    let inv = handler
+        .invoke(event("ledger.adjust", body, 1), &options(&[]))
+        .await;
+    let Outcome::Success(outputs) = inv.outcome else {
+        panic!("expected success: {:?}", inv.outcome)
+    };
     assert_eq!(outputs.len(), 1);
     assert_eq!(outputs[0].subject, "ledger.entries.acc-1");
     let entry: serde_json::Value = serde_json::from_slice(&outputs[0].payload).unwrap();
@@ -67,11 +90,22 @@ async fn ledger_accepts_a_valid_adjustment() {
 #[tokio::test]
 async fn ledger_rejects_malformed_input_with_a_reason() {
     let handler = load("ledger");
-    for body in [&b"not json"[..], br#"{"account":"a","amount":"x","transaction_id":"t"}"#, br#"{"account":"a b","amount":5,"transaction_id":"t"}"#] {
-        let inv = handler.invoke(event("ledger.adjust", body, 1), &options(&[])).await;
+    for body in [
+        &b"not json"[..],
+        br#"{"account":"a","amount":"x","transaction_id":"t"}"#,
+        br#"{"account":"a b","amount":5,"transaction_id":"t"}"#,
+    ] {
+        let inv = handler
+            .invoke(event("ledger.adjust", body, 1), &options(&[]))
+            .await;
         match inv.outcome {
-            Outcome::Reject { reason } => assert!(reason.contains("malformed adjustment"), "{reason}"),
-            other => panic!("expected reject for {:?}, got {other:?}", String::from_utf8_lossy(body)),
+            Outcome::Reject { reason } => {
+                assert!(reason.contains("malformed adjustment"), "{reason}")
+            }
+            other => panic!(
+                "expected reject for {:?}, got {other:?}",
+                String::from_utf8_lossy(body)
+            ),
         }
     }
 }
@@ -84,30 +118,52 @@ async fn flaky_retries_below_the_configured_attempt_then_succeeds() {
         let inv = handler.invoke(event("jobs.x", b"", attempt), &opts).await;
         match inv.outcome {
             Outcome::Retry { reason, delay } => {
-                assert!(reason.contains(&format!("attempt {attempt} of 3")), "{reason}");
+                assert!(
+                    reason.contains(&format!("attempt {attempt} of 3")),
+                    "{reason}"
+                );
                 assert_eq!(delay, None);
             }
             other => panic!("attempt {attempt}: expected retry, got {other:?}"),
         }
     }
     let inv = handler.invoke(event("jobs.x", b"", 3), &opts).await;
-    let Outcome::Success(outputs) = inv.outcome else { panic!("expected success: {:?}", inv.outcome) };
+    let Outcome::Success(outputs) = inv.outcome else {
+        panic!("expected success: {:?}", inv.outcome)
+    };
     assert_eq!(outputs[0].payload, b"succeeded on attempt 3");
 
-    let bad = handler.invoke(event("jobs.x", b"", 1), &options(&[("succeed_on_attempt", "soon")])).await;
-    assert!(matches!(bad.outcome, Outcome::Reject { .. }), "{:?}", bad.outcome);
+    let bad = handler
+        .invoke(
+            event("jobs.x", b"", 1),
+            &options(&[("succeed_on_attempt", "soon")]),
+        )
+        .await;
+    assert!(
+        matches!(bad.outcome, Outcome::Reject { .. }),
+        "{:?}",
+        bad.outcome
+    );
 }
 
 #[tokio::test]
 async fn a_panicking_guest_traps_and_the_next_invocation_works() {
     let handler = load("hostile");
     let inv = handler.invoke(event("x", b"panic", 1), &options(&[])).await;
-    let Outcome::Trap(trap) = inv.outcome else { panic!("expected trap: {:?}", inv.outcome) };
+    let Outcome::Trap(trap) = inv.outcome else {
+        panic!("expected trap: {:?}", inv.outcome)
+    };
     assert_eq!(trap.kind, TrapKind::Guest);
-    assert!(trap.message.contains("guest panicked on purpose"), "{}", trap.message);
+    assert!(
+        trap.message.contains("guest panicked on purpose"),
+        "{}",
+        trap.message
+    );
 
     let inv = handler.invoke(event("x", b"fine", 1), &options(&[])).await;
-    let Outcome::Success(outputs) = inv.outcome else { panic!("expected success: {:?}", inv.outcome) };
+    let Outcome::Success(outputs) = inv.outcome else {
+        panic!("expected success: {:?}", inv.outcome)
+    };
     assert_eq!(outputs[0].payload, b"fine");
 }
 
@@ -117,7 +173,10 @@ fn load_err(file: &str, bytes: &[u8]) -> (LoadError, String) {
     std::fs::write(&path, bytes).unwrap();
     let err = runtime().load_file(&path).expect_err("load must fail");
     let shown = err.to_string();
-    assert!(shown.contains(&path.display().to_string()), "error must name the file: {shown}");
+    assert!(
+        shown.contains(&path.display().to_string()),
+        "error must name the file: {shown}"
+    );
     (err, shown)
 }
 
@@ -155,7 +214,9 @@ fn a_component_with_an_unknown_import_is_refused() {
 
 #[test]
 fn a_missing_file_is_a_read_error() {
-    let err = runtime().load_file(Path::new("/nonexistent/x.wasm")).expect_err("must fail");
+    let err = runtime()
+        .load_file(Path::new("/nonexistent/x.wasm"))
+        .expect_err("must fail");
     assert!(matches!(err, LoadError::Read { .. }));
     assert!(err.to_string().contains("/nonexistent/x.wasm"));
 }
