@@ -8,7 +8,15 @@
 //! - [`cli`]: the `dedup-host` command line.
 
 pub mod bindings;
+pub mod claim;
 pub mod cli;
+pub mod config;
+pub mod connect;
 pub mod host_api;
+pub mod idempotency;
 pub mod limits;
+pub mod pipeline;
 pub mod runtime;
+pub mod setup;
+pub mod stats;
+pub mod subject;

@@ -1,0 +1,50 @@
+//! Turning (route, idempotency key) into a valid KV key, deterministically and without
+//! collisions: KV keys allow only `[-/_=.a-zA-Z0-9]`, no empty `.` tokens and limited length.
+
+use sha2::{Digest, Sha256};
+
+/// Keys longer than this are hashed.
+const MAX_PLAIN_LEN: usize = 200;
+
+/// The KV key of a route's idempotency key.
+///
+/// A key that is already safe is kept readable as `<route>.k.<key>`; any other key becomes
+/// `<route>.h.<sha256 hex>`. The different middle token keeps the two forms from colliding.
+/// Route names are validated to `[A-Za-z0-9_-]+`.
+pub fn encode(route: &str, key: &str) -> String {
+    if is_plain(key) {
+        format!("{route}.k.{key}")
+    } else {
+        format!("{route}.h.{}", hex::encode(Sha256::digest(key.as_bytes())))
+    }
+}
+
+fn is_plain(key: &str) -> bool {
+    !key.is_empty()
+        && key.len() <= MAX_PLAIN_LEN
+        && key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '=' | '/'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn safe_keys_stay_readable() {
+        assert_eq!(encode("orders", "abc-123"), "orders.k.abc-123");
+    }
+
+    #[test]
+    fn unsafe_and_long_keys_are_hashed_and_never_collide_with_plain_ones() {
+        let dotted = encode("r", "a.b");
+        assert!(dotted.starts_with("r.h."), "{dotted}");
+        assert_ne!(encode("r", "a b"), encode("r", "a_b"));
+        assert!(encode("r", &"x".repeat(500)).starts_with("r.h."));
+        assert!(encode("r", "").starts_with("r.h."));
+        // A plain key that looks like a hash still lands under `.k.`.
+        let h = hex::encode(Sha256::digest(b"a.b"));
+        assert_ne!(encode("r", &h), dotted);
+    }
+}

@@ -1,0 +1,84 @@
+//! The claim store on a NATS KV bucket.
+
+use std::error::Error as _;
+
+use async_nats::jetstream::kv::{CreateErrorKind, Store, UpdateErrorKind};
+
+use super::record::ClaimRecord;
+use super::store::{ClaimError, ClaimStore};
+
+/// JetStream error code for a compare-and-swap on the wrong last sequence.
+const WRONG_LAST_SEQUENCE: u64 = 10071;
+/// JetStream error code for concurrent expected-sequence writes on replicated streams.
+const CONCURRENT_EXPECTED_SEQUENCE: u64 = 10164;
+
+/// A [`ClaimStore`] on a NATS KV bucket (history 1, max age set at creation).
+#[derive(Clone)]
+pub struct KvClaimStore {
+    kv: Store,
+}
+
+impl KvClaimStore {
+    /// Wraps an opened bucket.
+    pub fn new(kv: Store) -> Self {
+        Self { kv }
+    }
+}
+
+/// Whether an error's source chain carries one of the compare-and-swap conflict codes.
+fn is_cas_conflict(err: &(dyn std::error::Error + 'static)) -> bool {
+    let mut current: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(e) = current {
+        if let Some(js) = e.downcast_ref::<async_nats::jetstream::Error>() {
+            let code = js.error_code().0;
+            if code == WRONG_LAST_SEQUENCE || code == CONCURRENT_EXPECTED_SEQUENCE {
+                return true;
+            }
+        }
+        current = e.source();
+    }
+    let text = err.to_string();
+    text.contains("10071") || text.contains("10164")
+}
+
+impl ClaimStore for KvClaimStore {
+    async fn get(&self, key: &str) -> Result<Option<(ClaimRecord, u64)>, ClaimError> {
+        let entry = self
+            .kv
+            .entry(key)
+            .await
+            .map_err(|e| ClaimError::Unavailable(e.to_string()))?;
+        let Some(entry) = entry else { return Ok(None) };
+        if entry.operation != async_nats::jetstream::kv::Operation::Put {
+            return Ok(None);
+        }
+        let record = ClaimRecord::from_bytes(&entry.value).map_err(|e| ClaimError::Corrupt {
+            key: key.to_string(),
+            message: e.to_string(),
+        })?;
+        Ok(Some((record, entry.revision)))
+    }
+
+    async fn create(&self, key: &str, record: &ClaimRecord) -> Result<u64, ClaimError> {
+        match self.kv.create(key, record.to_bytes()).await {
+            Ok(revision) => Ok(revision),
+            Err(e) if e.kind() == CreateErrorKind::AlreadyExists => Err(ClaimError::Conflict),
+            Err(e) if is_cas_conflict(&e) => Err(ClaimError::Conflict),
+            Err(e) => Err(ClaimError::Unavailable(format!("{e}: {:?}", e.source()))),
+        }
+    }
+
+    async fn update(
+        &self,
+        key: &str,
+        record: &ClaimRecord,
+        revision: u64,
+    ) -> Result<u64, ClaimError> {
+        match self.kv.update(key, record.to_bytes(), revision).await {
+            Ok(revision) => Ok(revision),
+            Err(e) if e.kind() == UpdateErrorKind::WrongLastRevision => Err(ClaimError::Conflict),
+            Err(e) if is_cas_conflict(&e) => Err(ClaimError::Conflict),
+            Err(e) => Err(ClaimError::Unavailable(format!("{e}: {:?}", e.source()))),
+        }
+    }
+}

@@ -1,0 +1,18 @@
+//! Claims: one KV record per (route, idempotency key) that decides which host runs a message.
+//!
+//! - [`record`]: the stored value and its states.
+//! - [`key`]: encoding any idempotency key into a valid, collision-free KV key.
+//! - [`store`]: the storage trait, with [`kv::KvClaimStore`] (NATS KV) and
+//!   [`memory::MemoryClaimStore`] (unit tests, `invoke`).
+//! - [`protocol`]: the claim protocol on top of a store (DESIGN.md §2).
+
+pub mod key;
+pub mod kv;
+pub mod memory;
+pub mod protocol;
+pub mod record;
+pub mod store;
+
+pub use protocol::{ClaimOutcome, Claimer, Lease, LeaseLost};
+pub use record::{ClaimRecord, ClaimState};
+pub use store::{ClaimError, ClaimStore};

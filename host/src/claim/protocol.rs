@@ -1,0 +1,336 @@
+//! The claim protocol (DESIGN.md §2): ownership is decided only by the result of a write,
+//! every write to a held key goes through its [`Lease`], and a lost lease stays lost.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use thiserror::Error;
+use tokio::sync::Mutex;
+
+use super::record::{now_ms, ClaimRecord, ClaimState};
+use super::store::{ClaimError, ClaimStore};
+
+/// How many create/read/update rounds one claim tries before giving up for now.
+const MAX_ROUNDS: usize = 8;
+/// The nak delay when a claim keeps racing with other writers.
+const CONTENDED_RETRY: Duration = Duration::from_millis(200);
+
+/// What trying to claim a key found.
+pub enum ClaimOutcome<S: ClaimStore> {
+    /// This host owns the key now.
+    Acquired(Lease<S>),
+    /// The key was completed already: a duplicate.
+    Completed,
+    /// The key failed permanently and was dead-lettered already.
+    DeadLettered,
+    /// Another owner holds a live lease; try again after the delay.
+    Busy {
+        /// Roughly when the other lease lapses.
+        retry_in: Duration,
+    },
+}
+
+/// Claims keys for one host instance.
+pub struct Claimer<S: ClaimStore> {
+    store: Arc<S>,
+    owner: String,
+    lease: Duration,
+    skew: Duration,
+}
+
+impl<S: ClaimStore> Claimer<S> {
+    /// A claimer writing as `owner`, with leases of `lease` and a reclaim margin of `skew`.
+    pub fn new(store: Arc<S>, owner: impl Into<String>, lease: Duration, skew: Duration) -> Self {
+        Self {
+            store,
+            owner: owner.into(),
+            lease,
+            skew,
+        }
+    }
+
+    /// The instance id written into records.
+    pub fn owner(&self) -> &str {
+        &self.owner
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<S> {
+        &self.store
+    }
+
+    fn record(
+        &self,
+        nonce: u64,
+        attempt: u32,
+        digest: &str,
+        previous: Option<&ClaimRecord>,
+    ) -> ClaimRecord {
+        let now = now_ms();
+        ClaimRecord {
+            state: ClaimState::InProgress,
+            owner: self.owner.clone(),
+            nonce,
+            attempt,
+            lease_expires_ms: now + self.lease.as_millis() as u64,
+            digest: digest.to_string(),
+            reason: previous.and_then(|p| p.reason.clone()),
+            permanent: false,
+            created_ms: previous.map_or(now, |p| p.created_ms),
+            updated_ms: now,
+        }
+    }
+
+    /// Tries to claim `key` to run the component `digest`.
+    pub async fn claim(&self, key: &str, digest: &str) -> Result<ClaimOutcome<S>, ClaimError> {
+        let nonce: u64 = rand::random();
+        for _ in 0..MAX_ROUNDS {
+            let fresh = self.record(nonce, 1, digest, None);
+            match self.store.create(key, &fresh).await {
+                Ok(revision) => {
+                    return Ok(ClaimOutcome::Acquired(self.lease(key, fresh, revision)))
+                }
+                Err(ClaimError::Conflict) => {}
+                Err(e) => return Err(e),
+            }
+            // The read only tells what to try next; ownership comes from the write below.
+            let Some((current, revision)) = self.store.get(key).await? else {
+                continue;
+            };
+            let mine = current.owner == self.owner && current.nonce == nonce;
+            if mine && current.state == ClaimState::InProgress {
+                // Our own create timed out on the client but succeeded on the server.
+                return Ok(ClaimOutcome::Acquired(self.lease(key, current, revision)));
+            }
+            match current.state {
+                ClaimState::Completed => return Ok(ClaimOutcome::Completed),
+                ClaimState::Failed if current.permanent => return Ok(ClaimOutcome::DeadLettered),
+                ClaimState::Failed => {}
+                ClaimState::InProgress if current.lease_lapsed(now_ms(), self.skew) => {}
+                ClaimState::InProgress => {
+                    let left = current.lease_expires_ms.saturating_sub(now_ms());
+                    let retry_in = Duration::from_millis(left) + self.skew;
+                    return Ok(ClaimOutcome::Busy { retry_in });
+                }
+            }
+            let next = self.record(nonce, current.attempt + 1, digest, Some(&current));
+            match self.store.update(key, &next, revision).await {
+                Ok(revision) => return Ok(ClaimOutcome::Acquired(self.lease(key, next, revision))),
+                Err(ClaimError::Conflict) => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(ClaimOutcome::Busy {
+            retry_in: CONTENDED_RETRY,
+        })
+    }
+
+    fn lease(&self, key: &str, record: ClaimRecord, revision: u64) -> Lease<S> {
+        Lease {
+            store: self.store.clone(),
+            key: key.to_string(),
+            lease: self.lease,
+            attempt: record.attempt,
+            fencing_token: revision,
+            state: Mutex::new(LeaseState {
+                record,
+                revision,
+                written_at: Instant::now(),
+                lost: false,
+            }),
+        }
+    }
+}
+
+/// Why a lease can no longer be used.
+#[derive(Debug, Error)]
+pub enum LeaseLost {
+    /// Another host reclaimed the key (or it changed under us): stop, publish nothing,
+    /// write nothing, ack nothing.
+    #[error("the claim was taken over by another owner")]
+    Reclaimed,
+    /// The store did not answer; whether the write landed is unknown.
+    #[error("claim store unavailable: {0}")]
+    Unavailable(String),
+}
+
+struct LeaseState {
+    record: ClaimRecord,
+    revision: u64,
+    written_at: Instant,
+    lost: bool,
+}
+
+/// Ownership of one claimed key. Every write to the key goes through here, one at a time, so
+/// heartbeats and the final write never race each other.
+pub struct Lease<S: ClaimStore> {
+    store: Arc<S>,
+    key: String,
+    lease: Duration,
+    attempt: u32,
+    fencing_token: u64,
+    state: Mutex<LeaseState>,
+}
+
+impl<S: ClaimStore> Lease<S> {
+    /// The attempt number this claim runs (1-based, across hosts).
+    pub fn attempt(&self) -> u32 {
+        self.attempt
+    }
+
+    /// The revision of the write that won the claim: grows with every reclaim.
+    pub fn fencing_token(&self) -> u64 {
+        self.fencing_token
+    }
+
+    /// The KV key.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The reason stored by the previous failed attempt, if any.
+    pub async fn previous_reason(&self) -> Option<String> {
+        self.state.lock().await.record.reason.clone()
+    }
+
+    async fn write(&self, change: impl FnOnce(&mut ClaimRecord)) -> Result<(), LeaseLost> {
+        let mut state = self.state.lock().await;
+        if state.lost {
+            return Err(LeaseLost::Reclaimed);
+        }
+        let mut next = state.record.clone();
+        change(&mut next);
+        next.updated_ms = now_ms();
+        let started = Instant::now();
+        match self.store.update(&self.key, &next, state.revision).await {
+            Ok(revision) => {
+                state.record = next;
+                state.revision = revision;
+                state.written_at = started;
+                Ok(())
+            }
+            Err(ClaimError::Conflict) => {
+                state.lost = true;
+                Err(LeaseLost::Reclaimed)
+            }
+            Err(e) => Err(LeaseLost::Unavailable(e.to_string())),
+        }
+    }
+
+    /// Extends the lease (a heartbeat).
+    pub async fn renew(&self) -> Result<(), LeaseLost> {
+        let lease = self.lease.as_millis() as u64;
+        self.write(|r| r.lease_expires_ms = now_ms() + lease).await
+    }
+
+    /// Makes sure the lease is still ours before effects leave the host: free while the last
+    /// successful write is recent (nobody may reclaim before the lease plus the skew margin
+    /// has passed), otherwise a renewal write that fails if the key was taken over.
+    pub async fn confirm(&self) -> Result<(), LeaseLost> {
+        {
+            let state = self.state.lock().await;
+            if state.lost {
+                return Err(LeaseLost::Reclaimed);
+            }
+            if state.written_at.elapsed() < self.lease / 2 {
+                return Ok(());
+            }
+        }
+        self.renew().await
+    }
+
+    /// Records success. After this the key is done forever (within the bucket's max age).
+    pub async fn complete(&self) -> Result<(), LeaseLost> {
+        self.write(|r| {
+            r.state = ClaimState::Completed;
+            r.reason = None;
+        })
+        .await
+    }
+
+    /// Records a failure; `permanent` failures are never retried.
+    pub async fn fail(&self, reason: &str, permanent: bool) -> Result<(), LeaseLost> {
+        self.write(|r| {
+            r.state = ClaimState::Failed;
+            r.reason = Some(reason.to_string());
+            r.permanent = permanent;
+        })
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::claim::memory::MemoryClaimStore;
+
+    fn claimer(
+        store: &Arc<MemoryClaimStore>,
+        owner: &str,
+        lease_ms: u64,
+    ) -> Claimer<MemoryClaimStore> {
+        Claimer::new(
+            store.clone(),
+            owner,
+            Duration::from_millis(lease_ms),
+            Duration::from_millis(0),
+        )
+    }
+
+    #[tokio::test]
+    async fn first_claim_wins_and_others_see_busy_then_completed() {
+        let store = Arc::new(MemoryClaimStore::new());
+        let (a, b) = (claimer(&store, "a", 10_000), claimer(&store, "b", 10_000));
+        let ClaimOutcome::Acquired(lease) = a.claim("k", "d").await.unwrap() else {
+            panic!("a must win")
+        };
+        assert_eq!(lease.attempt(), 1);
+        assert!(matches!(
+            b.claim("k", "d").await.unwrap(),
+            ClaimOutcome::Busy { .. }
+        ));
+        lease.complete().await.unwrap();
+        assert!(matches!(
+            b.claim("k", "d").await.unwrap(),
+            ClaimOutcome::Completed
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_lapsed_lease_is_reclaimed_and_the_stale_owner_cannot_write() {
+        let store = Arc::new(MemoryClaimStore::new());
+        let (a, b) = (claimer(&store, "a", 50), claimer(&store, "b", 10_000));
+        let ClaimOutcome::Acquired(stale) = a.claim("k", "d").await.unwrap() else {
+            panic!()
+        };
+        tokio::time::sleep(Duration::from_millis(80)).await;
+        let ClaimOutcome::Acquired(fresh) = b.claim("k", "d").await.unwrap() else {
+            panic!("b reclaims")
+        };
+        assert_eq!(fresh.attempt(), 2);
+        assert!(fresh.fencing_token() > stale.fencing_token());
+        assert!(matches!(stale.confirm().await, Err(LeaseLost::Reclaimed)));
+        assert!(matches!(stale.complete().await, Err(LeaseLost::Reclaimed)));
+        fresh.complete().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn failed_keys_are_reclaimed_with_the_next_attempt_and_permanent_ones_are_not() {
+        let store = Arc::new(MemoryClaimStore::new());
+        let a = claimer(&store, "a", 10_000);
+        let ClaimOutcome::Acquired(l) = a.claim("k", "d").await.unwrap() else {
+            panic!()
+        };
+        l.fail("boom", false).await.unwrap();
+        let ClaimOutcome::Acquired(l) = a.claim("k", "d").await.unwrap() else {
+            panic!()
+        };
+        assert_eq!(l.attempt(), 2);
+        assert_eq!(l.previous_reason().await.as_deref(), Some("boom"));
+        l.fail("no", true).await.unwrap();
+        assert!(matches!(
+            a.claim("k", "d").await.unwrap(),
+            ClaimOutcome::DeadLettered
+        ));
+    }
+}

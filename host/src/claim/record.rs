@@ -1,0 +1,76 @@
+//! The claim record stored under each key.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+/// Where a key is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ClaimState {
+    /// An owner is running the handler under a lease.
+    InProgress,
+    /// The handler succeeded and its outputs were published.
+    Completed,
+    /// The last attempt failed; `permanent` says whether it may be retried.
+    Failed,
+}
+
+/// The value of one claim key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClaimRecord {
+    /// State of the key.
+    pub state: ClaimState,
+    /// Instance id of the host that wrote the record.
+    pub owner: String,
+    /// Random per claim attempt: tells this host's own timed-out create from someone else's.
+    pub nonce: u64,
+    /// Attempts so far (1 for the first claim), across every host.
+    pub attempt: u32,
+    /// Unix milliseconds when the lease lapses (in progress only).
+    pub lease_expires_ms: u64,
+    /// Digest of the component that ran (or runs).
+    pub digest: String,
+    /// Why the last attempt failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// A failure that will never be retried (rejected or out of attempts; dead-lettered).
+    #[serde(default)]
+    pub permanent: bool,
+    /// Unix milliseconds of the first claim.
+    pub created_ms: u64,
+    /// Unix milliseconds of this write.
+    pub updated_ms: u64,
+}
+
+impl ClaimRecord {
+    /// Serializes to the stored JSON.
+    pub fn to_bytes(&self) -> bytes::Bytes {
+        serde_json::to_vec(self)
+            .expect("claim record serializes")
+            .into()
+    }
+
+    /// Parses stored JSON.
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self, serde_json::Error> {
+        serde_json::from_slice(bytes)
+    }
+
+    /// Whether another host may take the key over now: in progress, but the lease plus the
+    /// clock-skew margin has passed.
+    pub fn lease_lapsed(&self, now_ms: u64, skew: Duration) -> bool {
+        self.state == ClaimState::InProgress
+            && now_ms
+                > self
+                    .lease_expires_ms
+                    .saturating_add(skew.as_millis() as u64)
+    }
+}
+
+/// The current wall-clock time in Unix milliseconds.
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}

@@ -1,0 +1,444 @@
+//! The host's TOML configuration: NATS connection, source stream and consumer, claim bucket,
+//! leases, dead letters, output streams and routes. [`Config::load`] parses and validates in
+//! one go and reports every problem with its field path.
+
+mod validate;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+use thiserror::Error;
+
+use crate::limits::Limits;
+
+/// Default source stream name.
+pub const DEFAULT_STREAM: &str = "DEDUP_EVENTS";
+/// Default durable consumer name.
+pub const DEFAULT_CONSUMER: &str = "dedup-host";
+/// Default claim bucket name.
+pub const DEFAULT_BUCKET: &str = "dedup-claims";
+/// Default claim record lifetime: the bucket forgets a key after this long.
+pub const DEFAULT_CLAIM_MAX_AGE: Duration = Duration::from_secs(24 * 3600);
+/// Default lease on a claim.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+/// Default interval between heartbeats (progress ack + lease renewal).
+pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(5);
+/// Default margin added to a lease before another host may reclaim it.
+pub const DEFAULT_CLOCK_SKEW: Duration = Duration::from_secs(2);
+/// Default consumer ack wait.
+pub const DEFAULT_ACK_WAIT: Duration = Duration::from_secs(30);
+/// Default number of attempts per key before dead-lettering.
+pub const DEFAULT_MAX_DELIVER: u32 = 5;
+/// Default source stream duplicate window.
+pub const DEFAULT_DUPLICATE_WINDOW: Duration = Duration::from_secs(120);
+/// Default output stream duplicate window.
+pub const DEFAULT_OUTPUT_DUPLICATE_WINDOW: Duration = Duration::from_secs(600);
+/// Default guests in flight per host.
+pub const DEFAULT_CONCURRENCY: usize = 64;
+/// Default bound on waiting for in-flight work at shutdown.
+pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+/// Default largest payload a route accepts.
+pub const DEFAULT_MAX_PAYLOAD: usize = 1 << 20;
+/// Default dead-letter subject.
+pub const DEFAULT_DEAD_LETTER_SUBJECT: &str = "dedup.dead";
+/// Default dead-letter stream.
+pub const DEFAULT_DEAD_LETTER_STREAM: &str = "DEDUP_DEAD";
+
+/// The whole configuration file.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// How to reach NATS. No URLs means: `dedup-host dev` starts a local server.
+    #[serde(default)]
+    pub nats: NatsConfig,
+    /// This host process.
+    #[serde(default)]
+    pub host: HostConfig,
+    /// The stream events arrive on and the durable consumer reading it.
+    #[serde(default)]
+    pub source: SourceConfig,
+    /// The KV bucket holding claims, and the lease timing.
+    #[serde(default)]
+    pub claims: ClaimsConfig,
+    /// Where permanently failed messages go.
+    #[serde(default)]
+    pub dead_letter: DeadLetterConfig,
+    /// Streams that capture handler outputs; created when missing, and their duplicate windows
+    /// are checked against the retry timing.
+    #[serde(default)]
+    pub output_streams: Vec<OutputStreamConfig>,
+    /// Subject filters and the handler for each.
+    #[serde(default)]
+    pub routes: Vec<RouteConfig>,
+    /// Directory that relative paths (components, creds, certificates) are resolved against;
+    /// set by [`Config::load`] to the config file's directory.
+    #[serde(skip)]
+    pub base_dir: PathBuf,
+}
+
+/// NATS connection settings.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NatsConfig {
+    /// Server URLs, e.g. `["nats://10.0.0.1:4222"]`.
+    #[serde(default)]
+    pub urls: Vec<String>,
+    /// User name (with `password`).
+    pub user: Option<String>,
+    /// Password (with `user`).
+    pub password: Option<String>,
+    /// Token authentication.
+    pub token: Option<String>,
+    /// NKey seed (`SU...`).
+    pub nkey_seed: Option<String>,
+    /// Path of a `.creds` file (JWT + seed).
+    pub creds_file: Option<PathBuf>,
+    /// CA certificate to verify the server with.
+    pub tls_ca: Option<PathBuf>,
+    /// Client certificate (with `tls_key`).
+    pub tls_cert: Option<PathBuf>,
+    /// Client key (with `tls_cert`).
+    pub tls_key: Option<PathBuf>,
+}
+
+/// Settings of this host process.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HostConfig {
+    /// Identifies this process in claim records; generated per process start when unset.
+    /// Two live processes must never share one.
+    pub instance_id: Option<String>,
+    /// Guests in flight at once.
+    pub concurrency: usize,
+    /// How long shutdown waits for in-flight work.
+    #[serde(with = "humantime_serde")]
+    pub shutdown_grace: Duration,
+}
+
+impl Default for HostConfig {
+    fn default() -> Self {
+        Self {
+            instance_id: None,
+            concurrency: DEFAULT_CONCURRENCY,
+            shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
+        }
+    }
+}
+
+/// The source stream and its durable pull consumer.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SourceConfig {
+    /// Stream name; created when missing, verified when present.
+    pub stream: String,
+    /// Subjects the stream captures (used when creating it; checked to cover every route).
+    pub subjects: Vec<String>,
+    /// The stream's duplicate window for publishers' `Nats-Msg-Id`.
+    #[serde(with = "humantime_serde")]
+    pub duplicate_window: Duration,
+    /// Durable consumer name; created or bound.
+    pub consumer: String,
+    /// How long the server waits for an ack (or progress) before redelivering.
+    #[serde(with = "humantime_serde")]
+    pub ack_wait: Duration,
+    /// Most attempts per key, counted in the claim record across all hosts. The server-side
+    /// consumer's max deliver is left unlimited so a message that waits on another host's
+    /// claim is never dropped by the server.
+    pub max_deliver: u32,
+    /// Nak delay for each failed attempt (the last entry repeats).
+    #[serde(deserialize_with = "durations")]
+    pub backoff: Vec<Duration>,
+    /// Most unacknowledged messages the consumer hands out.
+    pub max_ack_pending: i64,
+}
+
+impl Default for SourceConfig {
+    fn default() -> Self {
+        Self {
+            stream: DEFAULT_STREAM.into(),
+            subjects: Vec::new(),
+            duplicate_window: DEFAULT_DUPLICATE_WINDOW,
+            consumer: DEFAULT_CONSUMER.into(),
+            ack_wait: DEFAULT_ACK_WAIT,
+            max_deliver: DEFAULT_MAX_DELIVER,
+            backoff: vec![
+                Duration::from_secs(1),
+                Duration::from_secs(5),
+                Duration::from_secs(30),
+            ],
+            max_ack_pending: 1_000,
+        }
+    }
+}
+
+/// Storage of the claim bucket.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Storage {
+    /// On disk (survives server restarts).
+    #[default]
+    File,
+    /// In memory.
+    Memory,
+}
+
+/// The claim bucket and lease timing.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClaimsConfig {
+    /// KV bucket name; created when missing. Never recreate it under running hosts.
+    pub bucket: String,
+    /// How long the bucket keeps a claim record (it must outlive every redelivery of a key).
+    #[serde(with = "humantime_serde")]
+    pub max_age: Duration,
+    /// Bucket replicas (1, 3 or 5).
+    pub replicas: usize,
+    /// Bucket storage.
+    pub storage: Storage,
+    /// How long a claim stays valid without renewal.
+    #[serde(with = "humantime_serde")]
+    pub lease: Duration,
+    /// How often a running claim is renewed and the message's ack wait reset.
+    #[serde(with = "humantime_serde")]
+    pub heartbeat: Duration,
+    /// Extra time past a lease's expiry before another host may reclaim it.
+    #[serde(with = "humantime_serde")]
+    pub clock_skew: Duration,
+}
+
+impl Default for ClaimsConfig {
+    fn default() -> Self {
+        Self {
+            bucket: DEFAULT_BUCKET.into(),
+            max_age: DEFAULT_CLAIM_MAX_AGE,
+            replicas: 1,
+            storage: Storage::File,
+            lease: DEFAULT_LEASE,
+            heartbeat: DEFAULT_HEARTBEAT,
+            clock_skew: DEFAULT_CLOCK_SKEW,
+        }
+    }
+}
+
+/// Where permanently failed messages go.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DeadLetterConfig {
+    /// Subject dead letters are published on.
+    pub subject: String,
+    /// Stream capturing that subject; created when missing.
+    pub stream: String,
+}
+
+impl Default for DeadLetterConfig {
+    fn default() -> Self {
+        Self {
+            subject: DEFAULT_DEAD_LETTER_SUBJECT.into(),
+            stream: DEFAULT_DEAD_LETTER_STREAM.into(),
+        }
+    }
+}
+
+/// A stream that captures handler outputs.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutputStreamConfig {
+    /// Stream name.
+    pub name: String,
+    /// Subjects it captures (used when creating it).
+    pub subjects: Vec<String>,
+    /// Duplicate window; must exceed lease + largest backoff + clock skew.
+    #[serde(default = "default_output_window", with = "humantime_serde")]
+    pub duplicate_window: Duration,
+}
+
+/// Parses a list of human-readable durations (`["1s", "500ms"]`).
+fn durations<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<Duration>, D::Error> {
+    let texts: Vec<String> = Vec::deserialize(d)?;
+    texts
+        .iter()
+        .map(|t| {
+            humantime_serde::re::humantime::parse_duration(t).map_err(|e| {
+                serde::de::Error::custom(format!(
+                    "`{t}` is not a duration ({e}); write e.g. \"500ms\" or \"5s\""
+                ))
+            })
+        })
+        .collect()
+}
+
+fn default_output_window() -> Duration {
+    DEFAULT_OUTPUT_DUPLICATE_WINDOW
+}
+
+/// Where a route finds a message's idempotency key.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "snake_case")]
+pub enum KeySource {
+    /// A header's value.
+    Header(String),
+    /// A subject token, 0-based (`orders.<id>.created` -> 1).
+    SubjectToken(usize),
+    /// A JSON pointer into the payload (`/order/id`).
+    JsonPointer(String),
+}
+
+impl Default for KeySource {
+    fn default() -> Self {
+        KeySource::Header("Nats-Msg-Id".into())
+    }
+}
+
+/// What to do with a message that carries no idempotency key.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MissingKey {
+    /// Dead-letter it with the reason, then terminate it.
+    #[default]
+    DeadLetter,
+    /// Use the stream sequence as the key (dedups redeliveries, not republishes).
+    StreamSequence,
+}
+
+/// One route: a subject filter and its handler.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteConfig {
+    /// Route name: `[A-Za-z0-9_-]+`, unique. It prefixes claim keys and output ids.
+    pub name: String,
+    /// Subject filter (NATS wildcards allowed).
+    pub subject: String,
+    /// Path of the component (relative to the config file).
+    pub component: PathBuf,
+    /// Where the idempotency key comes from (default: the `Nats-Msg-Id` header).
+    #[serde(default)]
+    pub key: KeySource,
+    /// What to do when the key is missing.
+    #[serde(default)]
+    pub missing_key: MissingKey,
+    /// Largest payload accepted; bigger ones are dead-lettered.
+    #[serde(default = "default_max_payload")]
+    pub max_payload_bytes: usize,
+    /// Values the guest reads through the `config` import.
+    #[serde(default)]
+    pub config: BTreeMap<String, String>,
+    /// Resource limits of each invocation.
+    #[serde(default)]
+    pub limits: Limits,
+}
+
+fn default_max_payload() -> usize {
+    DEFAULT_MAX_PAYLOAD
+}
+
+/// Why a configuration was refused.
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("config `{path}`: cannot read it: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML for this schema.
+    #[error("config `{path}`: {message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// The parser's message, with the field and line.
+        message: String,
+    },
+    /// The values are inconsistent; every problem is listed.
+    #[error("config `{path}` has {} problem(s):\n{}", problems.len(), problems.iter().map(|p| format!("  - {p}")).collect::<Vec<_>>().join("\n"))]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// Every problem found.
+        problems: Vec<Problem>,
+    },
+}
+
+/// One problem in a configuration, with the field path it concerns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// Dotted path of the field, e.g. `routes[0].subject`.
+    pub field: String,
+    /// What is wrong and how to fix it.
+    pub message: String,
+}
+
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "`{}`: {}", self.field, self.message)
+    }
+}
+
+impl Config {
+    /// Reads, parses and validates a configuration file.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        Self::parse(&text, path, base)
+    }
+
+    /// Parses and validates configuration text; `path` names it in errors and `base_dir`
+    /// resolves relative paths.
+    pub fn parse(text: &str, path: &Path, base_dir: PathBuf) -> Result<Self, ConfigError> {
+        let mut config: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })?;
+        config.base_dir = base_dir;
+        config.validate().map_err(|problems| ConfigError::Invalid {
+            path: path.to_path_buf(),
+            problems,
+        })?;
+        Ok(config)
+    }
+
+    /// Resolves a path from the file against the config's directory.
+    pub fn resolve(&self, path: &Path) -> PathBuf {
+        if path.is_absolute() {
+            path.to_path_buf()
+        } else {
+            self.base_dir.join(path)
+        }
+    }
+
+    /// Every subject the host consumes: the source stream's subjects, or the route filters
+    /// when the stream's subjects are not given.
+    pub fn source_subjects(&self) -> Vec<String> {
+        if self.source.subjects.is_empty() {
+            self.routes.iter().map(|r| r.subject.clone()).collect()
+        } else {
+            self.source.subjects.clone()
+        }
+    }
+
+    /// The nak delay after failed attempt number `attempt` (1-based).
+    pub fn backoff_for(&self, attempt: u32) -> Duration {
+        let backoff = &self.source.backoff;
+        let i = (attempt.max(1) as usize - 1).min(backoff.len().saturating_sub(1));
+        backoff.get(i).copied().unwrap_or(Duration::from_secs(1))
+    }
+
+    /// The longest time between two runs of one key: a lease that lapsed, the clock-skew
+    /// margin and the largest backoff. Output duplicate windows must exceed it.
+    pub fn longest_rerun_gap(&self) -> Duration {
+        let max_backoff = self
+            .source
+            .backoff
+            .iter()
+            .max()
+            .copied()
+            .unwrap_or_default();
+        self.claims.lease + self.claims.clock_skew + max_backoff + self.source.ack_wait
+    }
+}

@@ -1,0 +1,308 @@
+//! Configuration validation: every problem, each with its field path.
+
+use std::collections::HashSet;
+
+use super::{Config, KeySource, Problem};
+use crate::runtime::engine::DEFAULT_POOL_MEMORY_BYTES;
+use crate::subject;
+
+/// Collects problems as they are found.
+#[derive(Default)]
+struct Problems(Vec<Problem>);
+
+impl Problems {
+    fn check(&mut self, ok: bool, field: impl Into<String>, message: impl Into<String>) {
+        if !ok {
+            self.0.push(Problem {
+                field: field.into(),
+                message: message.into(),
+            });
+        }
+    }
+}
+
+/// Whether `name` is usable as a stream, consumer, bucket or route name.
+fn is_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
+
+impl Config {
+    /// Checks the whole configuration and returns every problem found.
+    pub fn validate(&self) -> Result<(), Vec<Problem>> {
+        let mut p = Problems::default();
+        self.validate_nats(&mut p);
+        self.validate_timing(&mut p);
+        self.validate_names(&mut p);
+        self.validate_routes(&mut p);
+        if p.0.is_empty() {
+            Ok(())
+        } else {
+            Err(p.0)
+        }
+    }
+
+    fn validate_nats(&self, p: &mut Problems) {
+        let n = &self.nats;
+        for (i, url) in n.urls.iter().enumerate() {
+            p.check(
+                !url.trim().is_empty() && !url.contains(char::is_whitespace),
+                format!("nats.urls[{i}]"),
+                format!("`{url}` is not a server URL (example: nats://127.0.0.1:4222)"),
+            );
+        }
+        p.check(
+            n.user.is_some() == n.password.is_some(),
+            "nats.password",
+            "`user` and `password` go together: set both or neither",
+        );
+        let methods = [
+            n.user.is_some(),
+            n.token.is_some(),
+            n.nkey_seed.is_some(),
+            n.creds_file.is_some(),
+        ];
+        p.check(
+            methods.iter().filter(|m| **m).count() <= 1,
+            "nats",
+            "choose one authentication method: user/password, token, nkey_seed or creds_file",
+        );
+        p.check(
+            n.tls_cert.is_some() == n.tls_key.is_some(),
+            "nats.tls_key",
+            "`tls_cert` and `tls_key` go together: set both or neither",
+        );
+        if let Some(seed) = &n.nkey_seed {
+            p.check(
+                seed.starts_with("SU"),
+                "nats.nkey_seed",
+                "an nkey user seed starts with `SU`",
+            );
+        }
+        for (field, path) in [
+            ("nats.creds_file", &n.creds_file),
+            ("nats.tls_ca", &n.tls_ca),
+            ("nats.tls_cert", &n.tls_cert),
+            ("nats.tls_key", &n.tls_key),
+        ] {
+            if let Some(path) = path {
+                let resolved = self.resolve(path);
+                p.check(
+                    resolved.is_file(),
+                    field,
+                    format!("file `{}` does not exist", resolved.display()),
+                );
+            }
+        }
+    }
+
+    fn validate_timing(&self, p: &mut Problems) {
+        let (c, s) = (&self.claims, &self.source);
+        p.check(
+            !c.heartbeat.is_zero(),
+            "claims.heartbeat",
+            "must be greater than zero",
+        );
+        p.check(c.lease > c.heartbeat * 3, "claims.lease", format!("must exceed 3 x claims.heartbeat ({:?}), so a live owner renews it at least twice before it lapses", c.heartbeat * 3));
+        p.check(s.ack_wait > c.heartbeat * 3, "source.ack_wait", format!("must exceed 3 x claims.heartbeat ({:?}), so progress acks keep the message from being redelivered", c.heartbeat * 3));
+        p.check(
+            c.max_age > c.lease * 2,
+            "claims.max_age",
+            "must be far longer than claims.lease (default 24h)",
+        );
+        p.check(
+            matches!(c.replicas, 1 | 3 | 5),
+            "claims.replicas",
+            "must be 1, 3 or 5",
+        );
+        p.check(
+            s.max_deliver >= 1,
+            "source.max_deliver",
+            "must be at least 1 attempt",
+        );
+        p.check(
+            !s.backoff.is_empty(),
+            "source.backoff",
+            "give at least one delay, e.g. [\"1s\", \"5s\"]",
+        );
+        p.check(
+            s.backoff.iter().all(|d| !d.is_zero()),
+            "source.backoff",
+            "delays must be greater than zero",
+        );
+        p.check(
+            self.host.concurrency >= 1,
+            "host.concurrency",
+            "must be at least 1",
+        );
+        p.check(
+            s.max_ack_pending >= self.host.concurrency as i64,
+            "source.max_ack_pending",
+            "must be at least host.concurrency, or guests sit idle",
+        );
+        let gap = self.longest_rerun_gap();
+        for (i, o) in self.output_streams.iter().enumerate() {
+            p.check(o.duplicate_window > gap, format!("output_streams[{i}].duplicate_window"), format!("{:?} is shorter than the longest gap between two runs of one key ({gap:?} = lease + clock_skew + largest backoff + ack_wait): a re-run could publish an output twice", o.duplicate_window));
+        }
+    }
+
+    fn validate_names(&self, p: &mut Problems) {
+        p.check(
+            is_name(&self.source.stream),
+            "source.stream",
+            "use only letters, digits, `_` and `-`",
+        );
+        p.check(
+            is_name(&self.source.consumer),
+            "source.consumer",
+            "use only letters, digits, `_` and `-`",
+        );
+        p.check(
+            is_name(&self.claims.bucket),
+            "claims.bucket",
+            "use only letters, digits, `_` and `-`",
+        );
+        p.check(
+            is_name(&self.dead_letter.stream),
+            "dead_letter.stream",
+            "use only letters, digits, `_` and `-`",
+        );
+        let dl = &self.dead_letter.subject;
+        p.check(
+            subject::is_valid_filter(dl) && !dl.contains(['*', '>']),
+            "dead_letter.subject",
+            format!("`{dl}` is not a plain subject"),
+        );
+        for (i, s) in self.source.subjects.iter().enumerate() {
+            p.check(
+                subject::is_valid_filter(s),
+                format!("source.subjects[{i}]"),
+                format!("`{s}` is not a valid subject filter"),
+            );
+        }
+        for s in self.source_subjects() {
+            p.check(!subject::overlaps(&s, dl), "dead_letter.subject", format!("`{dl}` is consumed by source subject `{s}`: dead letters would be processed again"));
+        }
+        for (i, o) in self.output_streams.iter().enumerate() {
+            p.check(
+                is_name(&o.name),
+                format!("output_streams[{i}].name"),
+                "use only letters, digits, `_` and `-`",
+            );
+            p.check(
+                !o.subjects.is_empty(),
+                format!("output_streams[{i}].subjects"),
+                "give at least one subject",
+            );
+            for (j, s) in o.subjects.iter().enumerate() {
+                p.check(
+                    subject::is_valid_filter(s),
+                    format!("output_streams[{i}].subjects[{j}]"),
+                    format!("`{s}` is not a valid subject filter"),
+                );
+            }
+        }
+    }
+
+    fn validate_routes(&self, p: &mut Problems) {
+        p.check(
+            !self.routes.is_empty(),
+            "routes",
+            "add at least one [[routes]] entry with name, subject and component",
+        );
+        let mut names = HashSet::new();
+        for (i, r) in self.routes.iter().enumerate() {
+            let at = |f: &str| format!("routes[{i}].{f}");
+            p.check(
+                is_name(&r.name),
+                at("name"),
+                format!("`{}`: use only letters, digits, `_` and `-`", r.name),
+            );
+            p.check(
+                names.insert(r.name.as_str()),
+                at("name"),
+                format!("`{}` is used by two routes", r.name),
+            );
+            p.check(
+                subject::is_valid_filter(&r.subject),
+                at("subject"),
+                format!("`{}` is not a valid subject filter", r.subject),
+            );
+            if !self.source.subjects.is_empty() {
+                let covered = self
+                    .source
+                    .subjects
+                    .iter()
+                    .any(|s| subject::covers(s, &r.subject));
+                p.check(covered, at("subject"), format!("`{}` is not covered by source.subjects {:?}: the route would never see a message", r.subject, self.source.subjects));
+            }
+            let component = self.resolve(&r.component);
+            p.check(
+                component.is_file(),
+                at("component"),
+                format!(
+                    "file `{}` does not exist (build the guests with guests/build.sh)",
+                    component.display()
+                ),
+            );
+            match &r.key {
+                KeySource::Header(h) => p.check(
+                    !h.trim().is_empty(),
+                    at("key.header"),
+                    "name a header, e.g. Nats-Msg-Id",
+                ),
+                KeySource::JsonPointer(ptr) => p.check(
+                    ptr.starts_with('/'),
+                    at("key.json_pointer"),
+                    format!("`{ptr}` is not a JSON pointer; it starts with `/`, e.g. /order/id"),
+                ),
+                KeySource::SubjectToken(t) => {
+                    let tokens: Vec<&str> = r.subject.split('.').collect();
+                    let ok = *t < tokens.len() && !tokens[..=*t].contains(&">");
+                    p.check(
+                        ok,
+                        at("key.subject_token"),
+                        format!(
+                            "subject `{}` has no token {t} on every message (tokens count from 0)",
+                            r.subject
+                        ),
+                    );
+                }
+            }
+            p.check(
+                r.max_payload_bytes > 0,
+                at("max_payload_bytes"),
+                "must be greater than zero",
+            );
+            p.check(
+                !r.limits.deadline.is_zero(),
+                at("limits.deadline"),
+                "must be greater than zero",
+            );
+            p.check(
+                r.limits.memory_bytes <= DEFAULT_POOL_MEMORY_BYTES,
+                at("limits.memory_bytes"),
+                format!("at most {DEFAULT_POOL_MEMORY_BYTES} bytes"),
+            );
+            p.check(
+                r.limits.deadline < self.claims.lease * 10,
+                at("limits.deadline"),
+                "keep it within a few leases; heartbeats keep long work alive",
+            );
+        }
+        for (i, a) in self.routes.iter().enumerate() {
+            for b in &self.routes[i + 1..] {
+                p.check(
+                    !subject::overlaps(&a.subject, &b.subject),
+                    format!("routes[{i}].subject"),
+                    format!(
+                        "`{}` overlaps route `{}`'s `{}`: a message must match one route",
+                        a.subject, b.name, b.subject
+                    ),
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,348 @@
+//! One message through the pipeline: route, key, claim, run with heartbeats, then publish,
+//! record and ack; or record, nak and retry; or dead-letter and terminate.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream::message::Acker;
+use async_nats::jetstream::{self, AckKind};
+
+use super::effects::{self, DeadLetter};
+use super::heartbeat::Heartbeat;
+use super::routes::Route;
+use super::Shared;
+use crate::bindings::{Event, Header};
+use crate::claim::{key, ClaimOutcome, ClaimStore, Lease, LeaseLost};
+use crate::config::MissingKey;
+use crate::idempotency;
+use crate::runtime::Outcome;
+use crate::stats::Counter;
+
+/// Nak delay after an infrastructure error (NATS unavailable).
+const ERROR_RETRY: Duration = Duration::from_secs(1);
+
+/// The parts of a delivery the pipeline works with.
+struct Delivery {
+    message: async_nats::Message,
+    acker: Arc<Acker>,
+    sequence: u64,
+}
+
+impl<S: ClaimStore> Shared<S> {
+    /// Processes one delivery to its end. Never panics on a message's content.
+    pub(crate) async fn process(&self, message: jetstream::Message) {
+        let sequence = match message.info() {
+            Ok(info) => info.stream_sequence,
+            Err(e) => {
+                tracing::error!("delivery without JetStream metadata, terminating it: {e}");
+                let _ = message.ack_with(AckKind::Term).await;
+                return;
+            }
+        };
+        let (message, acker) = message.split();
+        let d = Delivery {
+            message,
+            acker: Arc::new(acker),
+            sequence,
+        };
+
+        let Some(route) = self.routes.find(&d.message.subject) else {
+            let reason = format!("no route for subject `{}`", d.message.subject);
+            return self.dead_letter_unclaimed(&d, "", "", &reason).await;
+        };
+        if d.message.payload.len() > route.max_payload_bytes {
+            let reason = format!(
+                "payload of {} bytes exceeds route `{}`'s max_payload_bytes of {}",
+                d.message.payload.len(),
+                route.name,
+                route.max_payload_bytes
+            );
+            return self
+                .dead_letter_unclaimed(&d, &route.name, "", &reason)
+                .await;
+        }
+        let key = match idempotency::derive(
+            &route.key,
+            &d.message.subject,
+            d.message.headers.as_ref(),
+            &d.message.payload,
+        ) {
+            Ok(key) => key,
+            Err(missing) => match route.missing_key {
+                MissingKey::DeadLetter => {
+                    return self
+                        .dead_letter_unclaimed(&d, &route.name, "", &missing.to_string())
+                        .await;
+                }
+                MissingKey::StreamSequence => format!("seq-{}", d.sequence),
+            },
+        };
+        let claim_key = key::encode(&route.name, &key);
+        match self.claimer.claim(&claim_key, route.guest.digest()).await {
+            Ok(ClaimOutcome::Acquired(lease)) => self.run(&d, &route, &key, Arc::new(lease)).await,
+            Ok(ClaimOutcome::Completed) => {
+                self.stats.bump(Counter::Duplicate);
+                self.settle(&d, AckKind::Ack).await;
+            }
+            Ok(ClaimOutcome::DeadLettered) => {
+                self.stats.bump(Counter::Duplicate);
+                self.settle(&d, AckKind::Term).await;
+            }
+            Ok(ClaimOutcome::Busy { retry_in }) => {
+                // Never ack: if the owner dies, this delivery may be the only copy left.
+                self.stats.bump(Counter::Busy);
+                self.settle(&d, AckKind::Nak(Some(retry_in))).await;
+            }
+            Err(e) => {
+                tracing::warn!(route = %route.name, key, "claim failed, will retry: {e}");
+                self.stats.bump(Counter::Error);
+                self.settle(&d, AckKind::Nak(Some(ERROR_RETRY))).await;
+            }
+        }
+    }
+
+    /// Runs a claimed message and settles it according to the outcome.
+    async fn run(&self, d: &Delivery, route: &Route, key: &str, lease: Arc<Lease<S>>) {
+        let attempt = lease.attempt();
+        let max = self.config.source.max_deliver;
+        if attempt > max {
+            let last = lease
+                .previous_reason()
+                .await
+                .unwrap_or_else(|| "the host running it stopped".into());
+            let reason = format!("out of attempts ({max}); last failure: {last}");
+            return self.give_up(d, route, key, &lease, &reason).await;
+        }
+        let event = Event {
+            subject: d.message.subject.to_string(),
+            payload: d.message.payload.to_vec(),
+            headers: headers_of(&d.message),
+            key: key.to_string(),
+            attempt,
+            fencing_token: lease.fencing_token(),
+            stream_sequence: d.sequence,
+            route: route.name.clone(),
+        };
+        let mut heartbeat =
+            Heartbeat::start(lease.clone(), d.acker.clone(), self.config.claims.heartbeat);
+        let guest = route.guest.clone();
+        let options = route.options.clone();
+        let mut call = self
+            .guest_runtime
+            .spawn(async move { guest.invoke(event, &options).await });
+        let invocation = tokio::select! {
+            result = &mut call => result,
+            _ = heartbeat.lost() => {
+                call.abort();
+                heartbeat.stop().await;
+                return self.lost(route, key);
+            }
+        };
+        heartbeat.stop().await;
+        let invocation = match invocation {
+            Ok(invocation) => invocation,
+            Err(e) => {
+                tracing::error!(route = %route.name, key, "guest task failed: {e}");
+                return self
+                    .retry_or_give_up(
+                        d,
+                        route,
+                        key,
+                        &lease,
+                        &format!("guest task failed: {e}"),
+                        None,
+                    )
+                    .await;
+            }
+        };
+        match invocation.outcome {
+            Outcome::Success(outputs) => self.succeed(d, route, key, &lease, &outputs).await,
+            Outcome::Retry { reason, delay } => {
+                self.retry_or_give_up(d, route, key, &lease, &reason, delay)
+                    .await
+            }
+            Outcome::Trap(trap) => {
+                self.retry_or_give_up(d, route, key, &lease, &trap.to_string(), None)
+                    .await
+            }
+            Outcome::Reject { reason } => self.give_up(d, route, key, &lease, &reason).await,
+        }
+    }
+
+    /// Success: publish outputs, record completion, then ack with confirmation.
+    async fn succeed(
+        &self,
+        d: &Delivery,
+        route: &Route,
+        key: &str,
+        lease: &Lease<S>,
+        outputs: &[crate::bindings::Output],
+    ) {
+        if let Err(e) = lease.confirm().await {
+            return self.write_failed(route, key, e, d).await;
+        }
+        if let Err(e) = effects::publish_outputs(&self.js, lease.key(), outputs).await {
+            tracing::warn!(route = %route.name, key, "{e:#}");
+            self.stats.bump(Counter::Error);
+            return self
+                .retry_or_give_up(d, route, key, lease, &format!("{e:#}"), None)
+                .await;
+        }
+        self.stats.add_outputs(outputs.len() as u64);
+        if let Err(e) = lease.complete().await {
+            return self.write_failed(route, key, e, d).await;
+        }
+        self.stats.bump(Counter::Processed);
+        if let Err(e) = d.acker.double_ack().await {
+            // Completed is recorded: a redelivery finds it and acks.
+            tracing::warn!(route = %route.name, key, "ack not confirmed: {e}");
+        }
+    }
+
+    /// A failed attempt: retry with backoff, or give up after the last allowed attempt.
+    async fn retry_or_give_up(
+        &self,
+        d: &Delivery,
+        route: &Route,
+        key: &str,
+        lease: &Lease<S>,
+        reason: &str,
+        delay: Option<Duration>,
+    ) {
+        let (attempt, max) = (lease.attempt(), self.config.source.max_deliver);
+        if attempt >= max {
+            let reason = format!("{reason} (attempt {attempt} of {max}, none left)");
+            return self.give_up(d, route, key, lease, &reason).await;
+        }
+        tracing::info!(route = %route.name, key, attempt, "attempt failed, will retry: {reason}");
+        if let Err(e) = lease.fail(reason, false).await {
+            return self.write_failed(route, key, e, d).await;
+        }
+        let backoff = self.config.backoff_for(attempt);
+        self.stats.bump(Counter::Retried);
+        self.settle(
+            d,
+            AckKind::Nak(Some(delay.map_or(backoff, |d| d.max(backoff)))),
+        )
+        .await;
+    }
+
+    /// A permanent failure: dead-letter, record, terminate.
+    async fn give_up(
+        &self,
+        d: &Delivery,
+        route: &Route,
+        key: &str,
+        lease: &Lease<S>,
+        reason: &str,
+    ) {
+        tracing::warn!(route = %route.name, key, "dead-lettering: {reason}");
+        if let Err(e) = lease.confirm().await {
+            return self.write_failed(route, key, e, d).await;
+        }
+        let letter = DeadLetter {
+            reason,
+            attempt: lease.attempt(),
+            route: &route.name,
+            key,
+            id: format!("dl:{}", lease.key()),
+        };
+        if let Err(e) = effects::publish_dead_letter(
+            &self.js,
+            &self.config.dead_letter.subject,
+            &d.message,
+            d.sequence,
+            letter,
+        )
+        .await
+        {
+            tracing::error!(route = %route.name, key, "{e:#}");
+            self.stats.bump(Counter::Error);
+            let _ = lease
+                .fail(&format!("dead letter not stored: {e:#}"), false)
+                .await;
+            return self.settle(d, AckKind::Nak(Some(ERROR_RETRY))).await;
+        }
+        if let Err(e) = lease.fail(reason, true).await {
+            return self.write_failed(route, key, e, d).await;
+        }
+        self.stats.bump(Counter::DeadLettered);
+        self.settle(d, AckKind::Term).await;
+    }
+
+    /// Dead-letters a message that was never claimed (no route, no key, too big).
+    async fn dead_letter_unclaimed(&self, d: &Delivery, route: &str, key: &str, reason: &str) {
+        tracing::warn!(subject = %d.message.subject, route, "dead-lettering: {reason}");
+        let letter = DeadLetter {
+            reason,
+            attempt: 0,
+            route,
+            key,
+            id: format!("dl:seq:{}", d.sequence),
+        };
+        match effects::publish_dead_letter(
+            &self.js,
+            &self.config.dead_letter.subject,
+            &d.message,
+            d.sequence,
+            letter,
+        )
+        .await
+        {
+            Ok(()) => {
+                self.stats.bump(Counter::DeadLettered);
+                self.settle(d, AckKind::Term).await;
+            }
+            Err(e) => {
+                tracing::error!("{e:#}");
+                self.stats.bump(Counter::Error);
+                self.settle(d, AckKind::Nak(Some(ERROR_RETRY))).await;
+            }
+        }
+    }
+
+    /// A write through the lease failed: if the key was reclaimed, touch nothing; if the
+    /// store did not answer, nak so the message comes back once the lease lapses.
+    async fn write_failed(&self, route: &Route, key: &str, e: LeaseLost, d: &Delivery) {
+        match e {
+            LeaseLost::Reclaimed => self.lost(route, key),
+            LeaseLost::Unavailable(e) => {
+                tracing::warn!(route = %route.name, key, "claim write failed, will retry: {e}");
+                self.stats.bump(Counter::Error);
+                self.settle(d, AckKind::Nak(Some(self.config.claims.lease)))
+                    .await;
+            }
+        }
+    }
+
+    /// The claim was taken over: no outputs, no record, no ack (acks are keyed by stream
+    /// sequence and would settle the new owner's delivery).
+    fn lost(&self, route: &Route, key: &str) {
+        tracing::warn!(route = %route.name, key, "claim taken over by another owner; dropping this attempt's effects");
+        self.stats.bump(Counter::LostClaim);
+    }
+
+    async fn settle(&self, d: &Delivery, kind: AckKind) {
+        if let Err(e) = d.acker.ack_with(kind).await {
+            tracing::warn!(sequence = d.sequence, "ack ({kind:?}) failed: {e}");
+        }
+    }
+}
+
+/// The message's headers as the guest sees them.
+fn headers_of(message: &async_nats::Message) -> Vec<Header> {
+    let Some(headers) = &message.headers else {
+        return Vec::new();
+    };
+    let mut out: Vec<Header> = headers
+        .iter()
+        .flat_map(|(name, values)| {
+            values.iter().map(move |v| Header {
+                name: name.to_string(),
+                value: v.to_string(),
+            })
+        })
+        .collect();
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    out
+}

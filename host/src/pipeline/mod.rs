@@ -1,0 +1,229 @@
+//! The message loop: pull from the durable consumer, process up to `host.concurrency`
+//! messages at once, shut down gracefully.
+//!
+//! - [`routes`]: subject to handler.
+//! - `message`: one message, end to end (claim, heartbeat, invoke, settle).
+//! - [`heartbeat`]: lease renewal plus progress acks while a guest runs.
+//! - [`effects`]: outputs and dead letters, with deterministic message ids.
+
+pub mod effects;
+pub mod heartbeat;
+mod message;
+pub mod routes;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use futures::StreamExt;
+use tokio::sync::{watch, Semaphore};
+use tokio::task::JoinHandle;
+
+use crate::claim::kv::KvClaimStore;
+use crate::claim::{ClaimStore, Claimer};
+use crate::config::Config;
+use crate::runtime::{EngineSettings, Runtime};
+use crate::stats::{Stats, StatsSnapshot};
+pub use routes::{Guest, Route, Routes};
+
+/// How long to wait before pulling again after the message stream failed.
+const PULL_RETRY: Duration = Duration::from_secs(1);
+
+/// State shared by every in-flight message of one host.
+pub(crate) struct Shared<S: ClaimStore> {
+    js: async_nats::jetstream::Context,
+    config: Arc<Config>,
+    routes: Arc<Routes>,
+    claimer: Claimer<S>,
+    stats: Arc<Stats>,
+    guest_runtime: tokio::runtime::Handle,
+}
+
+/// Guests run on their own threads so that CPU-bound guests cannot starve NATS I/O,
+/// heartbeats and acks, which stay on the caller's runtime.
+struct GuestThreads(Option<tokio::runtime::Runtime>);
+
+impl GuestThreads {
+    fn new() -> anyhow::Result<Self> {
+        let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            .thread_name("guest")
+            .enable_time()
+            .build()?;
+        Ok(Self(Some(rt)))
+    }
+
+    fn handle(&self) -> tokio::runtime::Handle {
+        self.0
+            .as_ref()
+            .expect("guest runtime alive")
+            .handle()
+            .clone()
+    }
+}
+
+impl Drop for GuestThreads {
+    fn drop(&mut self) {
+        if let Some(rt) = self.0.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+/// A host that is consuming. Dropping it without [`RunningHost::shutdown`] abandons in-flight
+/// work like a crash would.
+pub struct RunningHost {
+    instance_id: String,
+    stats: Arc<Stats>,
+    stop: watch::Sender<bool>,
+    task: JoinHandle<anyhow::Result<()>>,
+    client: async_nats::Client,
+}
+
+impl RunningHost {
+    /// This process's instance id, as written into claim records.
+    pub fn instance_id(&self) -> &str {
+        &self.instance_id
+    }
+
+    /// The counters so far.
+    pub fn stats(&self) -> StatsSnapshot {
+        self.stats.snapshot()
+    }
+
+    /// Stops pulling, waits up to `host.shutdown_grace` for in-flight messages, flushes.
+    pub async fn shutdown(self) -> anyhow::Result<StatsSnapshot> {
+        let _ = self.stop.send(true);
+        self.task.await.context("host task panicked")??;
+        self.client
+            .flush()
+            .await
+            .context("flushing NATS connection")?;
+        Ok(self.stats.snapshot())
+    }
+
+    /// Stops at once without settling in-flight messages, as a crash would (tests).
+    pub fn abort(self) {
+        self.task.abort();
+    }
+}
+
+/// A new instance id: unique per process start.
+pub fn new_instance_id() -> String {
+    let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "host".into());
+    format!(
+        "{host}-{}-{:08x}",
+        std::process::id(),
+        rand::random::<u32>()
+    )
+}
+
+/// Connects, sets up streams, consumer and bucket, loads every route's component and starts
+/// consuming.
+pub async fn start(config: Config) -> anyhow::Result<RunningHost> {
+    let runtime = Runtime::new(&EngineSettings {
+        max_instances: (config.host.concurrency as u32 * 2).max(16),
+        ..EngineSettings::default()
+    })?;
+    let routes = Routes::load(&runtime, &config)?;
+    start_with_routes(config, routes).await
+}
+
+/// Like [`start`], with routes built by the caller (benchmarks use [`Guest::Noop`]).
+pub async fn start_with_routes(config: Config, routes: Routes) -> anyhow::Result<RunningHost> {
+    let instance_id = config
+        .host
+        .instance_id
+        .clone()
+        .unwrap_or_else(new_instance_id);
+    let client = crate::connect::connect(&config, &format!("dedup-host {instance_id}")).await?;
+    let js = async_nats::jetstream::new(client.clone());
+    let setup = crate::setup::ensure(&js, &config).await?;
+    let claimer = Claimer::new(
+        Arc::new(KvClaimStore::new(setup.claims)),
+        instance_id.clone(),
+        config.claims.lease,
+        config.claims.clock_skew,
+    );
+    let stats = Arc::new(Stats::default());
+    let guest_threads = GuestThreads::new()?;
+    let shared = Arc::new(Shared {
+        js,
+        config: Arc::new(config),
+        routes: Arc::new(routes),
+        claimer,
+        stats: stats.clone(),
+        guest_runtime: guest_threads.handle(),
+    });
+    let (stop, stopped) = watch::channel(false);
+    let task = tokio::spawn(consume(shared, setup.consumer, stopped, guest_threads));
+    tracing::info!(instance_id, "host started");
+    Ok(RunningHost {
+        instance_id,
+        stats,
+        stop,
+        task,
+        client,
+    })
+}
+
+async fn consume<S: ClaimStore>(
+    shared: Arc<Shared<S>>,
+    consumer: async_nats::jetstream::consumer::PullConsumer,
+    mut stopped: watch::Receiver<bool>,
+    _guest_threads: GuestThreads,
+) -> anyhow::Result<()> {
+    let concurrency = shared.config.host.concurrency;
+    let permits = Arc::new(Semaphore::new(concurrency));
+    'pull: while !*stopped.borrow() {
+        let mut messages = match consumer
+            .stream()
+            .max_messages_per_batch(concurrency)
+            .messages()
+            .await
+        {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::warn!("cannot pull messages, retrying: {e}");
+                tokio::select! { _ = tokio::time::sleep(PULL_RETRY) => continue, _ = stopped.changed() => break }
+            }
+        };
+        loop {
+            let permit = tokio::select! {
+                p = permits.clone().acquire_owned() => p.expect("semaphore open"),
+                _ = stopped.changed() => break 'pull,
+            };
+            let next = tokio::select! {
+                m = messages.next() => m,
+                _ = stopped.changed() => break 'pull,
+            };
+            match next {
+                Some(Ok(message)) => {
+                    let shared = shared.clone();
+                    tokio::spawn(async move {
+                        shared.process(message).await;
+                        drop(permit);
+                    });
+                }
+                Some(Err(e)) => {
+                    tracing::warn!("message stream error: {e}");
+                }
+                None => {
+                    tracing::warn!("message stream ended; pulling again");
+                    continue 'pull;
+                }
+            }
+        }
+    }
+    // Graceful shutdown: no new messages; wait for the in-flight ones within the bound.
+    let grace = shared.config.host.shutdown_grace;
+    let all = u32::try_from(concurrency).unwrap_or(u32::MAX);
+    if tokio::time::timeout(grace, permits.acquire_many(all))
+        .await
+        .is_err()
+    {
+        tracing::warn!("shutdown: in-flight messages did not finish within {grace:?}; their claims will lapse and be retried");
+    }
+    Ok(())
+}
