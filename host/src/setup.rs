@@ -64,7 +64,8 @@ pub async fn ensure(js: &Context, config: &Config) -> anyhow::Result<Setup> {
                 // Unlimited: the host counts attempts per key and dead-letters by itself.
                 max_deliver: -1,
                 max_ack_pending: config.source.max_ack_pending,
-                filter_subjects: config.routes.iter().map(|r| r.subject.clone()).collect(),
+                // Every source subject, so a message no route matches is dead-lettered, not stranded.
+                filter_subjects: config.source_subjects(),
                 ..Default::default()
             },
         )

@@ -1,6 +1,9 @@
 //! The `dedup-host` command line: flag definitions and dispatch to each subcommand.
 
+mod dev;
 mod invoke;
+mod publish;
+mod run;
 
 use clap::{Parser, Subcommand};
 
@@ -18,6 +21,13 @@ pub struct Cli {
 pub enum Command {
     /// Run one event through a guest with no NATS and print the outcome as JSON.
     Invoke(invoke::InvokeArgs),
+    /// Consume and process messages as configured, until SIGINT/SIGTERM.
+    Run(run::RunArgs),
+    /// Like `run`, but starts a local nats-server when the config names none; `--demo` runs
+    /// the end-to-end example and exits.
+    Dev(dev::DevArgs),
+    /// Publish one event with a `Nats-Msg-Id`.
+    Publish(publish::PublishArgs),
 }
 
 impl Cli {
@@ -25,6 +35,9 @@ impl Cli {
     pub async fn run(self) -> anyhow::Result<std::process::ExitCode> {
         match self.command {
             Command::Invoke(args) => invoke::run(args).await,
+            Command::Run(args) => run::run(args).await,
+            Command::Dev(args) => dev::run(args).await,
+            Command::Publish(args) => publish::run(args).await,
         }
     }
 }

