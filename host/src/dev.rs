@@ -19,8 +19,12 @@ pub struct LocalServer {
 impl LocalServer {
     /// Starts `nats-server -js` on a free loopback port, storing data under `store_dir`.
     pub fn start(store_dir: &Path) -> anyhow::Result<Self> {
-        std::fs::create_dir_all(store_dir)
-            .with_context(|| format!("cannot create `{}` for the local nats-server", store_dir.display()))?;
+        std::fs::create_dir_all(store_dir).with_context(|| {
+            format!(
+                "cannot create `{}` for the local nats-server",
+                store_dir.display()
+            )
+        })?;
         let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         let child = Command::new("nats-server")
             .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
@@ -34,7 +38,10 @@ impl LocalServer {
                 ),
                 _ => anyhow::anyhow!("cannot start nats-server: {e}"),
             })?;
-        let mut server = Self { child, url: format!("nats://127.0.0.1:{port}") };
+        let mut server = Self {
+            child,
+            url: format!("nats://127.0.0.1:{port}"),
+        };
         server.wait_ready(port)?;
         Ok(server)
     }

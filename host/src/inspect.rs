@@ -1,7 +1,7 @@
 //! Reading back what landed in a stream (the demo's summary, tests).
 
-use async_nats::jetstream::Context;
 use async_nats::jetstream::message::StreamMessage;
+use async_nats::jetstream::Context;
 
 /// Every message currently in `stream`, in order.
 pub async fn stream_messages(js: &Context, stream: &str) -> anyhow::Result<Vec<StreamMessage>> {

@@ -3,4 +3,5 @@
 
 pub mod bench;
 pub mod guests;
+pub mod harness;
 pub mod nats;

@@ -7,12 +7,12 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use async_nats::HeaderMap;
 use async_nats::jetstream::Context as JetStream;
+use async_nats::HeaderMap;
 use clap::Args;
 
 use crate::config::Config;
-use crate::dev::{LocalServer, data_dir};
+use crate::dev::{data_dir, LocalServer};
 use crate::inspect::stream_messages;
 use crate::pipeline;
 use crate::pipeline::effects::headers;
@@ -37,7 +37,11 @@ pub struct DevArgs {
 pub async fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
     let mut config = match &args.config {
         Some(path) => Config::load(path)?,
-        None => Config::parse(DEMO_CONFIG, Path::new("host/demo.toml"), PathBuf::from(env!("CARGO_MANIFEST_DIR")))?,
+        None => Config::parse(
+            DEMO_CONFIG,
+            Path::new("host/demo.toml"),
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")),
+        )?,
     };
     let store = data_dir().join(if args.demo { "demo" } else { "nats" });
     if args.demo {
@@ -46,7 +50,11 @@ pub async fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
     }
     let _server = if config.nats.urls.is_empty() {
         let server = LocalServer::start(&store)?;
-        eprintln!("dedup-host dev: started nats-server at {} (data in {})", server.url(), store.display());
+        eprintln!(
+            "dedup-host dev: started nats-server at {} (data in {})",
+            server.url(),
+            store.display()
+        );
         config.nats.urls = vec![server.url().to_string()];
         Some(server)
     } else {
@@ -68,20 +76,75 @@ struct DemoEvent {
     note: &'static str,
 }
 
-const fn ev(subject: &'static str, msg_id: &'static str, payload: &'static str, note: &'static str) -> DemoEvent {
-    DemoEvent { subject, msg_id, payload, note }
+const fn ev(
+    subject: &'static str,
+    msg_id: &'static str,
+    payload: &'static str,
+    note: &'static str,
+) -> DemoEvent {
+    DemoEvent {
+        subject,
+        msg_id,
+        payload,
+        note,
+    }
 }
 
 const EVENTS: &[DemoEvent] = &[
-    ev("demo.upper.greeting", "u-1", "hello, exactly-once world", "upper-cased"),
-    ev("demo.upper.greeting", "u-1", "hello, exactly-once world", "same Nats-Msg-Id again: the stream drops it"),
-    ev("demo.upper.note", "u-2", "wasm guests only compute", "upper-cased"),
-    ev("demo.ledger.adjust", "l-1", r#"{"account":"acc-1","amount":2500,"transaction_id":"tx-1"}"#, "ledger entry"),
-    ev("demo.ledger.adjust", "l-2", r#"{"account":"acc-2","amount":-700,"transaction_id":"tx-2"}"#, "ledger entry"),
-    ev("demo.ledger.adjust", "l-1-resend", r#"{"account":"acc-1","amount":2500,"transaction_id":"tx-1"}"#, "new message id, same transaction: the claim skips it"),
-    ev("demo.ledger.adjust", "l-bad", r#"{"account":"acc-3","amount":"lots","transaction_id":"tx-3"}"#, "malformed: rejected, dead-lettered"),
-    ev("demo.flaky.job", "f-1", "nightly report", "fails on attempt 1, retried, succeeds on attempt 2"),
-    ev("demo.unrouted.x", "x-1", "nobody handles me", "no route: dead-lettered"),
+    ev(
+        "demo.upper.greeting",
+        "u-1",
+        "hello, exactly-once world",
+        "upper-cased",
+    ),
+    ev(
+        "demo.upper.greeting",
+        "u-1",
+        "hello, exactly-once world",
+        "same Nats-Msg-Id again: the stream drops it",
+    ),
+    ev(
+        "demo.upper.note",
+        "u-2",
+        "wasm guests only compute",
+        "upper-cased",
+    ),
+    ev(
+        "demo.ledger.adjust",
+        "l-1",
+        r#"{"account":"acc-1","amount":2500,"transaction_id":"tx-1"}"#,
+        "ledger entry",
+    ),
+    ev(
+        "demo.ledger.adjust",
+        "l-2",
+        r#"{"account":"acc-2","amount":-700,"transaction_id":"tx-2"}"#,
+        "ledger entry",
+    ),
+    ev(
+        "demo.ledger.adjust",
+        "l-1-resend",
+        r#"{"account":"acc-1","amount":2500,"transaction_id":"tx-1"}"#,
+        "new message id, same transaction: the claim skips it",
+    ),
+    ev(
+        "demo.ledger.adjust",
+        "l-bad",
+        r#"{"account":"acc-3","amount":"lots","transaction_id":"tx-3"}"#,
+        "malformed: rejected, dead-lettered",
+    ),
+    ev(
+        "demo.flaky.job",
+        "f-1",
+        "nightly report",
+        "fails on attempt 1, retried, succeeds on attempt 2",
+    ),
+    ev(
+        "demo.unrouted.x",
+        "x-1",
+        "nobody handles me",
+        "no route: dead-lettered",
+    ),
 ];
 
 async fn demo(config: Config) -> anyhow::Result<()> {
@@ -96,9 +159,16 @@ async fn demo(config: Config) -> anyhow::Result<()> {
     for e in EVENTS {
         let mut h = HeaderMap::new();
         h.insert("Nats-Msg-Id", e.msg_id);
-        let ack = js.publish_with_headers(e.subject, h, e.payload.into()).await?.await?;
+        let ack = js
+            .publish_with_headers(e.subject, h, e.payload.into())
+            .await?
+            .await?;
         stored += usize::from(!ack.duplicate);
-        let dup = if ack.duplicate { " [stream duplicate]" } else { "" };
+        let dup = if ack.duplicate {
+            " [stream duplicate]"
+        } else {
+            ""
+        };
         println!("  {:<22} id={:<11} {}{dup}", e.subject, e.msg_id, e.note);
     }
 
@@ -108,25 +178,46 @@ async fn demo(config: Config) -> anyhow::Result<()> {
         if (s.processed + s.duplicates + s.dead_lettered) as usize >= stored {
             break;
         }
-        anyhow::ensure!(started.elapsed() < DEMO_TIMEOUT, "demo events did not settle within {DEMO_TIMEOUT:?}: {s:?}");
+        anyhow::ensure!(
+            started.elapsed() < DEMO_TIMEOUT,
+            "demo events did not settle within {DEMO_TIMEOUT:?}: {s:?}"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let stats = host.shutdown().await?;
 
-    println!("\nWhat happened ({:.1} s):", started.elapsed().as_secs_f64());
+    println!(
+        "\nWhat happened ({:.1} s):",
+        started.elapsed().as_secs_f64()
+    );
     println!("  processed            {}", stats.processed);
-    println!("  duplicates skipped   {} by the stream (same Nats-Msg-Id), {} by the claim (same key)", EVENTS.len() - stored, stats.duplicates);
+    println!(
+        "  duplicates skipped   {} by the stream (same Nats-Msg-Id), {} by the claim (same key)",
+        EVENTS.len() - stored,
+        stats.duplicates
+    );
     println!("  retried              {}", stats.retried);
     println!("  dead-lettered        {}", stats.dead_lettered);
     println!("  outputs published    {}", stats.outputs_published);
     if let Some(name) = outputs_stream {
         println!("\nOutputs in stream {name}:");
-        print_stream(&js, &name, |m| String::from_utf8_lossy(&m.payload).to_string()).await?;
+        print_stream(&js, &name, |m| {
+            String::from_utf8_lossy(&m.payload).to_string()
+        })
+        .await?;
     }
     println!("\nDead letters in stream {dead_stream}:");
     print_stream(&js, &dead_stream, |m| {
-        let reason = m.headers.get(headers::REASON).map(|v| v.to_string()).unwrap_or_default();
-        let subject = m.headers.get(headers::SUBJECT).map(|v| v.to_string()).unwrap_or_default();
+        let reason = m
+            .headers
+            .get(headers::REASON)
+            .map(|v| v.to_string())
+            .unwrap_or_default();
+        let subject = m
+            .headers
+            .get(headers::SUBJECT)
+            .map(|v| v.to_string())
+            .unwrap_or_default();
         format!("from {subject}: {reason}")
     })
     .await?;
@@ -138,7 +229,9 @@ async fn print_stream(
     stream: &str,
     show: impl Fn(&async_nats::jetstream::message::StreamMessage) -> String,
 ) -> anyhow::Result<()> {
-    let messages = stream_messages(js, stream).await.with_context(|| format!("reading stream `{stream}`"))?;
+    let messages = stream_messages(js, stream)
+        .await
+        .with_context(|| format!("reading stream `{stream}`"))?;
     for m in &messages {
         println!("  {:<24} {}", m.subject.as_str(), show(m));
     }

@@ -12,7 +12,12 @@ use clap::Args;
 #[command(group = clap::ArgGroup::new("body").required(true).args(["payload", "payload_file"]))]
 pub struct PublishArgs {
     /// Server URL.
-    #[arg(long, value_name = "URL", env = "DEDUP_HOST_NATS_URL", default_value = "nats://127.0.0.1:4222")]
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "DEDUP_HOST_NATS_URL",
+        default_value = "nats://127.0.0.1:4222"
+    )]
     server: String,
     /// Subject to publish on (a stream must capture it).
     #[arg(long, value_name = "S")]
@@ -35,7 +40,8 @@ pub struct PublishArgs {
 pub async fn run(args: PublishArgs) -> anyhow::Result<ExitCode> {
     let payload = match (&args.payload, &args.payload_file) {
         (Some(p), _) => p.clone().into_bytes(),
-        (_, Some(f)) => std::fs::read(f).with_context(|| format!("--payload-file `{}`: cannot read it", f.display()))?,
+        (_, Some(f)) => std::fs::read(f)
+            .with_context(|| format!("--payload-file `{}`: cannot read it", f.display()))?,
         _ => unreachable!("clap requires --payload or --payload-file"),
     };
     let client = async_nats::connect(&args.server)
@@ -51,7 +57,15 @@ pub async fn run(args: PublishArgs) -> anyhow::Result<ExitCode> {
         .publish_with_headers(args.subject.clone(), headers, payload.into())
         .await?
         .await
-        .with_context(|| format!("publish on `{}` not stored; does a stream capture this subject?", args.subject))?;
-    println!("{}", serde_json::json!({"stream": ack.stream, "sequence": ack.sequence, "duplicate": ack.duplicate}));
+        .with_context(|| {
+            format!(
+                "publish on `{}` not stored; does a stream capture this subject?",
+                args.subject
+            )
+        })?;
+    println!(
+        "{}",
+        serde_json::json!({"stream": ack.stream, "sequence": ack.sequence, "duplicate": ack.duplicate})
+    );
     Ok(ExitCode::SUCCESS)
 }

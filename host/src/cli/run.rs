@@ -32,7 +32,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
 /// Starts a host, waits for SIGINT/SIGTERM, shuts down and prints the counters.
 pub async fn serve(config: Config) -> anyhow::Result<()> {
     let host = pipeline::start(config).await?;
-    eprintln!("dedup-host: running as `{}`; Ctrl-C to stop", host.instance_id());
+    eprintln!(
+        "dedup-host: running as `{}`; Ctrl-C to stop",
+        host.instance_id()
+    );
     shutdown_signal().await;
     eprintln!("dedup-host: shutting down");
     let stats = host.shutdown().await?;

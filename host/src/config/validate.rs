@@ -286,11 +286,6 @@ impl Config {
                 at("limits.memory_bytes"),
                 format!("at most {DEFAULT_POOL_MEMORY_BYTES} bytes"),
             );
-            p.check(
-                r.limits.deadline < self.claims.lease * 10,
-                at("limits.deadline"),
-                "keep it within a few leases; heartbeats keep long work alive",
-            );
         }
         for (i, a) in self.routes.iter().enumerate() {
             for b in &self.routes[i + 1..] {

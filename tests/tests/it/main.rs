@@ -1,4 +1,6 @@
 //! dedup-host's integration tests: one binary, one module per capability.
 
 mod cli_invoke;
+mod dedup;
+mod failures;
 mod runtime;

@@ -1,7 +1,8 @@
 //! Test guest that misbehaves on request: the payload names the misbehaviour.
 //!
 //! Used by the host's tests to check that a guest cannot crash, stall or escape the host.
-//! Any other payload is echoed back on `<subject>.done`.
+//! `sleep:<ms>` sleeps, then reports its fencing token. Any other payload is echoed back on
+//! `<subject>.done`.
 
 wit_bindgen::generate!({
     path: "../../../wit",
@@ -58,6 +59,12 @@ impl Guest for Hostile {
                 Ok(s) => Ok(vec![output(done, s.into_bytes())]),
                 Err(e) => Err(Failure::Reject(format!("file: {e}"))),
             },
+            s if s.starts_with("sleep:") => {
+                let ms: u64 = s["sleep:".len()..].parse().unwrap_or(0);
+                std::thread::sleep(std::time::Duration::from_millis(ms));
+                let note = format!("slept {ms} ms under fencing token {}", event.fencing_token);
+                Ok(vec![output(done, note.into_bytes())])
+            }
             _ => Ok(vec![output(done, event.payload)]),
         }
     }

@@ -1,0 +1,255 @@
+//! A per-test environment: a nats-server, a temp dir, config text for a host, and helpers to
+//! publish, wait and read back streams and claims.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream::Context;
+use async_nats::HeaderMap;
+use dedup_host::claim::{key, ClaimRecord};
+use dedup_host::config::Config;
+use dedup_host::pipeline::{self, RunningHost};
+
+use crate::guests::{guest, host_binary};
+use crate::nats::NatsServer;
+
+/// Stream names every test config uses.
+pub const SOURCE: &str = "EVENTS";
+/// The consumer name.
+pub const CONSUMER: &str = "hosts";
+/// The claim bucket.
+pub const BUCKET: &str = "claims";
+/// The output stream.
+pub const OUTPUTS: &str = "OUTPUTS";
+/// The dead-letter stream.
+pub const DEAD: &str = "DEAD";
+/// The dead-letter subject.
+pub const DEAD_SUBJECT: &str = "dead.letters";
+
+/// Timing of a test host: short leases so takeovers happen within seconds.
+#[derive(Debug, Clone)]
+pub struct Timing {
+    /// `claims.lease`.
+    pub lease: &'static str,
+    /// `claims.heartbeat`.
+    pub heartbeat: &'static str,
+    /// `source.ack_wait`.
+    pub ack_wait: &'static str,
+    /// `source.backoff`.
+    pub backoff: &'static str,
+    /// `source.max_deliver`.
+    pub max_deliver: u32,
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Self {
+            lease: "2s",
+            heartbeat: "300ms",
+            ack_wait: "2s",
+            backoff: r#"["200ms"]"#,
+            max_deliver: 5,
+        }
+    }
+}
+
+/// One test's world.
+pub struct TestEnv {
+    /// The server.
+    pub server: NatsServer,
+    /// Scratch space (config files).
+    pub dir: tempfile::TempDir,
+    /// A JetStream context for the test's own publishing and reading.
+    pub js: Context,
+}
+
+impl TestEnv {
+    /// Starts a server and connects.
+    pub async fn start() -> Self {
+        let server = NatsServer::start();
+        let js = async_nats::jetstream::new(server.connect().await);
+        Self {
+            server,
+            dir: tempfile::tempdir().expect("temp dir"),
+            js,
+        }
+    }
+
+    /// Config text for a host with the given timing and `[[routes]]` (TOML text in which
+    /// `{guest:NAME}` stands for a built guest's path).
+    pub fn config_text(&self, timing: &Timing, routes: &str) -> String {
+        let mut routes = routes.to_string();
+        for name in ["uppercase", "ledger", "flaky", "hostile"] {
+            let tag = format!("{{guest:{name}}}");
+            if routes.contains(&tag) {
+                routes = routes.replace(&tag, &guest(name).display().to_string());
+            }
+        }
+        let Timing {
+            lease,
+            heartbeat,
+            ack_wait,
+            backoff,
+            max_deliver,
+        } = timing;
+        format!(
+            r#"
+[nats]
+urls = ["{url}"]
+
+[host]
+concurrency = 16
+shutdown_grace = "5s"
+
+[source]
+stream = "{SOURCE}"
+subjects = ["in.*.*"]
+consumer = "{CONSUMER}"
+ack_wait = "{ack_wait}"
+max_deliver = {max_deliver}
+backoff = {backoff}
+max_ack_pending = 1000
+
+[claims]
+bucket = "{BUCKET}"
+lease = "{lease}"
+heartbeat = "{heartbeat}"
+clock_skew = "200ms"
+storage = "memory"
+
+[dead_letter]
+subject = "{DEAD_SUBJECT}"
+stream = "{DEAD}"
+
+[[output_streams]]
+name = "{OUTPUTS}"
+subjects = ["in.*.*.done", "ledger.entries.>", "out.>"]
+duplicate_window = "1m"
+
+{routes}
+"#,
+            url = self.server.url()
+        )
+    }
+
+    /// Parses config text (relative paths resolve against the temp dir).
+    pub fn config(&self, timing: &Timing, routes: &str) -> Config {
+        let text = self.config_text(timing, routes);
+        Config::parse(&text, Path::new("test.toml"), self.dir.path().to_path_buf())
+            .expect("valid test config")
+    }
+
+    /// Starts an in-process host.
+    pub async fn host(&self, timing: &Timing, routes: &str, instance_id: &str) -> RunningHost {
+        let mut config = self.config(timing, routes);
+        config.host.instance_id = Some(instance_id.to_string());
+        pipeline::start(config).await.expect("host starts")
+    }
+
+    /// Writes the config to a file and starts `dedup-host run` as a child process.
+    pub fn host_process(&self, timing: &Timing, routes: &str, instance_id: &str) -> Child {
+        let path = self.dir.path().join(format!("{instance_id}.toml"));
+        let text = self.config_text(timing, routes).replace(
+            "[host]\n",
+            &format!("[host]\ninstance_id = \"{instance_id}\"\n"),
+        );
+        std::fs::write(&path, text).expect("write config");
+        Command::new(host_binary())
+            .args(["run", "--config"])
+            .arg(&path)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start dedup-host run")
+    }
+
+    /// Publishes with a `Nats-Msg-Id` and extra headers; returns whether it was a duplicate.
+    pub async fn publish(
+        &self,
+        subject: &str,
+        msg_id: &str,
+        headers: &[(&str, &str)],
+        payload: impl Into<bytes::Bytes>,
+    ) -> bool {
+        let mut h = HeaderMap::new();
+        for (k, v) in headers {
+            h.insert(*k, *v);
+        }
+        h.insert("Nats-Msg-Id", msg_id);
+        let ack = self
+            .js
+            .publish_with_headers(subject.to_string(), h, payload.into())
+            .await
+            .expect("publish")
+            .await
+            .expect("stored");
+        ack.duplicate
+    }
+
+    /// Every message in a stream (empty if the stream does not exist yet).
+    pub async fn messages(
+        &self,
+        stream: &str,
+    ) -> Vec<async_nats::jetstream::message::StreamMessage> {
+        dedup_host::inspect::stream_messages(&self.js, stream)
+            .await
+            .unwrap_or_default()
+    }
+
+    /// The claim record of a route's key.
+    pub async fn claim(&self, route: &str, idempotency_key: &str) -> Option<ClaimRecord> {
+        let kv = self.js.get_key_value(BUCKET).await.ok()?;
+        let entry = kv.get(key::encode(route, idempotency_key)).await.ok()??;
+        Some(ClaimRecord::from_bytes(&entry).expect("claim record parses"))
+    }
+
+    /// Pending and unacknowledged counts of the shared consumer.
+    pub async fn pending(&self) -> (u64, usize) {
+        let stream = self.js.get_stream(SOURCE).await.expect("source stream");
+        let mut consumer: async_nats::jetstream::consumer::PullConsumer =
+            stream.get_consumer(CONSUMER).await.expect("consumer");
+        let info = consumer.info().await.expect("consumer info");
+        (info.num_pending, info.num_ack_pending)
+    }
+
+    /// Waits until the consumer has nothing pending or unacknowledged.
+    pub async fn wait_drained(&self, timeout: Duration) {
+        let started = Instant::now();
+        loop {
+            if self.pending().await == (0, 0) {
+                return;
+            }
+            assert!(
+                started.elapsed() < timeout,
+                "consumer not drained after {timeout:?}: {:?}",
+                self.pending().await
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// The path of a scratch file.
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+}
+
+/// Polls `check` until it returns `Some`, or panics after `timeout` with `what`.
+pub async fn wait_for<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let started = Instant::now();
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(
+            started.elapsed() < timeout,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

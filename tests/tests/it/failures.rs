@@ -1,0 +1,173 @@
+//! Retries with backoff, rejections, exhausted attempts and bad input: each gets its outcome
+//! and the host keeps processing.
+
+use std::time::Duration;
+
+use dedup_host::claim::ClaimState;
+use dedup_host::pipeline::effects::headers;
+use dedup_host_tests::harness::{wait_for, TestEnv, Timing, DEAD, OUTPUTS};
+
+const ROUTES: &str = r#"
+[[routes]]
+name = "flaky"
+subject = "in.flaky.*"
+component = "{guest:flaky}"
+config = { succeed_on_attempt = "3" }
+
+[[routes]]
+name = "stubborn"
+subject = "in.stubborn.*"
+component = "{guest:flaky}"
+config = { succeed_on_attempt = "100" }
+
+[[routes]]
+name = "ledger"
+subject = "in.ledger.*"
+component = "{guest:ledger}"
+key = { json_pointer = "/transaction_id" }
+
+[[routes]]
+name = "small"
+subject = "in.small.*"
+component = "{guest:uppercase}"
+max_payload_bytes = 16
+
+[[routes]]
+name = "seq"
+subject = "in.seq.*"
+component = "{guest:uppercase}"
+missing_key = "stream_sequence"
+"#;
+
+fn timing() -> Timing {
+    Timing {
+        backoff: r#"["300ms", "600ms"]"#,
+        max_deliver: 3,
+        ..Timing::default()
+    }
+}
+
+async fn dead_letters(
+    env: &TestEnv,
+    n: usize,
+) -> Vec<async_nats::jetstream::message::StreamMessage> {
+    wait_for(Duration::from_secs(30), "dead letters", || async {
+        let m = env.messages(DEAD).await;
+        (m.len() >= n).then_some(m)
+    })
+    .await
+}
+
+fn header(m: &async_nats::jetstream::message::StreamMessage, name: &str) -> String {
+    m.headers
+        .get(name)
+        .map(|v| v.to_string())
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn flaky_succeeds_on_the_configured_attempt_after_backoff() {
+    let env = TestEnv::start().await;
+    let host = env.host(&timing(), ROUTES, "h").await;
+    env.publish("in.flaky.job", "f1", &[], "x").await;
+    let out = wait_for(Duration::from_secs(30), "flaky output", || async {
+        env.messages(OUTPUTS).await.pop()
+    })
+    .await;
+    assert_eq!(&out.payload[..], b"succeeded on attempt 3");
+    let record = env.claim("flaky", "f1").await.unwrap();
+    assert_eq!((record.state, record.attempt), (ClaimState::Completed, 3));
+    // Two naks with the configured backoff (300 ms, then 600 ms) lie between the attempts.
+    assert!(record.updated_ms - record.created_ms >= 900, "{record:?}");
+    env.wait_drained(Duration::from_secs(10)).await;
+    let stats = host.shutdown().await.unwrap();
+    assert_eq!((stats.retried, stats.processed), (2, 1));
+}
+
+#[tokio::test]
+async fn a_rejection_dead_letters_the_original_with_the_reason_and_terms_it() {
+    let env = TestEnv::start().await;
+    let host = env.host(&timing(), ROUTES, "h").await;
+    let body = r#"{"account":"acc 1","amount":5,"transaction_id":"tx-1"}"#;
+    env.publish("in.ledger.adj", "l1", &[("Trace", "abc")], body)
+        .await;
+    let dl = dead_letters(&env, 1).await;
+    assert_eq!(&dl[0].payload[..], body.as_bytes(), "the original payload");
+    assert_eq!(header(&dl[0], "Trace"), "abc", "the original headers");
+    assert!(header(&dl[0], headers::REASON).contains("malformed adjustment"));
+    assert_eq!(header(&dl[0], headers::ATTEMPT), "1");
+    assert_eq!(header(&dl[0], headers::SUBJECT), "in.ledger.adj");
+    env.wait_drained(Duration::from_secs(10)).await;
+    let record = env.claim("ledger", "tx-1").await.unwrap();
+    assert_eq!((record.state, record.permanent), (ClaimState::Failed, true));
+    // The same transaction again is not run again.
+    env.publish("in.ledger.adj", "l1-again", &[], body).await;
+    env.wait_drained(Duration::from_secs(10)).await;
+    assert_eq!(env.messages(DEAD).await.len(), 1);
+    let stats = host.shutdown().await.unwrap();
+    assert_eq!((stats.dead_lettered, stats.duplicates), (1, 1));
+}
+
+#[tokio::test]
+async fn exhausting_max_deliver_dead_letters() {
+    let env = TestEnv::start().await;
+    let host = env.host(&timing(), ROUTES, "h").await;
+    env.publish("in.stubborn.job", "s1", &[], "x").await;
+    let dl = dead_letters(&env, 1).await;
+    let reason = header(&dl[0], headers::REASON);
+    assert!(reason.contains("attempt 3 of 3"), "{reason}");
+    assert_eq!(header(&dl[0], headers::ATTEMPT), "3");
+    env.wait_drained(Duration::from_secs(10)).await;
+    assert_eq!(env.claim("stubborn", "s1").await.unwrap().attempt, 3);
+    let stats = host.shutdown().await.unwrap();
+    assert_eq!((stats.retried, stats.dead_lettered), (2, 1));
+}
+
+#[tokio::test]
+async fn bad_input_gets_its_outcome_and_the_host_keeps_processing() {
+    let env = TestEnv::start().await;
+    let host = env.host(&timing(), ROUTES, "h").await;
+    // Missing key: the route takes Nats-Msg-Id, so publish without one (plain core publish).
+    let client = env.server.connect().await;
+    client
+        .publish("in.small.nokey", "tiny".into())
+        .await
+        .unwrap();
+    client.flush().await.unwrap();
+    env.publish("in.nowhere.x", "n1", &[], "nobody routes this")
+        .await;
+    env.publish("in.small.big", "b1", &[], vec![b'x'; 17]).await;
+    env.publish("in.ledger.adj", "j1", &[], "{ not json").await;
+    // Missing key with the stream-sequence fallback is processed.
+    client
+        .publish("in.seq.nokey", "by sequence".into())
+        .await
+        .unwrap();
+    client.flush().await.unwrap();
+    // And a good message after all that.
+    env.publish("in.small.ok", "ok1", &[], "fine").await;
+
+    let dl = dead_letters(&env, 4).await;
+    let reasons: Vec<String> = dl.iter().map(|m| header(m, headers::REASON)).collect();
+    let has = |s: &str| reasons.iter().any(|r| r.contains(s));
+    assert!(has("header `Nats-Msg-Id` is missing"), "{reasons:?}");
+    assert!(has("no route for subject `in.nowhere.x`"), "{reasons:?}");
+    assert!(
+        has("exceeds route `small`'s max_payload_bytes of 16"),
+        "{reasons:?}"
+    );
+    assert!(has("payload is not JSON"), "{reasons:?}");
+    let outputs = wait_for(Duration::from_secs(20), "two outputs", || async {
+        let m = env.messages(OUTPUTS).await;
+        (m.len() >= 2).then_some(m)
+    })
+    .await;
+    let payloads: Vec<&[u8]> = outputs.iter().map(|m| &m.payload[..]).collect();
+    assert!(
+        payloads.contains(&&b"BY SEQUENCE"[..]) && payloads.contains(&&b"FINE"[..]),
+        "{payloads:?}"
+    );
+    env.wait_drained(Duration::from_secs(10)).await;
+    let stats = host.shutdown().await.unwrap();
+    assert_eq!((stats.dead_lettered, stats.processed), (4, 2));
+}
