@@ -2,7 +2,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Live counters, updated by the pipeline.
 #[derive(Debug, Default)]
@@ -18,7 +18,7 @@ pub struct Stats {
 }
 
 /// A copy of the counters at one moment.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StatsSnapshot {
     /// Messages whose handler succeeded and that were acked.
     pub processed: u64,

@@ -147,21 +147,36 @@ duplicate_window = "1m"
         pipeline::start(config).await.expect("host starts")
     }
 
-    /// Writes the config to a file and starts `dedup-host run` as a child process.
-    pub fn host_process(&self, timing: &Timing, routes: &str, instance_id: &str) -> Child {
+    /// Writes the config to a file and starts `dedup-host run` as a child process; returns once
+    /// its consumer exists.
+    pub async fn host_process(&self, timing: &Timing, routes: &str, instance_id: &str) -> Child {
         let path = self.dir.path().join(format!("{instance_id}.toml"));
         let text = self.config_text(timing, routes).replace(
             "[host]\n",
             &format!("[host]\ninstance_id = \"{instance_id}\"\n"),
         );
         std::fs::write(&path, text).expect("write config");
-        Command::new(host_binary())
+        let child = Command::new(host_binary())
             .args(["run", "--config"])
             .arg(&path)
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(Stdio::inherit())
             .spawn()
-            .expect("start dedup-host run")
+            .expect("start dedup-host run");
+        wait_for(
+            Duration::from_secs(30),
+            "the host process's consumer",
+            || async {
+                let stream = self.js.get_stream(SOURCE).await.ok()?;
+                stream
+                    .get_consumer::<async_nats::jetstream::consumer::pull::Config>(CONSUMER)
+                    .await
+                    .ok()
+                    .map(|_| ())
+            },
+        )
+        .await;
+        child
     }
 
     /// Publishes with a `Nats-Msg-Id` and extra headers; returns whether it was a duplicate.

@@ -4,3 +4,4 @@ mod cli_invoke;
 mod dedup;
 mod failures;
 mod runtime;
+mod takeover;
