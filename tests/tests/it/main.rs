@@ -1,6 +1,7 @@
 //! dedup-host's integration tests: one binary, one module per capability.
 
 mod cli_invoke;
+mod config;
 mod dedup;
 mod failures;
 mod runtime;

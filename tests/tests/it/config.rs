@@ -1,0 +1,107 @@
+//! Configuration mistakes: each class is refused with a message naming the field.
+
+use std::path::Path;
+
+use dedup_host::config::{Config, ConfigError};
+use dedup_host_tests::guests::guest;
+
+const GOOD: &str = r#"
+[nats]
+urls = ["nats://127.0.0.1:4222"]
+
+[source]
+subjects = ["orders.*"]
+
+[[routes]]
+name = "orders"
+subject = "orders.*"
+component = "{upper}"
+"#;
+
+fn good() -> String {
+    GOOD.replace("{upper}", &guest("uppercase").display().to_string())
+}
+
+fn problems(text: &str) -> String {
+    match Config::parse(text, Path::new("bad.toml"), ".".into()) {
+        Ok(_) => panic!("config should be refused:\n{text}"),
+        Err(e) => {
+            let shown = e.to_string();
+            assert!(shown.contains("bad.toml"), "names the file: {shown}");
+            shown
+        }
+    }
+}
+
+#[test]
+fn the_good_config_is_accepted_with_defaults() {
+    let c = Config::parse(&good(), Path::new("ok.toml"), ".".into()).expect("valid");
+    assert_eq!(c.claims.max_age.as_secs(), 24 * 3600);
+    assert_eq!(
+        c.routes[0].key,
+        dedup_host::config::KeySource::Header("Nats-Msg-Id".into())
+    );
+}
+
+#[test]
+fn each_class_of_mistake_names_its_field() {
+    let cases: &[(&str, &str, &str)] = &[
+        // (replace this, with this, expect this in the message)
+        ("[source]", "[source]\nack_wait = \"1s\"", "source.ack_wait"),
+        ("[source]", "[claims]\nlease = \"5s\"\nheartbeat = \"2s\"\n[source]", "claims.lease"),
+        ("[source]", "[claims]\nreplicas = 2\n[source]", "claims.replicas"),
+        ("[source]", "[source]\nbackoff = []", "source.backoff"),
+        ("[source]", "[source]\nmax_deliver = 0", "source.max_deliver"),
+        ("[nats]", "[nats]\nuser = \"u\"", "nats.password"),
+        ("[nats]", "[nats]\ntoken = \"t\"\nnkey_seed = \"SUABC\"", "choose one authentication method"),
+        ("[nats]", "[nats]\ntls_cert = \"/nope/cert.pem\"\ntls_key = \"/nope/key.pem\"", "nats.tls_cert"),
+        ("name = \"orders\"", "name = \"or ders\"", "routes[0].name"),
+        ("subject = \"orders.*\"\ncomponent", "subject = \"orders..x\"\ncomponent", "routes[0].subject"),
+        ("subject = \"orders.*\"\ncomponent", "subject = \"payments.*\"\ncomponent", "not covered by source.subjects"),
+        ("component = \"", "component = \"/missing/x.wasm\"\n# \"", "routes[0].component"),
+        ("name = \"orders\"", "name = \"orders\"\nkey = { json_pointer = \"id\" }", "routes[0].key.json_pointer"),
+        ("name = \"orders\"", "name = \"orders\"\nkey = { subject_token = 4 }", "routes[0].key.subject_token"),
+        ("[source]", "[[output_streams]]\nname = \"OUT\"\nsubjects = [\"x.>\"]\nduplicate_window = \"10s\"\n[source]", "output_streams[0].duplicate_window"),
+        ("[source]", "[dead_letter]\nsubject = \"orders.dead\"\n[source]", "dead_letter.subject"),
+    ];
+    for (from, to, expected) in cases {
+        let text = good().replacen(from, to, 1);
+        let shown = problems(&text);
+        assert!(
+            shown.contains(expected),
+            "expected `{expected}` in:\n{shown}"
+        );
+    }
+}
+
+#[test]
+fn all_problems_are_reported_at_once() {
+    let text = good()
+        .replace("[source]", "[source]\nmax_deliver = 0\nbackoff = []")
+        .replace("name = \"orders\"", "name = \"a b\"");
+    let shown = problems(&text);
+    for field in ["source.max_deliver", "source.backoff", "routes[0].name"] {
+        assert!(shown.contains(field), "{field} missing from:\n{shown}");
+    }
+    match Config::parse(&text, Path::new("bad.toml"), ".".into()) {
+        Err(ConfigError::Invalid { problems, .. }) => assert_eq!(problems.len(), 3),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn unknown_fields_and_bad_values_name_the_field() {
+    let shown = problems(&good().replace("[source]", "[source]\nack_wiat = \"5s\""));
+    assert!(shown.contains("ack_wiat"), "{shown}");
+    let shown = problems(&good().replace("[source]", "[source]\nack_wait = \"soon\""));
+    assert!(shown.contains("ack_wait"), "{shown}");
+    let shown = problems(&good().replace("[source]", "[source]\nbackoff = [\"1 fortnight\"]"));
+    assert!(
+        shown.contains("backoff") && shown.contains("fortnight"),
+        "{shown}"
+    );
+    assert!(matches!(
+        Config::load(Path::new("/nope.toml")),
+        Err(ConfigError::Read { .. })
+    ));
+}
