@@ -37,6 +37,8 @@ pub const DEFAULT_DUPLICATE_WINDOW: Duration = Duration::from_secs(120);
 pub const DEFAULT_OUTPUT_DUPLICATE_WINDOW: Duration = Duration::from_secs(600);
 /// Default guests in flight per host.
 pub const DEFAULT_CONCURRENCY: usize = 64;
+/// Default messages in flight per host (claiming, running, publishing, acking).
+pub const DEFAULT_MAX_IN_FLIGHT: usize = 256;
 /// Default bound on waiting for in-flight work at shutdown.
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 /// Default largest payload a route accepts.
@@ -110,8 +112,11 @@ pub struct HostConfig {
     /// Identifies this process in claim records; generated per process start when unset.
     /// Two live processes must never share one.
     pub instance_id: Option<String>,
-    /// Guests in flight at once.
+    /// Guests running at once.
     pub concurrency: usize,
+    /// Messages in flight at once. Most of a message's life is network round trips (claim,
+    /// publish, record, ack) that need no guest slot, so this is larger than `concurrency`.
+    pub max_in_flight: usize,
     /// How long shutdown waits for in-flight work.
     #[serde(with = "humantime_serde")]
     pub shutdown_grace: Duration,
@@ -122,6 +127,7 @@ impl Default for HostConfig {
         Self {
             instance_id: None,
             concurrency: DEFAULT_CONCURRENCY,
+            max_in_flight: DEFAULT_MAX_IN_FLIGHT,
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
         }
     }

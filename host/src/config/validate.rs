@@ -138,9 +138,14 @@ impl Config {
             "must be at least 1",
         );
         p.check(
-            s.max_ack_pending >= self.host.concurrency as i64,
+            self.host.max_in_flight >= self.host.concurrency,
+            "host.max_in_flight",
+            "must be at least host.concurrency",
+        );
+        p.check(
+            s.max_ack_pending >= self.host.max_in_flight as i64,
             "source.max_ack_pending",
-            "must be at least host.concurrency, or guests sit idle",
+            "must be at least host.max_in_flight (default 256), or the host sits idle",
         );
         let gap = self.longest_rerun_gap();
         for (i, o) in self.output_streams.iter().enumerate() {

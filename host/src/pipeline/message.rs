@@ -127,9 +127,11 @@ impl<S: ClaimStore> Shared<S> {
             Heartbeat::start(lease.clone(), d.acker.clone(), self.config.claims.heartbeat);
         let guest = route.guest.clone();
         let options = route.options.clone();
-        let mut call = self
-            .guest_runtime
-            .spawn(async move { guest.invoke(event, &options).await });
+        let slots = self.guest_slots.clone();
+        let mut call = self.guest_runtime.spawn(async move {
+            let _slot = slots.acquire_owned().await.expect("guest slots open");
+            guest.invoke(event, &options).await
+        });
         let invocation = tokio::select! {
             result = &mut call => result,
             _ = heartbeat.lost() => {

@@ -1,5 +1,5 @@
-//! The message loop: pull from the durable consumer, process up to `host.concurrency`
-//! messages at once, shut down gracefully.
+//! The message loop: pull from the durable consumer, keep up to `host.max_in_flight` messages
+//! and `host.concurrency` guests in flight, shut down gracefully.
 //!
 //! - [`routes`]: subject to handler.
 //! - `message`: one message, end to end (claim, heartbeat, invoke, settle).
@@ -37,6 +37,8 @@ pub(crate) struct Shared<S: ClaimStore> {
     claimer: Claimer<S>,
     stats: Arc<Stats>,
     guest_runtime: tokio::runtime::Handle,
+    /// Guest slots: `host.concurrency`.
+    guest_slots: Arc<Semaphore>,
 }
 
 /// Guests run on their own threads so that CPU-bound guests cannot starve NATS I/O,
@@ -148,6 +150,7 @@ pub async fn start_with_routes(config: Config, routes: Routes) -> anyhow::Result
     );
     let stats = Arc::new(Stats::default());
     let guest_threads = GuestThreads::new()?;
+    let config_concurrency = config.host.concurrency;
     let shared = Arc::new(Shared {
         js,
         config: Arc::new(config),
@@ -155,6 +158,7 @@ pub async fn start_with_routes(config: Config, routes: Routes) -> anyhow::Result
         claimer,
         stats: stats.clone(),
         guest_runtime: guest_threads.handle(),
+        guest_slots: Arc::new(Semaphore::new(config_concurrency)),
     });
     let (stop, stopped) = watch::channel(false);
     let task = tokio::spawn(consume(shared, setup.consumer, stopped, guest_threads));
@@ -174,12 +178,12 @@ async fn consume<S: ClaimStore>(
     mut stopped: watch::Receiver<bool>,
     _guest_threads: GuestThreads,
 ) -> anyhow::Result<()> {
-    let concurrency = shared.config.host.concurrency;
-    let permits = Arc::new(Semaphore::new(concurrency));
+    let in_flight = shared.config.host.max_in_flight;
+    let permits = Arc::new(Semaphore::new(in_flight));
     'pull: while !*stopped.borrow() {
         let mut messages = match consumer
             .stream()
-            .max_messages_per_batch(concurrency)
+            .max_messages_per_batch(in_flight)
             .messages()
             .await
         {
@@ -218,7 +222,7 @@ async fn consume<S: ClaimStore>(
     }
     // Graceful shutdown: no new messages; wait for the in-flight ones within the bound.
     let grace = shared.config.host.shutdown_grace;
-    let all = u32::try_from(concurrency).unwrap_or(u32::MAX);
+    let all = u32::try_from(in_flight).unwrap_or(u32::MAX);
     if tokio::time::timeout(grace, permits.acquire_many(all))
         .await
         .is_err()

@@ -1,4 +1,5 @@
-//! `dedup-bench`: runs dedup-host's benchmarks. `dedup-bench invoke [ITERATIONS]`.
+//! `dedup-bench`: runs dedup-host's benchmarks:
+//! `dedup-bench invoke [ITERATIONS]`, `dedup-bench pipeline [MESSAGES] [LATENCY_SAMPLES]`.
 
 use dedup_host_tests::bench;
 
@@ -15,6 +16,7 @@ async fn main() -> anyhow::Result<()> {
     };
     match which {
         "invoke" => bench::invoke::run(number(1, 20_000)?).await,
-        other => anyhow::bail!("unknown benchmark `{other}`; choose: invoke"),
+        "pipeline" => bench::pipeline::run(number(1, 20_000)?, number(2, 500)?).await,
+        other => anyhow::bail!("unknown benchmark `{other}`; choose: invoke, pipeline"),
     }
 }

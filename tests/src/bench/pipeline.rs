@@ -1,0 +1,268 @@
+//! Throughput and added latency of the dedup guard against raw JetStream consumption, all on
+//! one nats-server in one run:
+//! (1) raw pull + ack, (2) the guard with a no-op handler, (3) the full pipeline with
+//! `uppercase`, (4) raw KV create at the same concurrency (the server's write ceiling).
+
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use async_nats::jetstream::consumer::{pull, AckPolicy};
+use async_nats::jetstream::{self, stream, Context};
+use async_nats::HeaderMap;
+use dedup_host::config::Config;
+use dedup_host::pipeline::{self, Guest, Routes, RunningHost};
+use futures::StreamExt;
+
+use super::{percentiles, us, Percentiles};
+use crate::guests::guest;
+use crate::nats::NatsServer;
+
+/// Messages (and KV creates) in flight at once, in every scenario.
+const CONCURRENCY: usize = 64;
+/// Stream writes per guarded message with one output: claim create, output, completed.
+const WRITES_PER_MESSAGE: f64 = 3.0;
+
+struct Figures {
+    rate: f64,
+    latency: Percentiles,
+}
+
+/// Runs all four scenarios with `messages` each and `samples` sequential latency probes.
+pub async fn run(messages: usize, samples: usize) -> anyhow::Result<()> {
+    let server = NatsServer::start();
+    let client = server.connect().await;
+    let js = jetstream::new(client.clone());
+
+    let raw = raw_pull_ack(&js, messages, samples).await?;
+    let noop = guarded(&server, &js, "noop", messages, samples, None).await?;
+    let full = guarded(&server, &js, "wasm", messages, samples, Some("uppercase")).await?;
+    let kv = kv_create(&js, messages).await?;
+
+    println!("dedup guard vs raw JetStream ({messages} messages each, {CONCURRENCY} in flight, file storage, one nats-server):");
+    let row = |name: &str, f: &Figures| {
+        println!(
+            "  {name:<34} {:>9.0} msg/s   sequential p50 {:>7} us  p99 {:>7} us   added p50 {:>7} us  p99 {:>7} us",
+            f.rate, us(f.latency.p50), us(f.latency.p99),
+            us(f.latency.p50.saturating_sub(raw.latency.p50)), us(f.latency.p99.saturating_sub(raw.latency.p99))
+        )
+    };
+    row("(1) raw pull + ack", &raw);
+    row("(2) guard, no-op handler", &noop);
+    row("(3) full pipeline, uppercase", &full);
+    println!("  {:<34} {:>9.0} creates/s", "(4) raw KV create", kv);
+    println!(
+        "  ratio (2)/(1)                      {:.2}",
+        noop.rate / raw.rate
+    );
+    println!(
+        "  ratio (3)/(1)                      {:.2}",
+        full.rate / raw.rate
+    );
+    println!(
+        "  ratio (3) x {WRITES_PER_MESSAGE} writes / (4)          {:.2}",
+        full.rate * WRITES_PER_MESSAGE / kv
+    );
+    Ok(())
+}
+
+async fn publish_batch(js: &Context, subject: &str, prefix: &str, n: usize) -> anyhow::Result<()> {
+    let mut acks = Vec::with_capacity(1024);
+    for i in 0..n {
+        let mut h = HeaderMap::new();
+        h.insert("Nats-Msg-Id", format!("{prefix}-{i}").as_str());
+        acks.push(
+            js.publish_with_headers(subject.to_string(), h, vec![b'a'; 1024].into())
+                .await?,
+        );
+        if acks.len() == 1024 {
+            for a in acks.drain(..) {
+                a.await?;
+            }
+        }
+    }
+    for a in acks {
+        a.await?;
+    }
+    Ok(())
+}
+
+async fn raw_pull_ack(js: &Context, n: usize, samples: usize) -> anyhow::Result<Figures> {
+    let stream = js
+        .get_or_create_stream(stream::Config {
+            name: "RAW".into(),
+            subjects: vec!["raw.>".into()],
+            ..Default::default()
+        })
+        .await?;
+    let consumer = stream
+        .get_or_create_consumer(
+            "raw",
+            pull::Config {
+                durable_name: Some("raw".into()),
+                ack_policy: AckPolicy::Explicit,
+                max_ack_pending: 10_000,
+                ..Default::default()
+            },
+        )
+        .await?;
+    publish_batch(js, "raw.in", "raw", n).await?;
+    let mut messages = consumer
+        .stream()
+        .max_messages_per_batch(CONCURRENCY)
+        .messages()
+        .await?;
+    let started = Instant::now();
+    for _ in 0..n {
+        let m = messages
+            .next()
+            .await
+            .expect("message stream open")
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        m.ack().await.map_err(|e| anyhow::anyhow!("{e}"))?;
+    }
+    let rate = n as f64 / started.elapsed().as_secs_f64();
+    let mut lat = Vec::with_capacity(samples);
+    for i in 0..samples {
+        let t = Instant::now();
+        let mut h = HeaderMap::new();
+        h.insert("Nats-Msg-Id", format!("raw-probe-{i}").as_str());
+        js.publish_with_headers("raw.probe", h, vec![b'a'; 1024].into())
+            .await?
+            .await?;
+        let m = messages
+            .next()
+            .await
+            .expect("open")
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        m.double_ack().await.map_err(|e| anyhow::anyhow!("{e}"))?;
+        lat.push(t.elapsed());
+    }
+    Ok(Figures {
+        rate,
+        latency: percentiles(&mut lat),
+    })
+}
+
+fn guarded_config(server: &NatsServer, name: &str) -> anyhow::Result<Config> {
+    let text = format!(
+        r#"
+[nats]
+urls = ["{url}"]
+[host]
+concurrency = {CONCURRENCY}
+[source]
+stream = "G_{name}"
+subjects = ["g{name}.in.*"]
+consumer = "g{name}"
+max_ack_pending = 10000
+[claims]
+bucket = "claims-{name}"
+[dead_letter]
+subject = "dead.{name}"
+stream = "DEAD_{name}"
+[[output_streams]]
+name = "OUT_{name}"
+subjects = ["g{name}.in.*.done"]
+[[routes]]
+name = "bench"
+subject = "g{name}.in.*"
+component = "{component}"
+"#,
+        url = server.url(),
+        component = guest("uppercase").display()
+    );
+    Ok(Config::parse(&text, Path::new("bench.toml"), ".".into())?)
+}
+
+/// Waits until the host has processed `target` messages. `spin` polls without sleeping (for
+/// latency probes, one message at a time); otherwise it sleeps 1 ms between polls so the
+/// waiting does not steal a core from the host under load.
+async fn settle(host: &RunningHost, target: u64, spin: bool) {
+    while host.stats().processed < target {
+        if spin {
+            tokio::task::yield_now().await;
+        } else {
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+    }
+}
+
+async fn guarded(
+    server: &NatsServer,
+    js: &Context,
+    name: &str,
+    n: usize,
+    samples: usize,
+    wasm: Option<&str>,
+) -> anyhow::Result<Figures> {
+    let config = guarded_config(server, name)?;
+    let host = match wasm {
+        Some(_) => pipeline::start(config).await?,
+        None => {
+            let routes = Routes::with_guest(&config, Guest::Noop);
+            pipeline::start_with_routes(config, routes).await?
+        }
+    };
+    // Warm up (stream, consumer and guest caches), then publish the batch and time its drain.
+    publish_batch(
+        js,
+        &format!("g{name}.in.warm"),
+        &format!("{name}-warm"),
+        200,
+    )
+    .await?;
+    settle(&host, 200, false).await;
+    publish_batch(js, &format!("g{name}.in.x"), name, n).await?;
+    let started = Instant::now();
+    settle(&host, 200 + n as u64, false).await;
+    let rate = n as f64 / started.elapsed().as_secs_f64();
+    let mut lat = Vec::with_capacity(samples);
+    for i in 0..samples {
+        let done = host.stats().processed;
+        let t = Instant::now();
+        let mut h = HeaderMap::new();
+        h.insert("Nats-Msg-Id", format!("{name}-probe-{i}").as_str());
+        js.publish_with_headers(format!("g{name}.in.probe"), h, vec![b'a'; 1024].into())
+            .await?
+            .await?;
+        settle(&host, done + 1, true).await;
+        lat.push(t.elapsed());
+    }
+    host.shutdown().await?;
+    Ok(Figures {
+        rate,
+        latency: percentiles(&mut lat),
+    })
+}
+
+async fn kv_create(js: &Context, n: usize) -> anyhow::Result<f64> {
+    let kv = js
+        .create_key_value(async_nats::jetstream::kv::Config {
+            bucket: "kvbench".into(),
+            history: 1,
+            ..Default::default()
+        })
+        .await?;
+    let next = Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..CONCURRENCY)
+        .map(|_| {
+            let (kv, next) = (kv.clone(), next.clone());
+            tokio::spawn(async move {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= n {
+                        return Ok::<_, anyhow::Error>(());
+                    }
+                    kv.create(format!("k{i}"), vec![b'v'; 200].into()).await?;
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await??;
+    }
+    Ok(n as f64 / started.elapsed().as_secs_f64())
+}
