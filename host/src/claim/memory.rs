@@ -9,8 +9,11 @@ use super::store::{ClaimError, ClaimStore};
 /// A process-local [`ClaimStore`] with the same create/compare-and-swap semantics as KV.
 #[derive(Debug, Default)]
 pub struct MemoryClaimStore {
-    inner: Mutex<(u64, HashMap<String, (ClaimRecord, u64)>)>,
+    /// The last revision handed out, and each key's record with its revision.
+    inner: Mutex<(u64, Entries)>,
 }
+
+type Entries = HashMap<String, (ClaimRecord, u64)>;
 
 impl MemoryClaimStore {
     /// An empty store.

@@ -18,7 +18,7 @@ const CONTENDED_RETRY: Duration = Duration::from_millis(200);
 /// What trying to claim a key found.
 pub enum ClaimOutcome<S: ClaimStore> {
     /// This host owns the key now.
-    Acquired(Lease<S>),
+    Acquired(Box<Lease<S>>),
     /// The key was completed already: a duplicate.
     Completed,
     /// The key failed permanently and was dead-lettered already.
@@ -88,7 +88,9 @@ impl<S: ClaimStore> Claimer<S> {
             let fresh = self.record(nonce, 1, digest, None);
             match self.store.create(key, &fresh).await {
                 Ok(revision) => {
-                    return Ok(ClaimOutcome::Acquired(self.lease(key, fresh, revision)))
+                    return Ok(ClaimOutcome::Acquired(Box::new(
+                        self.lease(key, fresh, revision),
+                    )))
                 }
                 Err(ClaimError::Conflict) => {}
                 Err(e) => return Err(e),
@@ -100,7 +102,9 @@ impl<S: ClaimStore> Claimer<S> {
             let mine = current.owner == self.owner && current.nonce == nonce;
             if mine && current.state == ClaimState::InProgress {
                 // Our own create timed out on the client but succeeded on the server.
-                return Ok(ClaimOutcome::Acquired(self.lease(key, current, revision)));
+                return Ok(ClaimOutcome::Acquired(Box::new(
+                    self.lease(key, current, revision),
+                )));
             }
             match current.state {
                 ClaimState::Completed => return Ok(ClaimOutcome::Completed),
@@ -115,7 +119,11 @@ impl<S: ClaimStore> Claimer<S> {
             }
             let next = self.record(nonce, current.attempt + 1, digest, Some(&current));
             match self.store.update(key, &next, revision).await {
-                Ok(revision) => return Ok(ClaimOutcome::Acquired(self.lease(key, next, revision))),
+                Ok(revision) => {
+                    return Ok(ClaimOutcome::Acquired(Box::new(
+                        self.lease(key, next, revision),
+                    )));
+                }
                 Err(ClaimError::Conflict) => continue,
                 Err(e) => return Err(e),
             }

@@ -79,7 +79,7 @@ impl<S: ClaimStore> Shared<S> {
         };
         let claim_key = key::encode(&route.name, &key);
         match self.claimer.claim(&claim_key, route.guest.digest()).await {
-            Ok(ClaimOutcome::Acquired(lease)) => self.run(&d, &route, &key, Arc::new(lease)).await,
+            Ok(ClaimOutcome::Acquired(lease)) => self.run(&d, &route, &key, Arc::from(lease)).await,
             Ok(ClaimOutcome::Completed) => {
                 self.stats.bump(Counter::Duplicate);
                 self.settle(&d, AckKind::Ack).await;
