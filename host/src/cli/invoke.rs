@@ -5,7 +5,6 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use anyhow::Context;
 use clap::Args;
 use serde_json::json;
 
@@ -14,7 +13,6 @@ use crate::runtime::{EngineSettings, InvokeOptions, Outcome, Runtime};
 
 /// Flags of `dedup-host invoke`.
 #[derive(Debug, Args)]
-#[command(group = clap::ArgGroup::new("body").required(true).args(["payload", "payload_file"]))]
 pub struct InvokeArgs {
     /// The component (.wasm) to run.
     #[arg(long, value_name = "PATH")]
@@ -22,12 +20,9 @@ pub struct InvokeArgs {
     /// The event's subject.
     #[arg(long, value_name = "S")]
     subject: String,
-    /// The payload, as a string.
-    #[arg(long, value_name = "STR")]
-    payload: Option<String>,
-    /// Read the payload from this file.
-    #[arg(long, value_name = "F")]
-    payload_file: Option<PathBuf>,
+    /// The message body.
+    #[command(flatten)]
+    payload: super::payload::PayloadArgs,
     /// A message header; repeat for more.
     #[arg(long = "header", value_name = "K=V", value_parser = super::parse_key_value)]
     headers: Vec<(String, String)>,
@@ -47,12 +42,7 @@ pub struct InvokeArgs {
 
 /// Runs the event and prints the outcome; exit code 1 unless the guest succeeded.
 pub async fn run(args: InvokeArgs) -> anyhow::Result<ExitCode> {
-    let payload = match (&args.payload, &args.payload_file) {
-        (Some(p), _) => p.clone().into_bytes(),
-        (None, Some(f)) => std::fs::read(f)
-            .with_context(|| format!("--payload-file `{}`: cannot read it", f.display()))?,
-        (None, None) => unreachable!("clap requires --payload or --payload-file"),
-    };
+    let payload = args.payload.read()?;
     let runtime = Runtime::new(&EngineSettings::default())?;
     let handler = runtime.load_file(&args.component)?;
     let event = Event {

@@ -2,6 +2,7 @@
 
 mod dev;
 mod invoke;
+mod payload;
 mod publish;
 mod run;
 

@@ -1,6 +1,5 @@
 //! `dedup-host publish`: publish one event with a `Nats-Msg-Id`.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
@@ -9,7 +8,6 @@ use clap::Args;
 
 /// Flags of `dedup-host publish`.
 #[derive(Debug, Args)]
-#[command(group = clap::ArgGroup::new("body").required(true).args(["payload", "payload_file"]))]
 pub struct PublishArgs {
     /// Server URL.
     #[arg(
@@ -25,12 +23,9 @@ pub struct PublishArgs {
     /// The message id (`Nats-Msg-Id`), the default idempotency key.
     #[arg(long, value_name = "K")]
     key: String,
-    /// The payload, as a string.
-    #[arg(long, value_name = "STR")]
-    payload: Option<String>,
-    /// Read the payload from this file.
-    #[arg(long, value_name = "F")]
-    payload_file: Option<PathBuf>,
+    /// The message body.
+    #[command(flatten)]
+    payload: super::payload::PayloadArgs,
     /// An extra header; repeat for more.
     #[arg(long = "header", value_name = "K=V", value_parser = super::parse_key_value)]
     headers: Vec<(String, String)>,
@@ -38,12 +33,7 @@ pub struct PublishArgs {
 
 /// Publishes and prints the stream's acknowledgement as JSON.
 pub async fn run(args: PublishArgs) -> anyhow::Result<ExitCode> {
-    let payload = match (&args.payload, &args.payload_file) {
-        (Some(p), _) => p.clone().into_bytes(),
-        (_, Some(f)) => std::fs::read(f)
-            .with_context(|| format!("--payload-file `{}`: cannot read it", f.display()))?,
-        _ => unreachable!("clap requires --payload or --payload-file"),
-    };
+    let payload = args.payload.read()?;
     let client = async_nats::connect(&args.server)
         .await
         .with_context(|| format!("cannot connect to NATS at `{}` (--server)", args.server))?;

@@ -249,17 +249,7 @@ impl<S: ClaimStore> Shared<S> {
             key,
             id: format!("dl:{}", lease.key()),
         };
-        if let Err(e) = effects::publish_dead_letter(
-            &self.js,
-            &self.config.dead_letter.subject,
-            &d.message,
-            d.sequence,
-            letter,
-        )
-        .await
-        {
-            tracing::error!(route = %route.name, key, "{e:#}");
-            self.stats.bump(Counter::Error);
+        if let Err(e) = self.publish_dead_letter(d, letter).await {
             let _ = lease
                 .fail(&format!("dead letter not stored: {e:#}"), false)
                 .await;
@@ -282,25 +272,29 @@ impl<S: ClaimStore> Shared<S> {
             key,
             id: format!("dl:seq:{}", d.sequence),
         };
-        match effects::publish_dead_letter(
-            &self.js,
-            &self.config.dead_letter.subject,
-            &d.message,
-            d.sequence,
-            letter,
-        )
-        .await
-        {
+        match self.publish_dead_letter(d, letter).await {
             Ok(()) => {
                 self.stats.bump(Counter::DeadLettered);
                 self.settle(d, AckKind::Term).await;
             }
-            Err(e) => {
-                tracing::error!("{e:#}");
-                self.stats.bump(Counter::Error);
-                self.settle(d, AckKind::Nak(Some(ERROR_RETRY))).await;
-            }
+            Err(_) => self.settle(d, AckKind::Nak(Some(ERROR_RETRY))).await,
         }
+    }
+
+    /// Publishes a dead letter for the delivery; a failure is logged and counted.
+    async fn publish_dead_letter(
+        &self,
+        d: &Delivery,
+        letter: DeadLetter<'_>,
+    ) -> anyhow::Result<()> {
+        let subject = &self.config.dead_letter.subject;
+        let result =
+            effects::publish_dead_letter(&self.js, subject, &d.message, d.sequence, letter).await;
+        if let Err(e) = &result {
+            tracing::error!(sequence = d.sequence, "{e:#}");
+            self.stats.bump(Counter::Error);
+        }
+        result
     }
 
     /// A write through the lease failed: if the key was reclaimed, touch nothing; if the
