@@ -18,10 +18,15 @@ pub struct NatsServer {
 impl NatsServer {
     /// Starts `nats-server -js` on a free loopback port with a fresh store directory.
     pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// Like [`NatsServer::start`], with extra server flags (e.g. `--auth TOKEN`).
+    pub fn start_with(extra: &[&str]) -> Self {
         let store = tempfile::tempdir().expect("temp dir");
         for _ in 0..10 {
             let port = free_port();
-            let mut child = spawn(port, store.path());
+            let mut child = spawn(port, store.path(), extra);
             if wait_ready(&mut child, port) {
                 return Self {
                     child,
@@ -68,10 +73,11 @@ fn free_port() -> u16 {
         .port()
 }
 
-fn spawn(port: u16, store: &Path) -> Child {
+fn spawn(port: u16, store: &Path, extra: &[&str]) -> Child {
     Command::new("nats-server")
         .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
         .arg(store)
+        .args(extra)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()

@@ -1,5 +1,6 @@
 //! dedup-host's integration tests: one binary, one module per capability.
 
+mod auth;
 mod cli_invoke;
 mod config;
 mod dedup;
