@@ -5,5 +5,6 @@ mod cli_invoke;
 mod config;
 mod dedup;
 mod failures;
+mod limits;
 mod runtime;
 mod takeover;

@@ -1,0 +1,108 @@
+//! Per-invocation limits: a misbehaving guest ends in a trap outcome naming the limit, and the
+//! same handler keeps working afterwards.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use dedup_host::bindings::Event;
+use dedup_host::limits::Limits;
+use dedup_host::runtime::{EngineSettings, Handler, InvokeOptions, Outcome, Runtime, TrapKind};
+use dedup_host_tests::guests::guest;
+
+fn hostile() -> Handler {
+    static RUNTIME: OnceLock<Runtime> = OnceLock::new();
+    let rt = RUNTIME.get_or_init(|| Runtime::new(&EngineSettings::default()).expect("runtime"));
+    rt.load_file(&guest("hostile")).expect("load hostile")
+}
+
+fn event(payload: &str) -> Event {
+    Event {
+        subject: "h.x".into(),
+        payload: payload.as_bytes().to_vec(),
+        headers: Vec::new(),
+        key: "k".into(),
+        attempt: 1,
+        fencing_token: 1,
+        stream_sequence: 1,
+        route: "hostile".into(),
+    }
+}
+
+fn tight() -> InvokeOptions {
+    InvokeOptions {
+        limits: Limits {
+            deadline: Duration::from_millis(200),
+            memory_bytes: 16 << 20,
+            max_outputs: 100,
+            max_output_bytes: 1 << 20,
+            max_log_lines: 50,
+            ..Limits::default()
+        },
+        ..InvokeOptions::default()
+    }
+}
+
+async fn trap(handler: &Handler, payload: &str) -> (TrapKind, String) {
+    let inv = handler.invoke(event(payload), &tight()).await;
+    match inv.outcome {
+        Outcome::Trap(t) => (t.kind, t.message),
+        other => panic!("`{payload}` should trap, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn each_limit_traps_with_its_kind_and_the_handler_keeps_working() {
+    let h = hostile();
+    let cases = [
+        ("loop", TrapKind::Timeout, "deadline of 200ms"),
+        ("alloc", TrapKind::Memory, "over the limit of 16777216"),
+        ("recurse", TrapKind::StackOverflow, ""),
+        ("big-output", TrapKind::Memory, ""),
+        (
+            "many-outputs",
+            TrapKind::OutputLimit,
+            "over the limit of 100",
+        ),
+        ("log-flood", TrapKind::LogLimit, "budget of 50 lines"),
+        ("panic", TrapKind::Guest, "guest panicked on purpose"),
+    ];
+    for (payload, kind, text) in cases {
+        let (got, message) = trap(&h, payload).await;
+        assert_eq!(got, kind, "`{payload}`: {message}");
+        assert!(message.contains(text), "`{payload}`: {message}");
+        let ok = h.invoke(event("still fine"), &tight()).await;
+        assert!(
+            matches!(ok.outcome, Outcome::Success(_)),
+            "after `{payload}`: {:?}",
+            ok.outcome
+        );
+    }
+}
+
+#[tokio::test]
+async fn output_bytes_are_limited() {
+    let h = hostile();
+    let mut opts = tight();
+    opts.limits.memory_bytes = 200 << 20;
+    let inv = h.invoke(event("big-output"), &opts).await;
+    let Outcome::Trap(t) = inv.outcome else {
+        panic!("{:?}", inv.outcome)
+    };
+    assert_eq!(t.kind, TrapKind::OutputLimit, "{}", t.message);
+    assert!(t.message.contains("output bytes"), "{}", t.message);
+}
+
+#[tokio::test]
+async fn guests_see_no_environment_arguments_or_files() {
+    let h = hostile();
+    let inv = h.invoke(event("env"), &tight()).await;
+    let Outcome::Success(out) = inv.outcome else {
+        panic!("{:?}", inv.outcome)
+    };
+    assert_eq!(String::from_utf8_lossy(&out[0].payload), "env=[] args=[]");
+    let inv = h.invoke(event("file"), &tight()).await;
+    match inv.outcome {
+        Outcome::Reject { reason } => assert!(reason.starts_with("file:"), "{reason}"),
+        other => panic!("reading /etc/passwd must fail: {other:?}"),
+    }
+}
