@@ -73,8 +73,7 @@ impl Drop for GuestThreads {
     }
 }
 
-/// A host that is consuming. Dropping it without [`RunningHost::shutdown`] abandons in-flight
-/// work like a crash would.
+/// A host that is consuming. Stop it with [`RunningHost::shutdown`].
 pub struct RunningHost {
     instance_id: String,
     stats: Arc<Stats>,
@@ -103,11 +102,6 @@ impl RunningHost {
             .await
             .context("flushing NATS connection")?;
         Ok(self.stats.snapshot())
-    }
-
-    /// Stops at once without settling in-flight messages, as a crash would (tests).
-    pub fn abort(self) {
-        self.task.abort();
     }
 }
 

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use anyhow::Context as _;
 
 use crate::bindings::Event;
-use crate::config::{Config, KeySource, MissingKey};
+use crate::config::{Config, KeySource, MissingKey, RouteConfig};
 use crate::runtime::{Handler, Invocation, InvokeOptions, Outcome, Runtime};
 use crate::subject;
 
@@ -74,7 +74,7 @@ impl Routes {
             let handler = runtime
                 .load_file(&path)
                 .with_context(|| format!("route `{}`", r.name))?;
-            routes.push(Self::route(config, r, Guest::Wasm(handler)));
+            routes.push(Self::route(r, Guest::Wasm(handler)));
         }
         Ok(Self { routes })
     }
@@ -85,12 +85,12 @@ impl Routes {
             routes: config
                 .routes
                 .iter()
-                .map(|r| Self::route(config, r, guest.clone()))
+                .map(|r| Self::route(r, guest.clone()))
                 .collect(),
         }
     }
 
-    fn route(_config: &Config, r: &crate::config::RouteConfig, guest: Guest) -> Arc<Route> {
+    fn route(r: &RouteConfig, guest: Guest) -> Arc<Route> {
         Arc::new(Route {
             name: r.name.clone(),
             subject: r.subject.clone(),

@@ -40,7 +40,7 @@ impl Handler {
                 let deadline = state.limits.deadline;
                 return Err(state.breach(
                     TrapKind::Timeout,
-                    format!("ran past its deadline of {}", humantime_fmt(deadline)),
+                    format!("ran past its deadline of {}ms", deadline.as_millis()),
                 ));
             }
             Ok(UpdateDeadline::Yield(1))
@@ -132,8 +132,4 @@ fn output_size(output: &Output) -> u64 {
         .map(|h| h.name.len() + h.value.len())
         .sum();
     (output.subject.len() + output.payload.len() + headers) as u64
-}
-
-fn humantime_fmt(d: Duration) -> String {
-    format!("{}ms", d.as_millis())
 }
