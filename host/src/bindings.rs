@@ -1,5 +1,8 @@
 //! Rust bindings for the `dedup:handler@0.1.0` WIT package (`wit/`), generated once here.
 
+// Generated items carry the WIT doc comments where the WIT has them.
+#![allow(missing_docs)]
+
 wasmtime::component::bindgen!({
     path: "../wit",
     world: "handler-guest",

@@ -7,6 +7,8 @@
 //! - [`limits`]: per-invocation resource limits.
 //! - [`cli`]: the `dedup-host` command line.
 
+#![warn(missing_docs)]
+
 pub mod bindings;
 pub mod claim;
 pub mod cli;
