@@ -11,7 +11,7 @@ use super::effects::{self, DeadLetter};
 use super::heartbeat::Heartbeat;
 use super::routes::Route;
 use super::Shared;
-use crate::bindings::{Event, Header};
+use crate::bindings::{Event, Header, Output};
 use crate::claim::{key, ClaimOutcome, ClaimStore, Lease, LeaseLost};
 use crate::config::MissingKey;
 use crate::idempotency;
@@ -20,6 +20,14 @@ use crate::stats::Counter;
 
 /// Nak delay after an infrastructure error (NATS unavailable).
 const ERROR_RETRY: Duration = Duration::from_secs(1);
+
+/// A delivery this host holds the claim for, with everything settling it needs.
+struct Claimed<'a, S: ClaimStore> {
+    d: &'a Delivery,
+    route: &'a Route,
+    key: &'a str,
+    lease: Arc<Lease<S>>,
+}
 
 /// The parts of a delivery the pipeline works with.
 struct Delivery {
@@ -79,7 +87,15 @@ impl<S: ClaimStore> Shared<S> {
         };
         let claim_key = key::encode(&route.name, &key);
         match self.claimer.claim(&claim_key, route.guest.digest()).await {
-            Ok(ClaimOutcome::Acquired(lease)) => self.run(&d, &route, &key, Arc::from(lease)).await,
+            Ok(ClaimOutcome::Acquired(lease)) => {
+                let claimed = Claimed {
+                    d: &d,
+                    route: &route,
+                    key: &key,
+                    lease: Arc::from(lease),
+                };
+                self.run(&claimed).await
+            }
             Ok(ClaimOutcome::Completed) => {
                 self.stats.bump(Counter::Duplicate);
                 self.settle(&d, AckKind::Ack).await;
@@ -102,31 +118,34 @@ impl<S: ClaimStore> Shared<S> {
     }
 
     /// Runs a claimed message and settles it according to the outcome.
-    async fn run(&self, d: &Delivery, route: &Route, key: &str, lease: Arc<Lease<S>>) {
-        let attempt = lease.attempt();
-        let max = self.config.source.max_deliver;
+    async fn run(&self, c: &Claimed<'_, S>) {
+        let (attempt, max) = (c.lease.attempt(), self.config.source.max_deliver);
         if attempt > max {
-            let last = lease
+            let last = c
+                .lease
                 .previous_reason()
                 .await
                 .unwrap_or_else(|| "the host running it stopped".into());
             let reason = format!("out of attempts ({max}); last failure: {last}");
-            return self.give_up(d, route, key, &lease, &reason).await;
+            return self.give_up(c, &reason).await;
         }
         let event = Event {
-            subject: d.message.subject.to_string(),
-            payload: d.message.payload.to_vec(),
-            headers: headers_of(&d.message),
-            key: key.to_string(),
+            subject: c.d.message.subject.to_string(),
+            payload: c.d.message.payload.to_vec(),
+            headers: headers_of(&c.d.message),
+            key: c.key.to_string(),
             attempt,
-            fencing_token: lease.fencing_token(),
-            stream_sequence: d.sequence,
-            route: route.name.clone(),
+            fencing_token: c.lease.fencing_token(),
+            stream_sequence: c.d.sequence,
+            route: c.route.name.clone(),
         };
-        let mut heartbeat =
-            Heartbeat::start(lease.clone(), d.acker.clone(), self.config.claims.heartbeat);
-        let guest = route.guest.clone();
-        let options = route.options.clone();
+        let mut heartbeat = Heartbeat::start(
+            c.lease.clone(),
+            c.d.acker.clone(),
+            self.config.claims.heartbeat,
+        );
+        let guest = c.route.guest.clone();
+        let options = c.route.options.clone();
         let slots = self.guest_slots.clone();
         let mut call = self.guest_runtime.spawn(async move {
             let _slot = slots.acquire_owned().await.expect("guest slots open");
@@ -137,129 +156,87 @@ impl<S: ClaimStore> Shared<S> {
             _ = heartbeat.lost() => {
                 call.abort();
                 heartbeat.stop().await;
-                return self.lost(route, key);
+                return self.lost(c);
             }
         };
         heartbeat.stop().await;
         let invocation = match invocation {
             Ok(invocation) => invocation,
             Err(e) => {
-                tracing::error!(route = %route.name, key, "guest task failed: {e}");
-                return self
-                    .retry_or_give_up(
-                        d,
-                        route,
-                        key,
-                        &lease,
-                        &format!("guest task failed: {e}"),
-                        None,
-                    )
-                    .await;
+                tracing::error!(route = %c.route.name, key = c.key, "guest task failed: {e}");
+                let reason = format!("guest task failed: {e}");
+                return self.retry_or_give_up(c, &reason, None).await;
             }
         };
         match invocation.outcome {
-            Outcome::Success(outputs) => self.succeed(d, route, key, &lease, &outputs).await,
-            Outcome::Retry { reason, delay } => {
-                self.retry_or_give_up(d, route, key, &lease, &reason, delay)
-                    .await
-            }
-            Outcome::Trap(trap) => {
-                self.retry_or_give_up(d, route, key, &lease, &trap.to_string(), None)
-                    .await
-            }
-            Outcome::Reject { reason } => self.give_up(d, route, key, &lease, &reason).await,
+            Outcome::Success(outputs) => self.succeed(c, &outputs).await,
+            Outcome::Retry { reason, delay } => self.retry_or_give_up(c, &reason, delay).await,
+            Outcome::Trap(trap) => self.retry_or_give_up(c, &trap.to_string(), None).await,
+            Outcome::Reject { reason } => self.give_up(c, &reason).await,
         }
     }
 
     /// Success: publish outputs, record completion, then ack with confirmation.
-    async fn succeed(
-        &self,
-        d: &Delivery,
-        route: &Route,
-        key: &str,
-        lease: &Lease<S>,
-        outputs: &[crate::bindings::Output],
-    ) {
-        if let Err(e) = lease.confirm().await {
-            return self.write_failed(route, key, e, d).await;
+    async fn succeed(&self, c: &Claimed<'_, S>, outputs: &[Output]) {
+        if let Err(e) = c.lease.confirm().await {
+            return self.write_failed(c, e).await;
         }
-        if let Err(e) = effects::publish_outputs(&self.js, lease.key(), outputs).await {
-            tracing::warn!(route = %route.name, key, "{e:#}");
+        if let Err(e) = effects::publish_outputs(&self.js, c.lease.key(), outputs).await {
+            tracing::warn!(route = %c.route.name, key = c.key, "{e:#}");
             self.stats.bump(Counter::Error);
-            return self
-                .retry_or_give_up(d, route, key, lease, &format!("{e:#}"), None)
-                .await;
+            return self.retry_or_give_up(c, &format!("{e:#}"), None).await;
         }
         self.stats.add_outputs(outputs.len() as u64);
-        if let Err(e) = lease.complete().await {
-            return self.write_failed(route, key, e, d).await;
+        if let Err(e) = c.lease.complete().await {
+            return self.write_failed(c, e).await;
         }
         self.stats.bump(Counter::Processed);
-        if let Err(e) = d.acker.double_ack().await {
+        if let Err(e) = c.d.acker.double_ack().await {
             // Completed is recorded: a redelivery finds it and acks.
-            tracing::warn!(route = %route.name, key, "ack not confirmed: {e}");
+            tracing::warn!(route = %c.route.name, key = c.key, "ack not confirmed: {e}");
         }
     }
 
     /// A failed attempt: retry with backoff, or give up after the last allowed attempt.
-    async fn retry_or_give_up(
-        &self,
-        d: &Delivery,
-        route: &Route,
-        key: &str,
-        lease: &Lease<S>,
-        reason: &str,
-        delay: Option<Duration>,
-    ) {
-        let (attempt, max) = (lease.attempt(), self.config.source.max_deliver);
+    async fn retry_or_give_up(&self, c: &Claimed<'_, S>, reason: &str, delay: Option<Duration>) {
+        let (attempt, max) = (c.lease.attempt(), self.config.source.max_deliver);
         if attempt >= max {
             let reason = format!("{reason} (attempt {attempt} of {max}, none left)");
-            return self.give_up(d, route, key, lease, &reason).await;
+            return self.give_up(c, &reason).await;
         }
-        tracing::info!(route = %route.name, key, attempt, "attempt failed, will retry: {reason}");
-        if let Err(e) = lease.fail(reason, false).await {
-            return self.write_failed(route, key, e, d).await;
+        tracing::info!(route = %c.route.name, key = c.key, attempt, "attempt failed, will retry: {reason}");
+        if let Err(e) = c.lease.fail(reason, false).await {
+            return self.write_failed(c, e).await;
         }
         let backoff = self.config.backoff_for(attempt);
         self.stats.bump(Counter::Retried);
-        self.settle(
-            d,
-            AckKind::Nak(Some(delay.map_or(backoff, |d| d.max(backoff)))),
-        )
-        .await;
+        let delay = delay.map_or(backoff, |d| d.max(backoff));
+        self.settle(c.d, AckKind::Nak(Some(delay))).await;
     }
 
     /// A permanent failure: dead-letter, record, terminate.
-    async fn give_up(
-        &self,
-        d: &Delivery,
-        route: &Route,
-        key: &str,
-        lease: &Lease<S>,
-        reason: &str,
-    ) {
-        tracing::warn!(route = %route.name, key, "dead-lettering: {reason}");
-        if let Err(e) = lease.confirm().await {
-            return self.write_failed(route, key, e, d).await;
+    async fn give_up(&self, c: &Claimed<'_, S>, reason: &str) {
+        tracing::warn!(route = %c.route.name, key = c.key, "dead-lettering: {reason}");
+        if let Err(e) = c.lease.confirm().await {
+            return self.write_failed(c, e).await;
         }
         let letter = DeadLetter {
             reason,
-            attempt: lease.attempt(),
-            route: &route.name,
-            key,
-            id: format!("dl:{}", lease.key()),
+            attempt: c.lease.attempt(),
+            route: &c.route.name,
+            key: c.key,
+            id: format!("dl:{}", c.lease.key()),
         };
-        if let Err(e) = self.publish_dead_letter(d, letter).await {
-            let _ = lease
-                .fail(&format!("dead letter not stored: {e:#}"), false)
-                .await;
-            return self.settle(d, AckKind::Nak(Some(ERROR_RETRY))).await;
+        if let Err(e) = self.publish_dead_letter(c.d, letter).await {
+            let reason = format!("dead letter not stored: {e:#}");
+            let _ = c.lease.fail(&reason, false).await;
+            return self.settle(c.d, AckKind::Nak(Some(ERROR_RETRY))).await;
         }
-        if let Err(e) = lease.fail(reason, true).await {
-            return self.write_failed(route, key, e, d).await;
+        if let Err(e) = c.lease.fail(reason, true).await {
+            return self.write_failed(c, e).await;
         }
         self.stats.bump(Counter::DeadLettered);
-        self.settle(d, AckKind::Term).await;
+        self.settle(c.d, AckKind::Term).await;
     }
 
     /// Dead-letters a message that was never claimed (no route, no key, too big).
@@ -299,13 +276,13 @@ impl<S: ClaimStore> Shared<S> {
 
     /// A write through the lease failed: if the key was reclaimed, touch nothing; if the
     /// store did not answer, nak so the message comes back once the lease lapses.
-    async fn write_failed(&self, route: &Route, key: &str, e: LeaseLost, d: &Delivery) {
+    async fn write_failed(&self, c: &Claimed<'_, S>, e: LeaseLost) {
         match e {
-            LeaseLost::Reclaimed => self.lost(route, key),
+            LeaseLost::Reclaimed => self.lost(c),
             LeaseLost::Unavailable(e) => {
-                tracing::warn!(route = %route.name, key, "claim write failed, will retry: {e}");
+                tracing::warn!(route = %c.route.name, key = c.key, "claim write failed, will retry: {e}");
                 self.stats.bump(Counter::Error);
-                self.settle(d, AckKind::Nak(Some(self.config.claims.lease)))
+                self.settle(c.d, AckKind::Nak(Some(self.config.claims.lease)))
                     .await;
             }
         }
@@ -313,8 +290,8 @@ impl<S: ClaimStore> Shared<S> {
 
     /// The claim was taken over: no outputs, no record, no ack (acks are keyed by stream
     /// sequence and would settle the new owner's delivery).
-    fn lost(&self, route: &Route, key: &str) {
-        tracing::warn!(route = %route.name, key, "claim taken over by another owner; dropping this attempt's effects");
+    fn lost(&self, c: &Claimed<'_, S>) {
+        tracing::warn!(route = %c.route.name, key = c.key, "claim taken over by another owner; dropping this attempt's effects");
         self.stats.bump(Counter::LostClaim);
     }
 

@@ -12,6 +12,14 @@ fn invoke(args: &[&str]) -> Output {
         .expect("run dedup-host")
 }
 
+fn assert_ok(out: &Output) {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 fn json(out: &Output) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
         panic!(
@@ -32,11 +40,7 @@ fn invoke_prints_outputs_for_each_example_guest() {
         "--payload",
         "hi",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(&out);
     let report = json(&out);
     assert_eq!(report["outcome"], "success");
     assert_eq!(report["outputs"][0]["subject"], "a.b.done");
@@ -63,11 +67,7 @@ fn invoke_prints_outputs_for_each_example_guest() {
         "--key",
         "t1",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(&out);
     assert_eq!(json(&out)["outputs"][0]["subject"], "ledger.entries.acc-7");
 
     let flaky = guest("flaky");
@@ -86,11 +86,7 @@ fn invoke_prints_outputs_for_each_example_guest() {
     assert_eq!(json(&out)["outcome"], "retry");
     assert!(String::from_utf8_lossy(&out.stderr).contains("did not succeed (retry)"));
     let out = invoke(&[&args[..], &["--attempt", "2"]].concat());
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(&out);
 }
 
 #[test]
