@@ -18,6 +18,12 @@ pub const DEFAULT_MAX_OUTPUT_BYTES: u64 = 8 << 20;
 pub const DEFAULT_MAX_LOG_LINES: usize = 1_000;
 /// Default cap on log bytes (messages plus fields) per invocation.
 pub const DEFAULT_MAX_LOG_BYTES: u64 = 256 << 10;
+/// Default cap on core instances per invocation (a component is several core instances).
+pub const DEFAULT_INSTANCES: usize = 64;
+/// Default cap on linear memories per invocation.
+pub const DEFAULT_MEMORIES: usize = 8;
+/// Default cap on tables per invocation.
+pub const DEFAULT_TABLES: usize = 16;
 
 /// What one invocation of a guest may consume. Breaking any limit ends the invocation with a
 /// trap outcome whose kind names the limit.
@@ -27,10 +33,20 @@ pub struct Limits {
     /// Wall-clock time for instantiation plus the call, enforced by epoch interruption.
     #[serde(with = "humantime_serde")]
     pub deadline: Duration,
+    /// Fuel per invocation (about one unit per WebAssembly instruction): a deterministic CPU
+    /// budget on top of the deadline. `None` (the default) leaves only the deadline.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fuel: Option<u64>,
     /// Largest size a linear memory may grow to, in bytes.
     pub memory_bytes: u64,
     /// Largest number of elements a table may grow to.
     pub table_elements: u64,
+    /// Most core instances one invocation may create.
+    pub instances: usize,
+    /// Most linear memories one invocation may create.
+    pub memories: usize,
+    /// Most tables one invocation may create.
+    pub tables: usize,
     /// Most outputs one invocation may return.
     pub max_outputs: usize,
     /// Most bytes (payloads, subjects and headers) all outputs of one invocation may carry.
@@ -45,8 +61,12 @@ impl Default for Limits {
     fn default() -> Self {
         Self {
             deadline: DEFAULT_DEADLINE,
+            fuel: None,
             memory_bytes: DEFAULT_MEMORY_BYTES,
             table_elements: DEFAULT_TABLE_ELEMENTS,
+            instances: DEFAULT_INSTANCES,
+            memories: DEFAULT_MEMORIES,
+            tables: DEFAULT_TABLES,
             max_outputs: DEFAULT_MAX_OUTPUTS,
             max_output_bytes: DEFAULT_MAX_OUTPUT_BYTES,
             max_log_lines: DEFAULT_MAX_LOG_LINES,

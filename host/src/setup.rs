@@ -1,5 +1,6 @@
 //! Creating or verifying what the host needs on the server: the source stream and its durable
-//! consumer, the claim bucket, the dead-letter stream and the output streams.
+//! consumers (one per route, plus one for subjects no route takes), the claim bucket, the
+//! dead-letter stream and the output streams.
 
 use anyhow::Context as _;
 use async_nats::jetstream::consumer::{pull, AckPolicy, PullConsumer};
@@ -12,8 +13,8 @@ use crate::subject;
 
 /// Handles to everything set up.
 pub struct Setup {
-    /// The durable pull consumer on the source stream.
-    pub consumer: PullConsumer,
+    /// The source stream, on which route consumers are created.
+    pub source: stream::Stream,
     /// The claim bucket.
     pub claims: Store,
 }
@@ -54,30 +55,77 @@ pub async fn ensure(js: &Context, config: &Config) -> anyhow::Result<Setup> {
             o.name
         );
     }
-    let consumer = source
-        .get_or_create_consumer(
-            &config.source.consumer,
-            pull::Config {
-                durable_name: Some(config.source.consumer.clone()),
-                ack_policy: AckPolicy::Explicit,
-                ack_wait: config.source.ack_wait,
-                // Unlimited: the host counts attempts per key and dead-letters by itself.
-                max_deliver: -1,
-                max_ack_pending: config.source.max_ack_pending,
-                // Every source subject, so a message no route matches is dead-lettered, not stranded.
-                filter_subjects: config.source_subjects(),
-                ..Default::default()
-            },
-        )
+    let claims = ensure_bucket(js, config).await?;
+    Ok(Setup { source, claims })
+}
+
+/// The durable name of a route's consumer: `<source.consumer>-<route>`.
+pub fn route_consumer_name(config: &Config, route: &str) -> String {
+    format!("{}-{route}", config.source.consumer)
+}
+
+/// Creates or updates the durable consumer of one route: it sees only the route's subject,
+/// so a slow route never holds back another, and a route that is not served leaves its
+/// messages waiting in the stream.
+pub async fn route_consumer(
+    source: &stream::Stream,
+    config: &Config,
+    route: &str,
+    filter: &str,
+) -> anyhow::Result<PullConsumer> {
+    let name = route_consumer_name(config, route);
+    create_consumer(source, config, &name, vec![filter.to_string()]).await
+}
+
+/// The consumer for source subjects no route covers, named `source.consumer`: it
+/// dead-letters what no route takes. `None` when the routes cover every source subject
+/// (a leftover consumer of that name is then deleted).
+pub async fn unrouted_consumer(
+    source: &stream::Stream,
+    config: &Config,
+) -> anyhow::Result<Option<PullConsumer>> {
+    let name = &config.source.consumer;
+    let covered = config
+        .source_subjects()
+        .iter()
+        .all(|s| config.routes.iter().any(|r| subject::covers(&r.subject, s)));
+    if covered {
+        if source.consumer_info(name).await.is_ok() {
+            source
+                .delete_consumer(name)
+                .await
+                .with_context(|| format!("cannot delete unused consumer `{name}`"))?;
+        }
+        return Ok(None);
+    }
+    let consumer = create_consumer(source, config, name, config.source_subjects()).await?;
+    Ok(Some(consumer))
+}
+
+async fn create_consumer(
+    source: &stream::Stream,
+    config: &Config,
+    name: &str,
+    filter_subjects: Vec<String>,
+) -> anyhow::Result<PullConsumer> {
+    source
+        .create_consumer(pull::Config {
+            durable_name: Some(name.to_string()),
+            ack_policy: AckPolicy::Explicit,
+            ack_wait: config.source.ack_wait,
+            // Unlimited: the host counts attempts per key and dead-letters by itself.
+            max_deliver: -1,
+            max_ack_pending: config.source.max_ack_pending,
+            filter_subjects,
+            ..Default::default()
+        })
         .await
         .with_context(|| {
             format!(
-                "cannot create or bind consumer `{}` (`source.consumer`) on stream `{}`",
-                config.source.consumer, config.source.stream
+                "cannot create or update consumer `{name}` on stream `{}` (`source.consumer`)",
+                config.source.stream
             )
-        })?;
-    let claims = ensure_bucket(js, config).await?;
-    Ok(Setup { consumer, claims })
+        })
 }
 
 async fn ensure_stream(

@@ -12,6 +12,7 @@ use serde::Deserialize;
 use thiserror::Error;
 
 use crate::limits::Limits;
+use crate::runtime::TrapKind;
 
 /// Default source stream name.
 pub const DEFAULT_STREAM: &str = "DEDUP_EVENTS";
@@ -112,10 +113,12 @@ pub struct HostConfig {
     /// Identifies this process in claim records; generated per process start when unset.
     /// Two live processes must never share one.
     pub instance_id: Option<String>,
-    /// Guests running at once.
+    /// Guests of one route running at once (each route's default; see `routes[].concurrency`).
+    /// Routes have separate slots, so a slow or hostile route cannot take another's.
     pub concurrency: usize,
-    /// Messages in flight at once. Most of a message's life is network round trips (claim,
-    /// publish, record, ack) that need no guest slot, so this is larger than `concurrency`.
+    /// Messages of one route in flight at once (each route's default). Most of a message's
+    /// life is network round trips (claim, publish, record, ack) that need no guest slot, so
+    /// this is larger than `concurrency`.
     pub max_in_flight: usize,
     /// How long shutdown waits for in-flight work.
     #[serde(with = "humantime_serde")]
@@ -333,6 +336,36 @@ pub struct RouteConfig {
     /// Resource limits of each invocation.
     #[serde(default)]
     pub limits: Limits,
+    /// Trap kinds that fail a message at once instead of being retried, e.g.
+    /// `["timeout", "memory"]` (names as in the claim record). `forbidden_output` always is.
+    #[serde(default)]
+    pub permanent_traps: Vec<TrapKind>,
+    /// Subject filters the handler may publish outputs to (wildcards allowed). Empty (the
+    /// default): no outputs at all. An output elsewhere fails its message permanently.
+    #[serde(default)]
+    pub allowed_outputs: Vec<String>,
+    /// A directory the handler may read (not write), seen by the guest as `/data`.
+    /// Relative to the config file. None by default: no files at all.
+    #[serde(default)]
+    pub read_only_dir: Option<PathBuf>,
+    /// Guests of this route running at once; `host.concurrency` when unset.
+    #[serde(default)]
+    pub concurrency: Option<usize>,
+    /// Messages of this route in flight at once; `host.max_in_flight` when unset.
+    #[serde(default)]
+    pub max_in_flight: Option<usize>,
+}
+
+impl RouteConfig {
+    /// Guests of this route running at once.
+    pub fn concurrency(&self, host: &HostConfig) -> usize {
+        self.concurrency.unwrap_or(host.concurrency)
+    }
+
+    /// Messages of this route in flight at once.
+    pub fn max_in_flight(&self, host: &HostConfig) -> usize {
+        self.max_in_flight.unwrap_or(host.max_in_flight)
+    }
 }
 
 fn default_max_payload() -> usize {

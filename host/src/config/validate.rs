@@ -291,6 +291,41 @@ impl Config {
                 at("limits.memory_bytes"),
                 format!("at most {DEFAULT_POOL_MEMORY_BYTES} bytes"),
             );
+            p.check(
+                r.limits.fuel != Some(0),
+                at("limits.fuel"),
+                "must be greater than zero, or left out for no fuel limit",
+            );
+            for (j, f) in r.allowed_outputs.iter().enumerate() {
+                p.check(
+                    subject::is_valid_filter(f),
+                    at(&format!("allowed_outputs[{j}]")),
+                    format!("`{f}` is not a valid subject filter"),
+                );
+            }
+            if let Some(dir) = &r.read_only_dir {
+                let dir = self.resolve(dir);
+                p.check(
+                    dir.is_dir(),
+                    at("read_only_dir"),
+                    format!("`{}` is not a directory", dir.display()),
+                );
+            }
+            p.check(
+                r.concurrency != Some(0),
+                at("concurrency"),
+                "must be at least 1",
+            );
+            p.check(
+                r.max_in_flight(&self.host) >= r.concurrency(&self.host),
+                at("max_in_flight"),
+                "must be at least the route's concurrency",
+            );
+            p.check(
+                self.source.max_ack_pending >= r.max_in_flight(&self.host) as i64,
+                "source.max_ack_pending",
+                format!("must be at least route `{}`'s max_in_flight, or the route sits idle", r.name),
+            );
         }
         for (i, a) in self.routes.iter().enumerate() {
             for b in &self.routes[i + 1..] {

@@ -37,8 +37,9 @@ struct Delivery {
 }
 
 impl<S: ClaimStore> Shared<S> {
-    /// Processes one delivery to its end. Never panics on a message's content.
-    pub(crate) async fn process(&self, message: jetstream::Message) {
+    /// Processes one delivery of `route`'s consumer to its end, or, with no route, one of the
+    /// consumer of subjects no route takes. Never panics on a message's content.
+    pub(crate) async fn process(&self, message: jetstream::Message, route: Option<Arc<Route>>) {
         let sequence = match message.info() {
             Ok(info) => info.stream_sequence,
             Err(e) => {
@@ -54,7 +55,11 @@ impl<S: ClaimStore> Shared<S> {
             sequence,
         };
 
-        let Some(route) = self.routes.find(&d.message.subject) else {
+        let Some(route) = route else {
+            if self.routes.find(&d.message.subject).is_some() {
+                // The route's own consumer has it.
+                return self.settle(&d, AckKind::Ack).await;
+            }
             let reason = format!("no route for subject `{}`", d.message.subject);
             return self.dead_letter_unclaimed(&d, "", "", &reason).await;
         };
@@ -146,7 +151,7 @@ impl<S: ClaimStore> Shared<S> {
         );
         let guest = c.route.guest.clone();
         let options = c.route.options.clone();
-        let slots = self.guest_slots.clone();
+        let slots = c.route.slots.clone();
         let mut call = self.guest_runtime.spawn(async move {
             let _slot = slots.acquire_owned().await.expect("guest slots open");
             guest.invoke(event, &options).await
@@ -171,6 +176,9 @@ impl<S: ClaimStore> Shared<S> {
         match invocation.outcome {
             Outcome::Success(outputs) => self.succeed(c, &outputs).await,
             Outcome::Retry { reason, delay } => self.retry_or_give_up(c, &reason, delay).await,
+            Outcome::Trap(trap) if c.route.is_permanent(trap.kind) => {
+                self.give_up(c, &trap.to_string()).await
+            }
             Outcome::Trap(trap) => self.retry_or_give_up(c, &trap.to_string(), None).await,
             Outcome::Reject { reason } => self.give_up(c, &reason).await,
         }

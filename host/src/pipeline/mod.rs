@@ -1,5 +1,6 @@
-//! The message loop: pull from the durable consumer, keep up to `host.max_in_flight` messages
-//! and `host.concurrency` guests in flight, shut down gracefully.
+//! The message loops: one per route, each pulling from the route's own durable consumer with
+//! its own budget of messages in flight and guest slots (so a slow or hostile route cannot
+//! starve another), plus one that dead-letters what no route takes; graceful shutdown.
 //!
 //! - [`routes`]: subject to handler.
 //! - `message`: one message, end to end (claim, heartbeat, invoke, settle).
@@ -37,8 +38,6 @@ pub(crate) struct Shared<S: ClaimStore> {
     claimer: Claimer<S>,
     stats: Arc<Stats>,
     guest_runtime: tokio::runtime::Handle,
-    /// Guest slots: `host.concurrency`.
-    guest_slots: Arc<Semaphore>,
 }
 
 /// Guests run on their own threads so that CPU-bound guests cannot starve NATS I/O,
@@ -118,8 +117,9 @@ pub fn new_instance_id() -> String {
 /// Connects, sets up streams, consumer and bucket, loads every route's component and starts
 /// consuming.
 pub async fn start(config: Config) -> anyhow::Result<RunningHost> {
+    let slots: usize = config.routes.iter().map(|r| r.concurrency(&config.host)).sum();
     let runtime = Runtime::new(&EngineSettings {
-        max_instances: (config.host.concurrency as u32 * 2).max(16),
+        max_instances: (slots as u32 * 2).max(16),
         ..EngineSettings::default()
     })?;
     let routes = Routes::load(&runtime, &config)?;
@@ -144,7 +144,16 @@ pub async fn start_with_routes(config: Config, routes: Routes) -> anyhow::Result
     );
     let stats = Arc::new(Stats::default());
     let guest_threads = GuestThreads::new()?;
-    let config_concurrency = config.host.concurrency;
+    let mut consumers = Vec::new();
+    for route in routes.iter() {
+        let consumer =
+            crate::setup::route_consumer(&setup.source, &config, &route.name, &route.subject)
+                .await?;
+        consumers.push((consumer, Some(route.clone()), route.max_in_flight));
+    }
+    if let Some(consumer) = crate::setup::unrouted_consumer(&setup.source, &config).await? {
+        consumers.push((consumer, None, config.host.max_in_flight));
+    }
     let shared = Arc::new(Shared {
         js,
         config: Arc::new(config),
@@ -152,10 +161,27 @@ pub async fn start_with_routes(config: Config, routes: Routes) -> anyhow::Result
         claimer,
         stats: stats.clone(),
         guest_runtime: guest_threads.handle(),
-        guest_slots: Arc::new(Semaphore::new(config_concurrency)),
     });
     let (stop, stopped) = watch::channel(false);
-    let task = tokio::spawn(consume(shared, setup.consumer, stopped, guest_threads));
+    let loops: Vec<_> = consumers
+        .into_iter()
+        .map(|(consumer, route, in_flight)| {
+            tokio::spawn(consume(
+                shared.clone(),
+                consumer,
+                route,
+                in_flight,
+                stopped.clone(),
+            ))
+        })
+        .collect();
+    let task = tokio::spawn(async move {
+        for result in futures::future::join_all(loops).await {
+            result.context("consumer loop panicked")?;
+        }
+        drop(guest_threads);
+        Ok(())
+    });
     tracing::info!(instance_id, "host started");
     Ok(RunningHost {
         instance_id,
@@ -166,13 +192,15 @@ pub async fn start_with_routes(config: Config, routes: Routes) -> anyhow::Result
     })
 }
 
+/// Pulls one consumer's messages until told to stop: a route's (`route` set) or the one for
+/// subjects no route takes.
 async fn consume<S: ClaimStore>(
     shared: Arc<Shared<S>>,
     consumer: async_nats::jetstream::consumer::PullConsumer,
+    route: Option<Arc<Route>>,
+    in_flight: usize,
     mut stopped: watch::Receiver<bool>,
-    _guest_threads: GuestThreads,
-) -> anyhow::Result<()> {
-    let in_flight = shared.config.host.max_in_flight;
+) {
     let permits = Arc::new(Semaphore::new(in_flight));
     'pull: while !*stopped.borrow() {
         let mut messages = match consumer
@@ -199,8 +227,9 @@ async fn consume<S: ClaimStore>(
             match next {
                 Some(Ok(message)) => {
                     let shared = shared.clone();
+                    let route = route.clone();
                     tokio::spawn(async move {
-                        shared.process(message).await;
+                        shared.process(message, route).await;
                         drop(permit);
                     });
                 }
@@ -223,5 +252,4 @@ async fn consume<S: ClaimStore>(
     {
         tracing::warn!("shutdown: in-flight messages did not finish within {grace:?}; their claims will lapse and be retried");
     }
-    Ok(())
 }

@@ -3,10 +3,11 @@
 use std::sync::Arc;
 
 use anyhow::Context as _;
+use tokio::sync::Semaphore;
 
 use crate::bindings::Event;
 use crate::config::{Config, KeySource, MissingKey, RouteConfig};
-use crate::runtime::{Handler, Invocation, InvokeOptions, Outcome, Runtime};
+use crate::runtime::{Handler, Invocation, InvokeOptions, Outcome, Runtime, TrapKind};
 use crate::subject;
 
 /// What runs a route's events.
@@ -53,10 +54,23 @@ pub struct Route {
     pub missing_key: MissingKey,
     /// Largest accepted payload.
     pub max_payload_bytes: usize,
-    /// Limits and configuration for invocations.
+    /// Limits, configuration and grants for invocations.
     pub options: InvokeOptions,
+    /// Trap kinds that fail a message at once.
+    pub permanent_traps: Vec<TrapKind>,
+    /// Guest slots of this route (`concurrency`).
+    pub slots: Arc<Semaphore>,
+    /// Messages of this route in flight at once.
+    pub max_in_flight: usize,
     /// The handler.
     pub guest: Guest,
+}
+
+impl Route {
+    /// Whether a trap of this kind fails the message without a retry.
+    pub fn is_permanent(&self, kind: TrapKind) -> bool {
+        kind == TrapKind::ForbiddenOutput || self.permanent_traps.contains(&kind)
+    }
 }
 
 /// All routes of a host. Route filters never overlap (validated), so at most one matches.
@@ -74,7 +88,7 @@ impl Routes {
             let handler = runtime
                 .load_file(&path)
                 .with_context(|| format!("route `{}`", r.name))?;
-            routes.push(Self::route(r, Guest::Wasm(handler)));
+            routes.push(Self::route(config, r, Guest::Wasm(handler)));
         }
         Ok(Self { routes })
     }
@@ -85,12 +99,12 @@ impl Routes {
             routes: config
                 .routes
                 .iter()
-                .map(|r| Self::route(r, guest.clone()))
+                .map(|r| Self::route(config, r, guest.clone()))
                 .collect(),
         }
     }
 
-    fn route(r: &RouteConfig, guest: Guest) -> Arc<Route> {
+    fn route(config: &Config, r: &RouteConfig, guest: Guest) -> Arc<Route> {
         Arc::new(Route {
             name: r.name.clone(),
             subject: r.subject.clone(),
@@ -100,7 +114,12 @@ impl Routes {
             options: InvokeOptions {
                 limits: r.limits.clone(),
                 config: Arc::new(r.config.clone()),
+                allowed_outputs: Some(r.allowed_outputs.clone().into()),
+                read_only_dir: r.read_only_dir.as_ref().map(|d| Arc::new(config.resolve(d))),
             },
+            permanent_traps: r.permanent_traps.clone(),
+            slots: Arc::new(Semaphore::new(r.concurrency(&config.host))),
+            max_in_flight: r.max_in_flight(&config.host),
             guest,
         })
     }

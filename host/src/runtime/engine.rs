@@ -21,6 +21,9 @@ pub struct EngineSettings {
     pub max_instances: u32,
     /// The largest linear memory any route may allow; per-route limits must not exceed it.
     pub max_memory_bytes: u64,
+    /// Enforce limits (deadline, fuel, memory, tables). Always on in the host; turning it off
+    /// exists only to measure what the limits cost.
+    pub metered: bool,
 }
 
 impl Default for EngineSettings {
@@ -28,6 +31,7 @@ impl Default for EngineSettings {
         Self {
             max_instances: DEFAULT_MAX_INSTANCES,
             max_memory_bytes: DEFAULT_POOL_MEMORY_BYTES,
+            metered: true,
         }
     }
 }
@@ -54,7 +58,8 @@ pub fn build(settings: &EngineSettings) -> anyhow::Result<Engine> {
     let mut config = Config::new();
     config
         .wasm_component_model(true)
-        .epoch_interruption(true)
+        .epoch_interruption(settings.metered)
+        .consume_fuel(settings.metered)
         // Trap reasons come from the trap code and the guest's stderr; backtraces of
         // untrusted, usually stripped guests only cost time.
         .wasm_backtrace_max_frames(None)

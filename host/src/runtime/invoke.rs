@@ -1,6 +1,7 @@
 //! Running one event through a handler in a fresh store.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -11,14 +12,21 @@ use super::state::{GuestState, LogContext};
 use super::Handler;
 use crate::bindings::{Event, Failure, Output};
 use crate::limits::Limits;
+use crate::subject;
 
-/// Per-route settings for an invocation.
+/// Per-route settings for an invocation: its limits and its grants.
 #[derive(Debug, Clone, Default)]
 pub struct InvokeOptions {
     /// Resource limits.
     pub limits: Limits,
     /// The route's configuration values, visible through the `config` import.
     pub config: Arc<BTreeMap<String, String>>,
+    /// Subject filters the outputs must match; an output outside them is a
+    /// [`TrapKind::ForbiddenOutput`]. `None` allows any subject (local runs that publish
+    /// nothing); the pipeline always sets it, empty by default.
+    pub allowed_outputs: Option<Arc<[String]>>,
+    /// A host directory the guest may read, mounted at [`super::state::GUEST_DIR`].
+    pub read_only_dir: Option<Arc<PathBuf>>,
 }
 
 impl Handler {
@@ -30,21 +38,24 @@ impl Handler {
             key: event.key.clone(),
             attempt: event.attempt,
         };
-        let state = GuestState::new(options.config.clone(), options.limits.clone(), context);
-        let mut store = Store::new(self.inner.pre.engine(), state);
-        store.limiter(|state| state);
-        store.set_epoch_deadline(1);
-        store.epoch_deadline_callback(|mut ctx| {
-            let state = ctx.data_mut();
-            if Instant::now() >= state.deadline {
-                let deadline = state.limits.deadline;
-                return Err(state.breach(
-                    TrapKind::Timeout,
-                    format!("ran past its deadline of {}ms", deadline.as_millis()),
-                ));
+        let state = match GuestState::new(options, context) {
+            Ok(state) => state,
+            Err(e) => {
+                let trap = Trap {
+                    kind: TrapKind::Instantiate,
+                    message: e.to_string(),
+                };
+                return Invocation {
+                    outcome: Outcome::Trap(trap),
+                    logs: Vec::new(),
+                    elapsed: started.elapsed(),
+                };
             }
-            Ok(UpdateDeadline::Yield(1))
-        });
+        };
+        let mut store = Store::new(self.inner.pre.engine(), state);
+        if self.inner.metered {
+            meter(&mut store, &options.limits);
+        }
 
         let result = match self.inner.pre.instantiate_async(&mut store).await {
             Ok(bindings) => {
@@ -57,7 +68,7 @@ impl Handler {
             Err(e) => Err(classify(store.data_mut(), e, TrapKind::Instantiate)),
         };
         let outcome = match result {
-            Ok(Ok(outputs)) => check_outputs(outputs, &options.limits),
+            Ok(Ok(outputs)) => check_outputs(outputs, options),
             Ok(Err(Failure::Retry(r))) => Outcome::Retry {
                 reason: r.reason,
                 delay: r.delay_ms.map(Duration::from_millis),
@@ -74,6 +85,27 @@ impl Handler {
     }
 }
 
+/// Arms the limits: memory and table limiter, fuel, and the deadline checked (with a yield to
+/// the executor) at every epoch tick.
+fn meter(store: &mut Store<GuestState>, limits: &Limits) {
+    store.limiter(|state| state);
+    store
+        .set_fuel(limits.fuel.unwrap_or(u64::MAX))
+        .expect("the engine consumes fuel when metered");
+    store.set_epoch_deadline(1);
+    store.epoch_deadline_callback(|mut ctx| {
+        let state = ctx.data_mut();
+        if Instant::now() >= state.deadline {
+            let deadline = state.limits.deadline;
+            return Err(state.breach(
+                TrapKind::Timeout,
+                format!("ran past its deadline of {}ms", deadline.as_millis()),
+            ));
+        }
+        Ok(UpdateDeadline::Yield(1))
+    });
+}
+
 /// Turns a wasmtime error into a trap, preferring the limit a host hook recorded.
 fn classify(state: &mut GuestState, err: wasmtime::Error, default: TrapKind) -> Trap {
     if let Some((kind, message)) = state.breach.take() {
@@ -81,6 +113,7 @@ fn classify(state: &mut GuestState, err: wasmtime::Error, default: TrapKind) -> 
     }
     let kind = match err.downcast_ref::<wasmtime::Trap>() {
         Some(wasmtime::Trap::StackOverflow) => TrapKind::StackOverflow,
+        Some(wasmtime::Trap::OutOfFuel) => TrapKind::Fuel,
         _ => default,
     };
     let mut message = match err.downcast_ref::<wasmtime::Trap>() {
@@ -99,8 +132,9 @@ fn classify(state: &mut GuestState, err: wasmtime::Error, default: TrapKind) -> 
     Trap { kind, message }
 }
 
-/// Enforces the output count and size limits.
-fn check_outputs(outputs: Vec<Output>, limits: &Limits) -> Outcome {
+/// Enforces the output count and size limits and the allowed output subjects.
+fn check_outputs(outputs: Vec<Output>, options: &InvokeOptions) -> Outcome {
+    let limits = &options.limits;
     if outputs.len() > limits.max_outputs {
         return Outcome::Trap(Trap {
             kind: TrapKind::OutputLimit,
@@ -120,6 +154,20 @@ fn check_outputs(outputs: Vec<Output>, limits: &Limits) -> Outcome {
                 limits.max_output_bytes
             ),
         });
+    }
+    if let Some(allowed) = &options.allowed_outputs {
+        let forbidden = outputs
+            .iter()
+            .find(|o| !allowed.iter().any(|f| subject::matches(f, &o.subject)));
+        if let Some(o) = forbidden {
+            return Outcome::Trap(Trap {
+                kind: TrapKind::ForbiddenOutput,
+                message: format!(
+                    "output subject `{}` is outside the route's allowed_outputs {:?}",
+                    o.subject, allowed
+                ),
+            });
+        }
     }
     Outcome::Success(outputs)
 }

@@ -25,6 +25,7 @@ use state::GuestState;
 #[derive(Clone)]
 pub struct Runtime {
     engine: Engine,
+    metered: bool,
     linker: Arc<Linker<GuestState>>,
 }
 
@@ -40,6 +41,7 @@ impl Runtime {
         )?;
         Ok(Self {
             engine,
+            metered: settings.metered,
             linker: Arc::new(linker),
         })
     }
@@ -85,6 +87,7 @@ impl Runtime {
                 digest,
                 component,
                 pre,
+                metered: self.metered,
             }),
         })
     }
@@ -107,6 +110,7 @@ struct HandlerInner {
     digest: String,
     component: Component,
     pre: HandlerGuestPre<GuestState>,
+    metered: bool,
 }
 
 impl Handler {

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::bindings::{Level, Output};
 
@@ -51,17 +51,22 @@ impl Outcome {
 }
 
 /// Why a guest's instance was discarded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TrapKind {
     /// The guest ran past its wall-clock deadline.
     Timeout,
+    /// The guest used up its fuel budget.
+    Fuel,
     /// The guest tried to grow a memory or table past its limit.
     Memory,
     /// The guest exhausted its call stack.
     StackOverflow,
     /// The guest returned more outputs, or bigger ones, than allowed.
     OutputLimit,
+    /// The guest returned an output on a subject its route does not allow. Always permanent:
+    /// running the same code again would do the same.
+    ForbiddenOutput,
     /// The guest logged more than allowed.
     LogLimit,
     /// The guest trapped by itself: a panic, `unreachable`, an invalid memory access, ...
@@ -75,9 +80,11 @@ impl TrapKind {
     pub fn as_str(self) -> &'static str {
         match self {
             TrapKind::Timeout => "timeout",
+            TrapKind::Fuel => "fuel exhausted",
             TrapKind::Memory => "memory limit",
             TrapKind::StackOverflow => "stack overflow",
             TrapKind::OutputLimit => "output limit",
+            TrapKind::ForbiddenOutput => "forbidden output",
             TrapKind::LogLimit => "log limit",
             TrapKind::Guest => "guest trap",
             TrapKind::Instantiate => "instantiation failed",

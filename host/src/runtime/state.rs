@@ -7,13 +7,17 @@ use std::time::Instant;
 use wasmtime::component::ResourceTable;
 use wasmtime::ResourceLimiter;
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
-use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
+use super::invoke::InvokeOptions;
 use super::outcome::{LogLine, TrapKind};
 use crate::limits::Limits;
 
 /// How many bytes of a guest's stderr are kept (panic messages land there).
 const STDERR_CAPACITY: usize = 8 << 10;
+
+/// Where a route's read-only directory appears inside the guest.
+pub const GUEST_DIR: &str = "/data";
 
 /// Identifies the invocation in the host's logs.
 #[derive(Debug, Clone, Default)]
@@ -42,27 +46,39 @@ pub struct GuestState {
 }
 
 impl GuestState {
-    /// A state with nothing granted: no files, environment, arguments or sockets.
-    pub(crate) fn new(
-        config: Arc<BTreeMap<String, String>>,
-        limits: Limits,
-        context: LogContext,
-    ) -> Self {
+    /// A state with nothing granted but what `options` grants: no environment, arguments,
+    /// sockets or name lookups; no files except the route's read-only directory, if any.
+    /// Fails only if that directory cannot be opened.
+    pub(crate) fn new(options: &InvokeOptions, context: LogContext) -> std::io::Result<Self> {
         let stderr = MemoryOutputPipe::new(STDERR_CAPACITY);
-        let wasi = WasiCtxBuilder::new().stderr(stderr.clone()).build();
+        let mut wasi = WasiCtxBuilder::new();
+        wasi.stderr(stderr.clone())
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false);
+        if let Some(dir) = &options.read_only_dir {
+            wasi.preopened_dir(dir.as_path(), GUEST_DIR, FsPerms::ReadOnly)
+                .map_err(|e| {
+                    std::io::Error::other(format!(
+                        "cannot open read-only directory `{}`: {e:#}",
+                        dir.display()
+                    ))
+                })?;
+        }
+        let limits = options.limits.clone();
         let deadline = Instant::now() + limits.deadline;
-        Self {
-            wasi,
+        Ok(Self {
+            wasi: wasi.build(),
             table: ResourceTable::new(),
             stderr,
-            config,
+            config: options.config.clone(),
             limits,
             deadline,
             logs: Vec::new(),
             log_bytes: 0,
             context,
             breach: None,
-        }
+        })
     }
 
     /// Records the first limit broken during this invocation.
@@ -120,5 +136,17 @@ impl ResourceLimiter for GuestState {
             ));
         }
         Ok(true)
+    }
+
+    fn instances(&self) -> usize {
+        self.limits.instances
+    }
+
+    fn tables(&self) -> usize {
+        self.limits.tables
+    }
+
+    fn memories(&self) -> usize {
+        self.limits.memories
     }
 }

@@ -1,8 +1,9 @@
 //! Test guest that misbehaves on request: the payload names the misbehaviour.
 //!
 //! Used by the host's tests to check that a guest cannot crash, stall or escape the host.
-//! `sleep:<ms>` sleeps, then reports its fencing token. Any other payload is echoed back on
-//! `<subject>.done`.
+//! `sleep:<ms>` sleeps, then reports its fencing token; `read:<path>` returns a file's
+//! contents; `trap-midway` logs and outputs, then hits `unreachable`. Any other payload is
+//! echoed back on `<subject>.done`.
 
 wit_bindgen::generate!({
     path: "../../../wit",
@@ -23,6 +24,18 @@ fn output(subject: String, payload: Vec<u8>) -> Output {
 fn recurse(depth: u64, pad: [u8; 64]) -> u64 {
     std::hint::black_box(pad);
     recurse(depth + 1, pad) + 1
+}
+
+/// Opens a TCP socket to 127.0.0.1:4222 through WASI sockets directly (not through libc).
+fn connect() -> Result<(), String> {
+    use wasi::sockets::network::{IpAddressFamily, IpSocketAddress, Ipv4SocketAddress};
+    let socket = wasi::sockets::tcp_create_socket::create_tcp_socket(IpAddressFamily::Ipv4)
+        .map_err(|e| format!("create: {e:?}"))?;
+    let network = wasi::sockets::instance_network::instance_network();
+    let address = IpSocketAddress::Ipv4(Ipv4SocketAddress { port: 4222, address: (127, 0, 0, 1) });
+    socket.start_connect(&network, address).map_err(|e| format!("connect: {e:?}"))?;
+    socket.subscribe().block();
+    socket.finish_connect().map(|_| ()).map_err(|e| format!("connect: {e:?}"))
 }
 
 impl Guest for Hostile {
@@ -58,6 +71,20 @@ impl Guest for Hostile {
             "file" => match std::fs::read_to_string("/etc/passwd") {
                 Ok(s) => Ok(vec![output(done, s.into_bytes())]),
                 Err(e) => Err(Failure::Reject(format!("file: {e}"))),
+            },
+            "socket" => match connect() {
+                Ok(()) => Ok(vec![output(done, b"connected".to_vec())]),
+                Err(e) => Err(Failure::Reject(format!("socket: {e}"))),
+            },
+            "trap-midway" => {
+                log(Level::Info, "halfway there", &[]);
+                let partial = vec![output(done, b"partial".to_vec())];
+                std::hint::black_box(&partial);
+                core::arch::wasm32::unreachable()
+            }
+            s if s.starts_with("read:") => match std::fs::read_to_string(&s["read:".len()..]) {
+                Ok(text) => Ok(vec![output(done, text.into_bytes())]),
+                Err(e) => Err(Failure::Reject(format!("read: {e}"))),
             },
             s if s.starts_with("sleep:") => {
                 let ms: u64 = s["sleep:".len()..].parse().unwrap_or(0);
