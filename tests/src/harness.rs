@@ -10,6 +10,7 @@ use async_nats::HeaderMap;
 use dedup_host::claim::{key, ClaimRecord};
 use dedup_host::config::Config;
 use dedup_host::pipeline::{self, RunningHost};
+use futures::StreamExt;
 
 use crate::guests::{guest, host_binary};
 use crate::nats::NatsServer;
@@ -219,16 +220,21 @@ duplicate_window = "1m"
         Some(ClaimRecord::from_bytes(&entry).expect("claim record parses"))
     }
 
-    /// Pending and unacknowledged counts of the shared consumer.
+    /// Pending and unacknowledged counts, summed over every consumer of the source stream
+    /// (one per route, plus the one for unrouted subjects).
     pub async fn pending(&self) -> (u64, usize) {
         let stream = self.js.get_stream(SOURCE).await.expect("source stream");
-        let mut consumer: async_nats::jetstream::consumer::PullConsumer =
-            stream.get_consumer(CONSUMER).await.expect("consumer");
-        let info = consumer.info().await.expect("consumer info");
-        (info.num_pending, info.num_ack_pending)
+        let mut infos = stream.consumers();
+        let (mut pending, mut unacked) = (0, 0);
+        while let Some(info) = infos.next().await {
+            let info = info.expect("consumer info");
+            pending += info.num_pending;
+            unacked += info.num_ack_pending;
+        }
+        (pending, unacked)
     }
 
-    /// Waits until the consumer has nothing pending or unacknowledged.
+    /// Waits until the consumers have nothing pending or unacknowledged.
     pub async fn wait_drained(&self, timeout: Duration) {
         let started = Instant::now();
         loop {

@@ -324,7 +324,10 @@ impl Config {
             p.check(
                 self.source.max_ack_pending >= r.max_in_flight(&self.host) as i64,
                 "source.max_ack_pending",
-                format!("must be at least route `{}`'s max_in_flight, or the route sits idle", r.name),
+                format!(
+                    "must be at least route `{}`'s max_in_flight, or the route sits idle",
+                    r.name
+                ),
             );
         }
         for (i, a) in self.routes.iter().enumerate() {

@@ -117,7 +117,11 @@ pub fn new_instance_id() -> String {
 /// Connects, sets up streams, consumer and bucket, loads every route's component and starts
 /// consuming.
 pub async fn start(config: Config) -> anyhow::Result<RunningHost> {
-    let slots: usize = config.routes.iter().map(|r| r.concurrency(&config.host)).sum();
+    let slots: usize = config
+        .routes
+        .iter()
+        .map(|r| r.concurrency(&config.host))
+        .sum();
     let runtime = Runtime::new(&EngineSettings {
         max_instances: (slots as u32 * 2).max(16),
         ..EngineSettings::default()

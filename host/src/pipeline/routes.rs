@@ -115,7 +115,10 @@ impl Routes {
                 limits: r.limits.clone(),
                 config: Arc::new(r.config.clone()),
                 allowed_outputs: Some(r.allowed_outputs.clone().into()),
-                read_only_dir: r.read_only_dir.as_ref().map(|d| Arc::new(config.resolve(d))),
+                read_only_dir: r
+                    .read_only_dir
+                    .as_ref()
+                    .map(|d| Arc::new(config.resolve(d))),
             },
             permanent_traps: r.permanent_traps.clone(),
             slots: Arc::new(Semaphore::new(r.concurrency(&config.host))),

@@ -24,6 +24,18 @@ pub struct EngineSettings {
     /// Enforce limits (deadline, fuel, memory, tables). Always on in the host; turning it off
     /// exists only to measure what the limits cost.
     pub metered: bool,
+    /// How many guests that run past [`FAST_SLICE`] may execute at once. Such long runners
+    /// take turns on these lanes one epoch tick at a time, so loops and heavy jobs cannot take
+    /// every core from short handlers and the host's own work.
+    pub long_running_lanes: usize,
+}
+
+/// A guest that has run this long is a long runner and needs a lane to go on.
+pub const FAST_SLICE: Duration = Duration::from_millis(2);
+
+/// The default number of long-running lanes: half the cores, at least one.
+pub fn default_lanes() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1))
 }
 
 impl Default for EngineSettings {
@@ -32,6 +44,7 @@ impl Default for EngineSettings {
             max_instances: DEFAULT_MAX_INSTANCES,
             max_memory_bytes: DEFAULT_POOL_MEMORY_BYTES,
             metered: true,
+            long_running_lanes: default_lanes(),
         }
     }
 }

@@ -5,7 +5,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use tokio::sync::Semaphore;
 use wasmtime::{Store, UpdateDeadline};
+
+use super::engine::FAST_SLICE;
 
 use super::outcome::{Invocation, Outcome, Trap, TrapKind};
 use super::state::{GuestState, LogContext};
@@ -54,7 +57,7 @@ impl Handler {
         };
         let mut store = Store::new(self.inner.pre.engine(), state);
         if self.inner.metered {
-            meter(&mut store, &options.limits);
+            meter(&mut store, &options.limits, self.inner.lanes.clone());
         }
 
         let result = match self.inner.pre.instantiate_async(&mut store).await {
@@ -85,15 +88,16 @@ impl Handler {
     }
 }
 
-/// Arms the limits: memory and table limiter, fuel, and the deadline checked (with a yield to
-/// the executor) at every epoch tick.
-fn meter(store: &mut Store<GuestState>, limits: &Limits) {
+/// Arms the limits: memory and table limiter, fuel, and the deadline checked at every epoch
+/// tick. At each tick the guest yields to the executor; past [`FAST_SLICE`] it also gives
+/// back its long-running lane and queues for one again, so long runners take turns.
+fn meter(store: &mut Store<GuestState>, limits: &Limits, lanes: Arc<Semaphore>) {
     store.limiter(|state| state);
     store
         .set_fuel(limits.fuel.unwrap_or(u64::MAX))
         .expect("the engine consumes fuel when metered");
     store.set_epoch_deadline(1);
-    store.epoch_deadline_callback(|mut ctx| {
+    store.epoch_deadline_callback(move |mut ctx| {
         let state = ctx.data_mut();
         if Instant::now() >= state.deadline {
             let deadline = state.limits.deadline;
@@ -102,7 +106,20 @@ fn meter(store: &mut Store<GuestState>, limits: &Limits) {
                 format!("ran past its deadline of {}ms", deadline.as_millis()),
             ));
         }
-        Ok(UpdateDeadline::Yield(1))
+        if state.started.elapsed() < FAST_SLICE {
+            return Ok(UpdateDeadline::Yield(1));
+        }
+        let slot = state.lane.clone();
+        drop(slot.lock().expect("lane slot").take());
+        let lanes = lanes.clone();
+        Ok(UpdateDeadline::YieldCustom(
+            1,
+            Box::pin(async move {
+                tokio::task::yield_now().await;
+                let permit = lanes.acquire_owned().await.expect("lanes open");
+                *slot.lock().expect("lane slot") = Some(permit);
+            }),
+        ))
     });
 }
 

@@ -11,6 +11,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
+use tokio::sync::Semaphore;
 use wasmtime::component::{Component, Linker};
 use wasmtime::Engine;
 
@@ -26,6 +27,7 @@ use state::GuestState;
 pub struct Runtime {
     engine: Engine,
     metered: bool,
+    lanes: Arc<Semaphore>,
     linker: Arc<Linker<GuestState>>,
 }
 
@@ -42,6 +44,7 @@ impl Runtime {
         Ok(Self {
             engine,
             metered: settings.metered,
+            lanes: Arc::new(Semaphore::new(settings.long_running_lanes.max(1))),
             linker: Arc::new(linker),
         })
     }
@@ -88,6 +91,7 @@ impl Runtime {
                 component,
                 pre,
                 metered: self.metered,
+                lanes: self.lanes.clone(),
             }),
         })
     }
@@ -111,6 +115,8 @@ struct HandlerInner {
     component: Component,
     pre: HandlerGuestPre<GuestState>,
     metered: bool,
+    /// The process's long-running lanes (see [`EngineSettings::long_running_lanes`]).
+    lanes: Arc<Semaphore>,
 }
 
 impl Handler {

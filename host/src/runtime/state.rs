@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
+use tokio::sync::OwnedSemaphorePermit;
 use wasmtime::component::ResourceTable;
 use wasmtime::ResourceLimiter;
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
@@ -37,7 +38,10 @@ pub struct GuestState {
     pub(crate) stderr: MemoryOutputPipe,
     pub(crate) config: Arc<BTreeMap<String, String>>,
     pub(crate) limits: Limits,
+    pub(crate) started: Instant,
     pub(crate) deadline: Instant,
+    /// The long-running lane this guest holds for the current tick, once it is a long runner.
+    pub(crate) lane: Arc<std::sync::Mutex<Option<OwnedSemaphorePermit>>>,
     pub(crate) logs: Vec<LogLine>,
     pub(crate) log_bytes: u64,
     pub(crate) context: LogContext,
@@ -66,8 +70,11 @@ impl GuestState {
                 })?;
         }
         let limits = options.limits.clone();
-        let deadline = Instant::now() + limits.deadline;
+        let started = Instant::now();
+        let deadline = started + limits.deadline;
         Ok(Self {
+            started,
+            lane: Arc::default(),
             wasi: wasi.build(),
             table: ResourceTable::new(),
             stderr,

@@ -169,6 +169,7 @@ subjects = ["g{name}.in.*.done"]
 name = "bench"
 subject = "g{name}.in.*"
 component = "{component}"
+allowed_outputs = ["g{name}.in.*.done"]
 "#,
         url = server.url(),
         component = guest("uppercase").display()

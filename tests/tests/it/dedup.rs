@@ -10,6 +10,7 @@ const UPPER_BY_HEADER: &str = r#"
 name = "upper"
 subject = "in.upper.*"
 component = "{guest:uppercase}"
+allowed_outputs = ["in.upper.*.done"]
 key = { header = "Idem-Key" }
 "#;
 
@@ -74,7 +75,7 @@ async fn a_thousand_events_with_duplicates_and_two_hosts_give_a_thousand_outputs
     assert_eq!(
         sa.duplicates + sb.duplicates,
         300,
-        "every second copy is a dedup hit"
+        "every second copy is a dedup hit: {sa:?} {sb:?}"
     );
     assert!(
         sa.processed > 0 && sb.processed > 0,

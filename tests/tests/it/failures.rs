@@ -13,30 +13,35 @@ name = "flaky"
 subject = "in.flaky.*"
 component = "{guest:flaky}"
 config = { succeed_on_attempt = "3" }
+allowed_outputs = ["in.flaky.*.done"]
 
 [[routes]]
 name = "stubborn"
 subject = "in.stubborn.*"
 component = "{guest:flaky}"
 config = { succeed_on_attempt = "100" }
+allowed_outputs = ["in.stubborn.*.done"]
 
 [[routes]]
 name = "ledger"
 subject = "in.ledger.*"
 component = "{guest:ledger}"
 key = { json_pointer = "/transaction_id" }
+allowed_outputs = ["ledger.entries.>"]
 
 [[routes]]
 name = "small"
 subject = "in.small.*"
 component = "{guest:uppercase}"
 max_payload_bytes = 16
+allowed_outputs = ["in.small.*.done"]
 
 [[routes]]
 name = "seq"
 subject = "in.seq.*"
 component = "{guest:uppercase}"
 missing_key = "stream_sequence"
+allowed_outputs = ["in.seq.*.done"]
 "#;
 
 fn timing() -> Timing {

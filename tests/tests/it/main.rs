@@ -7,4 +7,5 @@ mod dedup;
 mod failures;
 mod limits;
 mod runtime;
+mod sandbox;
 mod takeover;

@@ -14,6 +14,7 @@ const SLEEPY: &str = r#"
 name = "sleepy"
 subject = "in.sleepy.*"
 component = "{guest:hostile}"
+allowed_outputs = ["in.sleepy.*.done"]
 "#;
 
 async fn claimed_by(env: &TestEnv, key: &str, owner: &str) -> ClaimRecord {
