@@ -120,6 +120,10 @@ pub struct HostConfig {
     /// life is network round trips (claim, publish, record, ack) that need no guest slot, so
     /// this is larger than `concurrency`.
     pub max_in_flight: usize,
+    /// How many guests that run past their first 2 ms may execute at once; they take turns
+    /// a millisecond at a time. Keeps loops and heavy handlers from taking every core from
+    /// short handlers and the host's own work. Default: half the cores, at least one.
+    pub long_running_lanes: Option<usize>,
     /// How long shutdown waits for in-flight work.
     #[serde(with = "humantime_serde")]
     pub shutdown_grace: Duration,
@@ -131,6 +135,7 @@ impl Default for HostConfig {
             instance_id: None,
             concurrency: DEFAULT_CONCURRENCY,
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
+            long_running_lanes: None,
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
         }
     }

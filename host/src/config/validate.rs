@@ -138,6 +138,11 @@ impl Config {
             "must be at least 1",
         );
         p.check(
+            self.host.long_running_lanes != Some(0),
+            "host.long_running_lanes",
+            "must be at least 1",
+        );
+        p.check(
             self.host.max_in_flight >= self.host.concurrency,
             "host.max_in_flight",
             "must be at least host.concurrency",

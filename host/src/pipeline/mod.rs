@@ -124,6 +124,10 @@ pub async fn start(config: Config) -> anyhow::Result<RunningHost> {
         .sum();
     let runtime = Runtime::new(&EngineSettings {
         max_instances: (slots as u32 * 2).max(16),
+        long_running_lanes: config
+            .host
+            .long_running_lanes
+            .unwrap_or_else(crate::runtime::engine::default_lanes),
         ..EngineSettings::default()
     })?;
     let routes = Routes::load(&runtime, &config)?;

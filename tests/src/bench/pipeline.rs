@@ -68,24 +68,7 @@ pub async fn run(messages: usize, samples: usize) -> anyhow::Result<()> {
 }
 
 async fn publish_batch(js: &Context, subject: &str, prefix: &str, n: usize) -> anyhow::Result<()> {
-    let mut acks = Vec::with_capacity(1024);
-    for i in 0..n {
-        let mut h = HeaderMap::new();
-        h.insert("Nats-Msg-Id", format!("{prefix}-{i}").as_str());
-        acks.push(
-            js.publish_with_headers(subject.to_string(), h, vec![b'a'; 1024].into())
-                .await?,
-        );
-        if acks.len() == 1024 {
-            for a in acks.drain(..) {
-                a.await?;
-            }
-        }
-    }
-    for a in acks {
-        a.await?;
-    }
-    Ok(())
+    super::publish_many(js, subject, prefix, n, &[b'a'; 1024]).await
 }
 
 async fn raw_pull_ack(js: &Context, n: usize, samples: usize) -> anyhow::Result<Figures> {

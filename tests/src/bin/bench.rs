@@ -1,5 +1,5 @@
 //! `dedup-bench`: runs dedup-host's benchmarks:
-//! `dedup-bench invoke [ITERATIONS]`, `dedup-bench pipeline [MESSAGES] [LATENCY_SAMPLES]`.
+//! `dedup-bench invoke [ITERATIONS]`, `dedup-bench pipeline [MESSAGES] [LATENCY_SAMPLES]`, `dedup-bench fairness [MESSAGES]`.
 
 use dedup_host_tests::bench;
 
@@ -17,6 +17,7 @@ async fn main() -> anyhow::Result<()> {
     match which {
         "invoke" => bench::invoke::run(number(1, 20_000)?).await,
         "pipeline" => bench::pipeline::run(number(1, 20_000)?, number(2, 500)?).await,
-        other => anyhow::bail!("unknown benchmark `{other}`; choose: invoke, pipeline"),
+        "fairness" => bench::fairness::run(number(1, 20_000)?).await,
+        other => anyhow::bail!("unknown benchmark `{other}`; choose: invoke, pipeline, fairness"),
     }
 }
