@@ -63,6 +63,12 @@ fn each_class_of_mistake_names_its_field() {
         ("name = \"orders\"", "name = \"orders\"\nkey = { subject_token = 4 }", "routes[0].key.subject_token"),
         ("[source]", "[[output_streams]]\nname = \"OUT\"\nsubjects = [\"x.>\"]\nduplicate_window = \"10s\"\n[source]", "output_streams[0].duplicate_window"),
         ("[source]", "[dead_letter]\nsubject = \"orders.dead\"\n[source]", "dead_letter.subject"),
+        ("name = \"orders\"", "name = \"orders\"\nallowed_outputs = [\"out..x\"]", "routes[0].allowed_outputs[0]"),
+        ("name = \"orders\"", "name = \"orders\"\nread_only_dir = \"/no/such/dir\"", "routes[0].read_only_dir"),
+        ("name = \"orders\"", "name = \"orders\"\nlimits = { fuel = 0 }", "routes[0].limits.fuel"),
+        ("name = \"orders\"", "name = \"orders\"\npermanent_traps = [\"sometimes\"]", "unknown variant `sometimes`"),
+        ("name = \"orders\"", "name = \"orders\"\nconcurrency = 0", "routes[0].concurrency"),
+        ("[source]", "[host]\nlong_running_lanes = 0\n[source]", "host.long_running_lanes"),
     ];
     for (from, to, expected) in cases {
         let text = good().replacen(from, to, 1);
