@@ -12,6 +12,7 @@
 pub mod bindings;
 pub mod claim;
 pub mod cli;
+pub mod components;
 pub mod config;
 pub mod connect;
 pub mod dev;

@@ -1,5 +1,6 @@
 //! The `dedup-host` command line: flag definitions and dispatch to each subcommand.
 
+mod deploy;
 mod dev;
 mod invoke;
 mod payload;
@@ -29,6 +30,12 @@ pub enum Command {
     Dev(dev::DevArgs),
     /// Publish one event with a `Nats-Msg-Id`.
     Publish(publish::PublishArgs),
+    /// Upload a route's component to the object store; every host picks it up.
+    Deploy(deploy::DeployArgs),
+    /// Withdraw a route's component; hosts stop consuming its subjects (messages wait).
+    Undeploy(deploy::UndeployArgs),
+    /// List routes with the version deployed and the version each live host serves.
+    Routes(deploy::RoutesArgs),
 }
 
 impl Cli {
@@ -39,6 +46,9 @@ impl Cli {
             Command::Run(args) => run::run(args).await,
             Command::Dev(args) => dev::run(args).await,
             Command::Publish(args) => publish::run(args).await,
+            Command::Deploy(args) => deploy::deploy(args).await,
+            Command::Undeploy(args) => deploy::undeploy(args).await,
+            Command::Routes(args) => deploy::routes(args).await,
         }
     }
 }

@@ -8,9 +8,9 @@ use clap::Args;
 use crate::config::Config;
 use crate::pipeline;
 
-/// Flags of `dedup-host run`.
+/// The configuration flags shared by the commands that talk to a deployment.
 #[derive(Debug, Args)]
-pub struct RunArgs {
+pub struct ConfigArgs {
     /// The TOML configuration file.
     #[arg(long, value_name = "FILE", env = "DEDUP_HOST_CONFIG")]
     config: PathBuf,
@@ -19,13 +19,27 @@ pub struct RunArgs {
     nats_url: Option<String>,
 }
 
+impl ConfigArgs {
+    /// Loads and validates the configuration, with the URL override applied.
+    pub fn load(&self) -> anyhow::Result<Config> {
+        let mut config = Config::load(&self.config)?;
+        if let Some(urls) = &self.nats_url {
+            config.nats.urls = urls.split(',').map(str::to_string).collect();
+        }
+        Ok(config)
+    }
+}
+
+/// Flags of `dedup-host run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    config: ConfigArgs,
+}
+
 /// Runs the host until a shutdown signal; prints the final counters as JSON.
 pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
-    let mut config = Config::load(&args.config)?;
-    if let Some(urls) = args.nats_url {
-        config.nats.urls = urls.split(',').map(str::to_string).collect();
-    }
-    serve(config).await?;
+    serve(args.config.load()?).await?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -72,6 +72,9 @@ pub struct Config {
     /// are checked against the retry timing.
     #[serde(default)]
     pub output_streams: Vec<OutputStreamConfig>,
+    /// Where components come from besides files, the compile cache, and hot-loading timing.
+    #[serde(default)]
+    pub components: ComponentsConfig,
     /// Subject filters and the handler for each.
     #[serde(default)]
     pub routes: Vec<RouteConfig>,
@@ -79,6 +82,35 @@ pub struct Config {
     /// set by [`Config::load`] to the config file's directory.
     #[serde(skip)]
     pub base_dir: PathBuf,
+}
+
+/// Component sources and the compile cache.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ComponentsConfig {
+    /// NATS Object Store bucket holding the components of routes that name no `component`
+    /// file: object `<route name>`, uploaded with `dedup-host deploy`. Created when missing.
+    pub bucket: String,
+    /// KV bucket where each host reports the version it serves per route
+    /// (`dedup-host routes` reads it). Created when missing.
+    pub status_bucket: String,
+    /// Compiled components are kept here, so a restart does not recompile unchanged ones
+    /// (relative to the config file). Must be writable by the host only.
+    pub cache_dir: Option<PathBuf>,
+    /// How often component files are checked for a new version.
+    #[serde(with = "humantime_serde")]
+    pub poll_interval: Duration,
+}
+
+impl Default for ComponentsConfig {
+    fn default() -> Self {
+        Self {
+            bucket: "dedup-components".into(),
+            status_bucket: "dedup-hosts".into(),
+            cache_dir: Some(PathBuf::from(".dedup-host/cache")),
+            poll_interval: Duration::from_millis(500),
+        }
+    }
 }
 
 /// NATS connection settings.
@@ -324,8 +356,11 @@ pub struct RouteConfig {
     pub name: String,
     /// Subject filter (NATS wildcards allowed).
     pub subject: String,
-    /// Path of the component (relative to the config file).
-    pub component: PathBuf,
+    /// Path of the component (relative to the config file), watched for new versions. When
+    /// unset, the component is object `<name>` of the `components.bucket` object store, and
+    /// the route is served only while that object exists.
+    #[serde(default)]
+    pub component: Option<PathBuf>,
     /// Where the idempotency key comes from (default: the `Nats-Msg-Id` header).
     #[serde(default)]
     pub key: KeySource,

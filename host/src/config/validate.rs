@@ -179,6 +179,21 @@ impl Config {
             "dead_letter.stream",
             "use only letters, digits, `_` and `-`",
         );
+        for (field, name) in [
+            ("components.bucket", &self.components.bucket),
+            ("components.status_bucket", &self.components.status_bucket),
+        ] {
+            p.check(
+                is_name(name),
+                field,
+                "use only letters, digits, `_` and `-`",
+            );
+        }
+        p.check(
+            !self.components.poll_interval.is_zero(),
+            "components.poll_interval",
+            "must be greater than zero",
+        );
         let dl = &self.dead_letter.subject;
         p.check(
             subject::is_valid_filter(dl) && !dl.contains(['*', '>']),
@@ -248,15 +263,17 @@ impl Config {
                     .any(|s| subject::covers(s, &r.subject));
                 p.check(covered, at("subject"), format!("`{}` is not covered by source.subjects {:?}: the route would never see a message", r.subject, self.source.subjects));
             }
-            let component = self.resolve(&r.component);
-            p.check(
-                component.is_file(),
-                at("component"),
-                format!(
-                    "file `{}` does not exist (build the guests with guests/build.sh)",
-                    component.display()
-                ),
-            );
+            if let Some(component) = &r.component {
+                let component = self.resolve(component);
+                p.check(
+                    component.is_file(),
+                    at("component"),
+                    format!(
+                        "file `{}` does not exist (build the guests with guests/build.sh, or leave `component` out to take it from the object store)",
+                        component.display()
+                    ),
+                );
+            }
             match &r.key {
                 KeySource::Header(h) => p.check(
                     !h.trim().is_empty(),

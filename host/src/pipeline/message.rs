@@ -9,7 +9,7 @@ use async_nats::jetstream::{self, AckKind};
 
 use super::effects::{self, DeadLetter};
 use super::heartbeat::Heartbeat;
-use super::routes::Route;
+use super::routes::{Guest, Route};
 use super::Shared;
 use crate::bindings::{Event, Header, Output};
 use crate::claim::{key, ClaimOutcome, ClaimStore, Lease, LeaseLost};
@@ -25,6 +25,8 @@ const ERROR_RETRY: Duration = Duration::from_secs(1);
 struct Claimed<'a, S: ClaimStore> {
     d: &'a Delivery,
     route: &'a Route,
+    /// The handler version this delivery runs on (its digest is in the claim record).
+    guest: Guest,
     key: &'a str,
     lease: Arc<Lease<S>>,
 }
@@ -90,12 +92,18 @@ impl<S: ClaimStore> Shared<S> {
                 MissingKey::StreamSequence => format!("seq-{}", d.sequence),
             },
         };
+        // The version now served runs this message to its end, whatever is swapped meanwhile.
+        let Some(guest) = route.guest() else {
+            // The route stopped being served after this message was pulled: leave it for later.
+            return self.settle(&d, AckKind::Nak(Some(ERROR_RETRY))).await;
+        };
         let claim_key = key::encode(&route.name, &key);
-        match self.claimer.claim(&claim_key, route.guest.digest()).await {
+        match self.claimer.claim(&claim_key, guest.digest()).await {
             Ok(ClaimOutcome::Acquired(lease)) => {
                 let claimed = Claimed {
                     d: &d,
                     route: &route,
+                    guest,
                     key: &key,
                     lease: Arc::from(lease),
                 };
@@ -149,7 +157,7 @@ impl<S: ClaimStore> Shared<S> {
             c.d.acker.clone(),
             self.config.claims.heartbeat,
         );
-        let guest = c.route.guest.clone();
+        let guest = c.guest.clone();
         let options = c.route.options.clone();
         let slots = c.route.slots.clone();
         let mut call = self.guest_runtime.spawn(async move {
@@ -173,6 +181,7 @@ impl<S: ClaimStore> Shared<S> {
                 return self.retry_or_give_up(c, &reason, None).await;
             }
         };
+        tracing::debug!(route = %c.route.name, key = c.key, digest = c.guest.digest(), outcome = invocation.outcome.kind(), elapsed_us = invocation.elapsed.as_micros() as u64, "invoked");
         match invocation.outcome {
             Outcome::Success(outputs) => self.succeed(c, &outputs).await,
             Outcome::Retry { reason, delay } => self.retry_or_give_up(c, &reason, delay).await,
@@ -212,7 +221,7 @@ impl<S: ClaimStore> Shared<S> {
             let reason = format!("{reason} (attempt {attempt} of {max}, none left)");
             return self.give_up(c, &reason).await;
         }
-        tracing::info!(route = %c.route.name, key = c.key, attempt, "attempt failed, will retry: {reason}");
+        tracing::info!(route = %c.route.name, key = c.key, digest = c.guest.digest(), attempt, "attempt failed, will retry: {reason}");
         if let Err(e) = c.lease.fail(reason, false).await {
             return self.write_failed(c, e).await;
         }
@@ -224,7 +233,7 @@ impl<S: ClaimStore> Shared<S> {
 
     /// A permanent failure: dead-letter, record, terminate.
     async fn give_up(&self, c: &Claimed<'_, S>, reason: &str) {
-        tracing::warn!(route = %c.route.name, key = c.key, "dead-lettering: {reason}");
+        tracing::warn!(route = %c.route.name, key = c.key, digest = c.guest.digest(), "dead-lettering: {reason}");
         if let Err(e) = c.lease.confirm().await {
             return self.write_failed(c, e).await;
         }

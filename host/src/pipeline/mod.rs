@@ -122,7 +122,7 @@ pub async fn start(config: Config) -> anyhow::Result<RunningHost> {
         .iter()
         .map(|r| r.concurrency(&config.host))
         .sum();
-    let runtime = Runtime::new(&EngineSettings {
+    let mut runtime = Runtime::new(&EngineSettings {
         max_instances: (slots as u32 * 2).max(16),
         long_running_lanes: config
             .host
@@ -130,12 +130,27 @@ pub async fn start(config: Config) -> anyhow::Result<RunningHost> {
             .unwrap_or_else(crate::runtime::engine::default_lanes),
         ..EngineSettings::default()
     })?;
+    if let Some(dir) = &config.components.cache_dir {
+        let dir = config.resolve(dir);
+        runtime = runtime.with_cache(&dir).with_context(|| {
+            format!(
+                "cannot use `{}` as the compile cache (`components.cache_dir`)",
+                dir.display()
+            )
+        })?;
+    }
     let routes = Routes::load(&runtime, &config)?;
-    start_with_routes(config, routes).await
+    start_with_routes(config, routes, Some(runtime)).await
 }
 
-/// Like [`start`], with routes built by the caller (benchmarks use [`Guest::Noop`]).
-pub async fn start_with_routes(config: Config, routes: Routes) -> anyhow::Result<RunningHost> {
+/// Like [`start`], with routes built by the caller (benchmarks use [`Guest::Noop`]). With a
+/// `runtime`, component files and the object store are watched for new versions; without
+/// one, the routes keep the guests they were given.
+pub async fn start_with_routes(
+    config: Config,
+    routes: Routes,
+    runtime: Option<Runtime>,
+) -> anyhow::Result<RunningHost> {
     let instance_id = config
         .host
         .instance_id
@@ -162,15 +177,30 @@ pub async fn start_with_routes(config: Config, routes: Routes) -> anyhow::Result
     if let Some(consumer) = crate::setup::unrouted_consumer(&setup.source, &config).await? {
         consumers.push((consumer, None, config.host.max_in_flight));
     }
+    let routes = Arc::new(routes);
+    let (stop, stopped) = watch::channel(false);
+    let loaders = match runtime {
+        Some(runtime) => {
+            crate::components::spawn(
+                &js,
+                runtime,
+                &config,
+                routes.clone(),
+                &instance_id,
+                stopped.clone(),
+            )
+            .await?
+        }
+        None => Vec::new(),
+    };
     let shared = Arc::new(Shared {
         js,
         config: Arc::new(config),
-        routes: Arc::new(routes),
+        routes,
         claimer,
         stats: stats.clone(),
         guest_runtime: guest_threads.handle(),
     });
-    let (stop, stopped) = watch::channel(false);
     let loops: Vec<_> = consumers
         .into_iter()
         .map(|(consumer, route, in_flight)| {
@@ -187,6 +217,9 @@ pub async fn start_with_routes(config: Config, routes: Routes) -> anyhow::Result
         for result in futures::future::join_all(loops).await {
             result.context("consumer loop panicked")?;
         }
+        for result in futures::future::join_all(loaders).await {
+            result.context("component watcher panicked")?;
+        }
         drop(guest_threads);
         Ok(())
     });
@@ -200,8 +233,23 @@ pub async fn start_with_routes(config: Config, routes: Routes) -> anyhow::Result
     })
 }
 
+/// Returns once the route is served (`served`) or not served (`!served`); never for the
+/// consumer of unrouted subjects, which has no route to follow, when waiting for `!served`.
+async fn until_served(route: &mut Option<watch::Receiver<Option<Guest>>>, served: bool) {
+    match route {
+        Some(rx) => {
+            if rx.wait_for(|g| g.is_some() == served).await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+        None if served => {}
+        None => std::future::pending().await,
+    }
+}
+
 /// Pulls one consumer's messages until told to stop: a route's (`route` set) or the one for
-/// subjects no route takes.
+/// subjects no route takes. A route's consumer pulls only while the route has a handler:
+/// when its component is removed, pulling stops and its messages wait in the stream.
 async fn consume<S: ClaimStore>(
     shared: Arc<Shared<S>>,
     consumer: async_nats::jetstream::consumer::PullConsumer,
@@ -210,7 +258,12 @@ async fn consume<S: ClaimStore>(
     mut stopped: watch::Receiver<bool>,
 ) {
     let permits = Arc::new(Semaphore::new(in_flight));
+    let mut serving = route.as_ref().map(|r| r.subscribe());
     'pull: while !*stopped.borrow() {
+        tokio::select! {
+            _ = until_served(&mut serving, true) => {}
+            _ = stopped.changed() => break,
+        }
         let mut messages = match consumer
             .stream()
             .max_messages_per_batch(in_flight)
@@ -227,10 +280,12 @@ async fn consume<S: ClaimStore>(
             let permit = tokio::select! {
                 p = permits.clone().acquire_owned() => p.expect("semaphore open"),
                 _ = stopped.changed() => break 'pull,
+                _ = until_served(&mut serving, false) => continue 'pull,
             };
             let next = tokio::select! {
                 m = messages.next() => m,
                 _ = stopped.changed() => break 'pull,
+                _ = until_served(&mut serving, false) => continue 'pull,
             };
             match next {
                 Some(Ok(message)) => {

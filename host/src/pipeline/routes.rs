@@ -1,9 +1,11 @@
 //! The route table: which handler runs for which subject, with what key source and limits.
+//! A route's handler can be swapped while messages run: each message takes the current
+//! [`Guest`] once and keeps it to the end, so in-flight work finishes on the old version.
 
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use tokio::sync::Semaphore;
+use tokio::sync::{watch, Semaphore};
 
 use crate::bindings::Event;
 use crate::config::{Config, KeySource, MissingKey, RouteConfig};
@@ -62,11 +64,44 @@ pub struct Route {
     pub slots: Arc<Semaphore>,
     /// Messages of this route in flight at once.
     pub max_in_flight: usize,
-    /// The handler.
-    pub guest: Guest,
+    /// Where the component comes from: a file, or `None` for the object store.
+    pub component_file: Option<std::path::PathBuf>,
+    /// The handler being served, if any: swapped by hot loading.
+    guest: watch::Sender<Option<Guest>>,
+    /// Why the last version offered was refused, if it was.
+    refused: std::sync::Mutex<Option<String>>,
 }
 
 impl Route {
+    /// The handler now being served; `None` while the route has no (valid) component.
+    pub fn guest(&self) -> Option<Guest> {
+        self.guest.borrow().clone()
+    }
+
+    /// Serves `guest` from now on (`None`: stop serving); returns the previous one.
+    /// Messages already running keep the version they started with.
+    pub fn serve(&self, guest: Option<Guest>) -> Option<Guest> {
+        *self.refused.lock().expect("refused lock") = None;
+        self.guest.send_replace(guest)
+    }
+
+    /// Records that a new version was refused; the current one keeps serving.
+    pub fn refuse(&self, reason: String) {
+        *self.refused.lock().expect("refused lock") = Some(reason);
+        // Wake status reporters; the guest itself is unchanged.
+        self.guest.send_modify(|_| {});
+    }
+
+    /// Why the last version offered was refused, if it was.
+    pub fn refused(&self) -> Option<String> {
+        self.refused.lock().expect("refused lock").clone()
+    }
+
+    /// Follows changes of the served handler.
+    pub fn subscribe(&self) -> watch::Receiver<Option<Guest>> {
+        self.guest.subscribe()
+    }
+
     /// Whether a trap of this kind fails the message without a retry.
     pub fn is_permanent(&self, kind: TrapKind) -> bool {
         kind == TrapKind::ForbiddenOutput || self.permanent_traps.contains(&kind)
@@ -80,15 +115,21 @@ pub struct Routes {
 }
 
 impl Routes {
-    /// Loads every route's component; fails naming the route and the file.
+    /// Loads the component file of every route that has one; fails naming the route and the
+    /// file. Routes served from the object store start empty (see [`crate::components`]).
     pub fn load(runtime: &Runtime, config: &Config) -> anyhow::Result<Self> {
         let mut routes = Vec::new();
         for r in &config.routes {
-            let path = config.resolve(&r.component);
-            let handler = runtime
-                .load_file(&path)
-                .with_context(|| format!("route `{}`", r.name))?;
-            routes.push(Self::route(config, r, Guest::Wasm(handler)));
+            let guest = match &r.component {
+                Some(file) => {
+                    let handler = runtime
+                        .load_file(&config.resolve(file))
+                        .with_context(|| format!("route `{}`", r.name))?;
+                    Some(Guest::Wasm(handler))
+                }
+                None => None,
+            };
+            routes.push(Self::route(config, r, guest));
         }
         Ok(Self { routes })
     }
@@ -99,12 +140,12 @@ impl Routes {
             routes: config
                 .routes
                 .iter()
-                .map(|r| Self::route(config, r, guest.clone()))
+                .map(|r| Self::route(config, r, Some(guest.clone())))
                 .collect(),
         }
     }
 
-    fn route(config: &Config, r: &RouteConfig, guest: Guest) -> Arc<Route> {
+    fn route(config: &Config, r: &RouteConfig, guest: Option<Guest>) -> Arc<Route> {
         Arc::new(Route {
             name: r.name.clone(),
             subject: r.subject.clone(),
@@ -123,7 +164,9 @@ impl Routes {
             permanent_traps: r.permanent_traps.clone(),
             slots: Arc::new(Semaphore::new(r.concurrency(&config.host))),
             max_in_flight: r.max_in_flight(&config.host),
-            guest,
+            component_file: r.component.as_ref().map(|f| config.resolve(f)),
+            guest: watch::Sender::new(guest),
+            refused: std::sync::Mutex::new(None),
         })
     }
 

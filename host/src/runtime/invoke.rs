@@ -88,6 +88,27 @@ impl Handler {
     }
 }
 
+impl Handler {
+    /// Instantiates the component under `options`' limits without calling it, to refuse a
+    /// version whose instance does not fit the route (initial memory, tables, instances) before
+    /// it serves a message.
+    pub async fn probe(&self, options: &InvokeOptions) -> Result<(), Trap> {
+        let context = LogContext::default();
+        let state = GuestState::new(options, context).map_err(|e| Trap {
+            kind: TrapKind::Instantiate,
+            message: e.to_string(),
+        })?;
+        let mut store = Store::new(self.inner.pre.engine(), state);
+        if self.inner.metered {
+            meter(&mut store, &options.limits, self.inner.lanes.clone());
+        }
+        match self.inner.pre.instantiate_async(&mut store).await {
+            Ok(_) => Ok(()),
+            Err(e) => Err(classify(store.data_mut(), e, TrapKind::Instantiate)),
+        }
+    }
+}
+
 /// Arms the limits: memory and table limiter, fuel, and the deadline checked at every epoch
 /// tick. At each tick the guest yields to the executor; past [`FAST_SLICE`] it also gives
 /// back its long-running lane and queues for one again, so long runners take turns.

@@ -1,6 +1,7 @@
 //! The component runtime: one engine and linker per process, one compiled [`Handler`] per
 //! component, and a fresh store per invocation.
 
+pub mod cache;
 pub mod engine;
 mod invoke;
 pub mod load;
@@ -16,6 +17,7 @@ use wasmtime::component::{Component, Linker};
 use wasmtime::Engine;
 
 use crate::bindings::HandlerGuestPre;
+pub use cache::{CompileCache, Compiled};
 pub use engine::EngineSettings;
 pub use invoke::InvokeOptions;
 pub use load::LoadError;
@@ -26,6 +28,7 @@ use state::GuestState;
 #[derive(Clone)]
 pub struct Runtime {
     engine: Engine,
+    cache: Option<CompileCache>,
     metered: bool,
     lanes: Arc<Semaphore>,
     linker: Arc<Linker<GuestState>>,
@@ -43,10 +46,18 @@ impl Runtime {
         )?;
         Ok(Self {
             engine,
+            cache: None,
             metered: settings.metered,
             lanes: Arc::new(Semaphore::new(settings.long_running_lanes.max(1))),
             linker: Arc::new(linker),
         })
+    }
+
+    /// Keeps compiled components in `dir`, so loading an unchanged component again (after a
+    /// restart, say) skips compilation.
+    pub fn with_cache(mut self, dir: &Path) -> std::io::Result<Self> {
+        self.cache = Some(CompileCache::open(dir, &self.engine)?);
+        Ok(self)
     }
 
     /// The wasmtime engine.
@@ -66,8 +77,20 @@ impl Runtime {
     /// Compiles and checks a component whose bytes are already in memory; `path` names it
     /// in errors (a `.wat` extension allows WebAssembly text).
     pub fn load_bytes(&self, path: &Path, bytes: &[u8]) -> Result<Handler, LoadError> {
-        let component = load::compile(&self.engine, path, bytes)?;
-        self.link(path, component, digest(bytes))
+        let digest = digest(bytes);
+        let cached = self
+            .cache
+            .as_ref()
+            .and_then(|c| c.get(&self.engine, &digest));
+        let (component, compiled) = match cached {
+            Some(component) => (component, Compiled::Cached),
+            None => (load::compile(&self.engine, path, bytes)?, Compiled::Fresh),
+        };
+        let handler = self.link(path, component, digest, compiled)?;
+        if let (Some(cache), Compiled::Fresh) = (&self.cache, compiled) {
+            cache.put(handler.digest(), handler.component());
+        }
+        Ok(handler)
     }
 
     /// Checks and links an already compiled component.
@@ -76,6 +99,7 @@ impl Runtime {
         path: &Path,
         component: Component,
         digest: String,
+        compiled: Compiled,
     ) -> Result<Handler, LoadError> {
         load::check_contract(&self.engine, path, &component)?;
         let link_err = |e: wasmtime::Error| LoadError::Link {
@@ -89,6 +113,7 @@ impl Runtime {
                 name: path.display().to_string(),
                 digest,
                 component,
+                compiled,
                 pre,
                 metered: self.metered,
                 lanes: self.lanes.clone(),
@@ -113,6 +138,7 @@ struct HandlerInner {
     name: String,
     digest: String,
     component: Component,
+    compiled: Compiled,
     pre: HandlerGuestPre<GuestState>,
     metered: bool,
     /// The process's long-running lanes (see [`EngineSettings::long_running_lanes`]).
@@ -128,6 +154,11 @@ impl Handler {
     /// The `sha256:` digest of the component's bytes.
     pub fn digest(&self) -> &str {
         &self.inner.digest
+    }
+
+    /// Whether this load compiled the component or took it from the cache.
+    pub fn compiled(&self) -> Compiled {
+        self.inner.compiled
     }
 
     /// The compiled component (for serializing it to a cache).

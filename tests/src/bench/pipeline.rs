@@ -186,7 +186,7 @@ async fn guarded(
         Some(_) => pipeline::start(config).await?,
         None => {
             let routes = Routes::with_guest(&config, Guest::Noop);
-            pipeline::start_with_routes(config, routes).await?
+            pipeline::start_with_routes(config, routes, None).await?
         }
     };
     // Warm up (stream, consumer and guest caches), then publish the batch and time its drain.

@@ -1,0 +1,79 @@
+//! Installing a new version of a route's component: compile on a blocking thread (off the
+//! message path), validate against the host's contract and the route's limits, then swap.
+
+use std::path::Path;
+
+use crate::pipeline::{Guest, Route};
+use crate::runtime::Runtime;
+
+/// What became of a version offered to a route.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Installed {
+    /// It serves from now on.
+    Swapped {
+        /// The new version's digest.
+        digest: String,
+    },
+    /// The route already serves these exact bytes.
+    Unchanged,
+    /// It was refused; the previous version (if any) keeps serving.
+    Refused {
+        /// Why, naming the source.
+        reason: String,
+    },
+}
+
+/// Offers `bytes` (from `origin`, a file path or an object name, for messages) to `route`.
+pub async fn offer(runtime: &Runtime, route: &Route, origin: &str, bytes: Vec<u8>) -> Installed {
+    let digest = crate::runtime::digest(&bytes);
+    let current = route.guest();
+    if current.as_ref().is_some_and(|g| g.digest() == digest) {
+        return Installed::Unchanged;
+    }
+    let loader = runtime.clone();
+    let name = origin.to_string();
+    let loaded =
+        tokio::task::spawn_blocking(move || loader.load_bytes(Path::new(&name), &bytes)).await;
+    let handler = match loaded {
+        Ok(Ok(handler)) => handler,
+        Ok(Err(e)) => return refuse(route, current.as_ref(), e.to_string()),
+        Err(e) => {
+            return refuse(
+                route,
+                current.as_ref(),
+                format!("`{origin}`: compiler task failed: {e}"),
+            )
+        }
+    };
+    if let Err(trap) = handler.probe(&route.options).await {
+        let reason = format!(
+            "component `{origin}`: cannot be instantiated within route `{}`'s limits: {trap}",
+            route.name
+        );
+        return refuse(route, current.as_ref(), reason);
+    }
+    let digest = handler.digest().to_string();
+    let previous = route.serve(Some(Guest::Wasm(handler)));
+    tracing::info!(
+        route = %route.name,
+        digest,
+        previous = previous.as_ref().map(|g| g.digest()).unwrap_or("none"),
+        origin,
+        "now serving a new version"
+    );
+    Installed::Swapped { digest }
+}
+
+/// Stops serving `route` (its component was removed); its messages wait in the stream.
+pub fn remove(route: &Route, origin: &str) {
+    if let Some(previous) = route.serve(None) {
+        tracing::warn!(route = %route.name, previous = previous.digest(), origin, "component removed: no longer consuming the route's subjects");
+    }
+}
+
+fn refuse(route: &Route, current: Option<&Guest>, reason: String) -> Installed {
+    let serving = current.map(|g| g.digest()).unwrap_or("nothing");
+    tracing::error!(route = %route.name, serving, "refused a new version, still serving the previous one: {reason}");
+    route.refuse(reason.clone());
+    Installed::Refused { reason }
+}
