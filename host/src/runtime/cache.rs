@@ -56,13 +56,13 @@ impl CompileCache {
     /// incompatible entry is deleted and reported as missing.
     pub fn get(&self, engine: &Engine, digest: &str) -> Option<Component> {
         let path = self.entry(digest);
-        if !path.is_file() {
-            return None;
-        }
+        // Read into memory rather than mapped: a file changed under a mapping would crash
+        // the process (SIGBUS).
+        let bytes = std::fs::read(&path).ok()?;
         // SAFETY: entries are only written by `put` below, from components this process
         // compiled, into a directory only the host may write; wasmtime also checks the
         // header and the engine configuration before using one.
-        match unsafe { Component::deserialize_file(engine, &path) } {
+        match unsafe { Component::deserialize(engine, &bytes) } {
             Ok(component) => Some(component),
             Err(e) => {
                 tracing::warn!(path = %path.display(), "unusable compile-cache entry, recompiling: {e:#}");

@@ -5,6 +5,7 @@ mod cli_invoke;
 mod config;
 mod dedup;
 mod failures;
+mod hotload;
 mod limits;
 mod runtime;
 mod sandbox;
