@@ -2,6 +2,7 @@
 //! same run, because these machines are noisy.
 
 pub mod fairness;
+pub mod hotload;
 pub mod invoke;
 pub mod pipeline;
 

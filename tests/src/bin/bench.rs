@@ -1,10 +1,19 @@
 //! `dedup-bench`: runs dedup-host's benchmarks:
-//! `dedup-bench invoke [ITERATIONS]`, `dedup-bench pipeline [MESSAGES] [LATENCY_SAMPLES]`, `dedup-bench fairness [MESSAGES]`.
+//! `dedup-bench invoke [ITERATIONS]`, `dedup-bench pipeline [MESSAGES] [LATENCY_SAMPLES]`, `dedup-bench fairness [MESSAGES]`,
+//! `dedup-bench deploy [DEPLOYS]`, `dedup-bench load [GUEST...]`.
 
 use dedup_host_tests::bench;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    // Warnings only by default (RUST_LOG overrides): benchmarks print their own figures.
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let which = args.first().map(String::as_str).unwrap_or("all");
     let number = |i: usize, default: usize| -> anyhow::Result<usize> {
@@ -18,6 +27,18 @@ async fn main() -> anyhow::Result<()> {
         "invoke" => bench::invoke::run(number(1, 20_000)?).await,
         "pipeline" => bench::pipeline::run(number(1, 20_000)?, number(2, 500)?).await,
         "fairness" => bench::fairness::run(number(1, 20_000)?).await,
-        other => anyhow::bail!("unknown benchmark `{other}`; choose: invoke, pipeline, fairness"),
+        "deploy" => bench::hotload::deploy_latency(number(1, 10)?).await,
+        "load" => {
+            let guests: Vec<&str> = args[1..].iter().map(String::as_str).collect();
+            let guests = if guests.is_empty() {
+                vec!["uppercase", "ledger"]
+            } else {
+                guests
+            };
+            bench::hotload::load_times(&guests, 5)
+        }
+        other => anyhow::bail!(
+            "unknown benchmark `{other}`; choose: invoke, pipeline, fairness, deploy, load"
+        ),
     }
 }
