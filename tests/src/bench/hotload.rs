@@ -32,11 +32,12 @@ pub async fn deploy_latency(deploys: usize) -> anyhow::Result<()> {
     let mut samples = Vec::new();
     for i in 0..deploys {
         // Echo (payload unchanged) and uppercase alternate; each probe's payload is `p<n>`.
-        let (bytes, new_style): (&[u8], fn(&[u8]) -> bool) = if i % 2 == 0 {
-            (&echo, |p| p.starts_with(b"p"))
+        let (bytes, first_letter) = if i % 2 == 0 {
+            (&echo, b'p')
         } else {
-            (&upper, |p| p.starts_with(b"P"))
+            (&upper, b'P')
         };
+        let new_style = |p: &[u8]| p.first() == Some(&first_letter);
         // A custom section makes every deploy a new version that must be compiled.
         let bytes = with_custom_section(bytes, i);
         let started = Instant::now();
