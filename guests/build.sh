@@ -120,7 +120,7 @@ build_c() {
     log "C: clang-16 + wasi-libc, wit-bindgen c, wasm-tools component new"
     local work="$CARGO_TARGET_DIR/c-conformance"
     rm -rf "$work" && mkdir -p "$work/gen"
-    wit-bindgen c "$wit" --world handler-guest --out-dir "$work/gen" >/dev/null
+    wit-bindgen c "$wit" --world handler-guest --out-dir "$work/gen" >/dev/null 2>&1
     clang-16 --target=wasm32-wasi --sysroot=/usr -mexec-model=reactor -O2 -Wall -Werror \
         -I "$work/gen" -o "$work/core.wasm" \
         "$here/c/conformance/guest.c" "$work"/gen/*.c "$work"/gen/*_component_type.o

@@ -81,11 +81,10 @@ impl TestEnv {
     /// `{guest:NAME}` stands for a built guest's path).
     pub fn config_text(&self, timing: &Timing, routes: &str) -> String {
         let mut routes = routes.to_string();
-        for name in ["uppercase", "ledger", "flaky", "hostile"] {
-            let tag = format!("{{guest:{name}}}");
-            if routes.contains(&tag) {
-                routes = routes.replace(&tag, &guest(name).display().to_string());
-            }
+        while let Some(start) = routes.find("{guest:") {
+            let end = start + routes[start..].find('}').expect("`{guest:NAME}` is closed");
+            let path = guest(&routes[start + "{guest:".len()..end]);
+            routes.replace_range(start..=end, &path.display().to_string());
         }
         let Timing {
             lease,

@@ -119,12 +119,19 @@ impl Routes {
     /// file. Routes served from the object store start empty (see [`crate::components`]).
     pub fn load(runtime: &Runtime, config: &Config) -> anyhow::Result<Self> {
         let mut routes = Vec::new();
+        // Routes sharing a file share one compiled component.
+        let mut loaded: std::collections::HashMap<std::path::PathBuf, Handler> = Default::default();
         for r in &config.routes {
             let guest = match &r.component {
                 Some(file) => {
-                    let handler = runtime
-                        .load_file(&config.resolve(file))
-                        .with_context(|| format!("route `{}`", r.name))?;
+                    let path = config.resolve(file);
+                    let handler = match loaded.get(&path) {
+                        Some(handler) => handler.clone(),
+                        None => runtime
+                            .load_file(&path)
+                            .with_context(|| format!("route `{}`", r.name))?,
+                    };
+                    loaded.insert(path, handler.clone());
                     Some(Guest::Wasm(handler))
                 }
                 None => None,

@@ -3,6 +3,7 @@
 mod auth;
 mod cli_invoke;
 mod config;
+mod conformance;
 mod dedup;
 mod failures;
 mod hotload;

@@ -1,0 +1,177 @@
+//! One conformance suite for every guest language, through the real pipeline: the same
+//! scenarios against each language's conformance guest (`guests/<lang>/conformance`, built by
+//! `guests/build.sh` into `guests/out/conformance-<lang>.wasm`). Adding a language is adding
+//! its guest and one line to `languages!` below.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use dedup_host::bindings::Event;
+use dedup_host::claim::ClaimState;
+use dedup_host::pipeline::effects::headers;
+use dedup_host::runtime::{EngineSettings, InvokeOptions, Outcome, Runtime};
+use dedup_host_tests::guests::guest;
+use dedup_host_tests::harness::{wait_for, TestEnv, Timing, DEAD, OUTPUTS};
+
+macro_rules! languages {
+    ($($test:ident => $lang:literal,)*) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $test() {
+                conformance($lang).await;
+            }
+        )*
+    };
+}
+
+languages! {
+    rust => "rust",
+    python => "python",
+    javascript => "javascript",
+    c => "c",
+}
+
+fn routes(lang: &str) -> String {
+    let route = |name: &str, config: &str| {
+        format!(
+            "[[routes]]\nname = \"{name}\"\nsubject = \"in.{name}.*\"\ncomponent = \"{{guest:conformance-{lang}}}\"\nallowed_outputs = [\"in.{name}.*.done\"]\nconfig = {{ {config} }}\n\n"
+        )
+    };
+    route("upper", "mode = \"upper\"")
+        + &route("reject", "mode = \"reject\"")
+        + &route("retry", "mode = \"retry\", succeed_on_attempt = \"3\"")
+}
+
+/// The scenarios every language's guest must pass.
+async fn conformance(lang: &str) {
+    logs_through_the_log_import(lang).await;
+
+    let env = TestEnv::start().await;
+    let timing = Timing {
+        backoff: r#"["100ms"]"#,
+        ..Timing::default()
+    };
+    let host = env.host(&timing, &routes(lang), "h").await;
+    // Transform and output, once per key even when the key comes twice.
+    env.publish("in.upper.a", "u1", &[], "hello, world").await;
+    env.publish("in.upper.a", "u1", &[], "hello, world").await;
+    // Reject malformed input with a reason; accept good input.
+    env.publish("in.reject.a", "r1", &[], "not json").await;
+    env.publish("in.reject.b", "r2", &[], r#"{"ok":true}"#)
+        .await;
+    // Retry based on the attempt number and a config value.
+    env.publish("in.retry.a", "t1", &[], "x").await;
+
+    let outputs = wait_for(Duration::from_secs(60), "three outputs", || async {
+        let m = env.messages(OUTPUTS).await;
+        (m.len() >= 3).then_some(m)
+    })
+    .await;
+    let dead = wait_for(Duration::from_secs(30), "one dead letter", || async {
+        let m = env.messages(DEAD).await;
+        (!m.is_empty()).then_some(m)
+    })
+    .await;
+    env.wait_drained(Duration::from_secs(20)).await;
+
+    let by_subject: BTreeMap<String, (String, String)> = outputs
+        .iter()
+        .map(|m| {
+            let lang = m
+                .headers
+                .get("lang")
+                .map(|v| v.to_string())
+                .unwrap_or_default();
+            (
+                m.subject.to_string(),
+                (String::from_utf8_lossy(&m.payload).into_owned(), lang),
+            )
+        })
+        .collect();
+    let expected = |payload: &str| (payload.to_string(), lang.to_string());
+    assert_eq!(
+        by_subject.get("in.upper.a.done"),
+        Some(&expected("HELLO, WORLD")),
+        "{lang}"
+    );
+    assert_eq!(
+        by_subject.get("in.reject.b.done"),
+        Some(&expected(r#"{"ok":true}"#)),
+        "{lang}"
+    );
+    assert_eq!(
+        by_subject.get("in.retry.a.done"),
+        Some(&expected("succeeded on attempt 3")),
+        "{lang}"
+    );
+    assert_eq!(outputs.len(), 3, "{lang}: one output per key");
+
+    assert_eq!(dead.len(), 1, "{lang}");
+    let reason = dead[0]
+        .headers
+        .get(headers::REASON)
+        .map(|v| v.to_string())
+        .unwrap_or_default();
+    assert_eq!(reason, "malformed: expected a JSON object", "{lang}");
+    let rejected = env.claim("reject", "r1").await.unwrap();
+    assert_eq!(
+        (rejected.state, rejected.permanent),
+        (ClaimState::Failed, true),
+        "{lang}"
+    );
+    let retried = env.claim("retry", "t1").await.unwrap();
+    assert_eq!(
+        (retried.state, retried.attempt),
+        (ClaimState::Completed, 3),
+        "{lang}"
+    );
+    let stats = host.shutdown().await.unwrap();
+    assert_eq!(
+        (stats.processed, stats.retried, stats.dead_lettered),
+        (3, 2, 1),
+        "{lang}"
+    );
+}
+
+/// The guest's log lines reach the host, with their fields.
+async fn logs_through_the_log_import(lang: &str) {
+    let runtime = Runtime::new(&EngineSettings::default()).unwrap();
+    let handler = runtime
+        .load_file(&guest(&format!("conformance-{lang}")))
+        .unwrap();
+    let options = InvokeOptions {
+        config: Arc::new([("mode".to_string(), "upper".to_string())].into()),
+        ..InvokeOptions::default()
+    };
+    let event = Event {
+        subject: "in.upper.log".into(),
+        payload: b"abc".to_vec(),
+        headers: Vec::new(),
+        key: "k".into(),
+        attempt: 1,
+        fencing_token: 1,
+        stream_sequence: 1,
+        route: "upper".into(),
+    };
+    let invocation = handler.invoke(event, &options).await;
+    assert!(
+        matches!(invocation.outcome, Outcome::Success(_)),
+        "{lang}: {:?}",
+        invocation.outcome
+    );
+    let line = invocation
+        .logs
+        .first()
+        .unwrap_or_else(|| panic!("{lang}: no log line"));
+    assert_eq!(
+        (line.level, line.message.as_str()),
+        ("info", "transforming"),
+        "{lang}"
+    );
+    assert_eq!(
+        line.fields,
+        vec![("bytes".to_string(), "3".to_string())],
+        "{lang}"
+    );
+}
