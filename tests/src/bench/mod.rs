@@ -4,6 +4,7 @@
 pub mod fairness;
 pub mod hotload;
 pub mod invoke;
+pub mod languages;
 pub mod pipeline;
 
 use std::time::Duration;

@@ -1,6 +1,7 @@
 //! `dedup-bench`: runs dedup-host's benchmarks:
 //! `dedup-bench invoke [ITERATIONS]`, `dedup-bench pipeline [MESSAGES] [LATENCY_SAMPLES]`, `dedup-bench fairness [MESSAGES]`,
-//! `dedup-bench deploy [DEPLOYS]`, `dedup-bench load [GUEST...]`.
+//! `dedup-bench deploy [DEPLOYS]`, `dedup-bench load [GUEST...]`,
+//! `dedup-bench languages [ITERATIONS]`.
 
 use dedup_host_tests::bench;
 
@@ -27,6 +28,7 @@ async fn main() -> anyhow::Result<()> {
         "invoke" => bench::invoke::run(number(1, 20_000)?).await,
         "pipeline" => bench::pipeline::run(number(1, 20_000)?, number(2, 500)?).await,
         "fairness" => bench::fairness::run(number(1, 20_000)?).await,
+        "languages" => bench::languages::run(number(1, 1_000)?).await,
         "deploy" => bench::hotload::deploy_latency(number(1, 10)?).await,
         "load" => {
             let guests: Vec<&str> = args[1..].iter().map(String::as_str).collect();
@@ -38,7 +40,7 @@ async fn main() -> anyhow::Result<()> {
             bench::hotload::load_times(&guests, 5)
         }
         other => anyhow::bail!(
-            "unknown benchmark `{other}`; choose: invoke, pipeline, fairness, deploy, load"
+            "unknown benchmark `{other}`; choose: invoke, pipeline, fairness, deploy, load, languages"
         ),
     }
 }
