@@ -1,14 +1,13 @@
 //! Fairness: the throughput of a well-behaved route (`uppercase`) while a looping guest on
 //! another route of the same host saturates its limits, as a ratio to its throughput alone.
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, Context};
 use dedup_host::config::Config;
 use dedup_host::pipeline::{self, RunningHost};
 
-use super::publish_many;
+use super::{bench_config, publish_many};
 use crate::guests::guest;
 use crate::nats::NatsServer;
 
@@ -119,8 +118,8 @@ async fn measure(
 
 /// Messages of the loop route not yet taken.
 async fn queued(js: &Context, name: &str) -> anyhow::Result<u64> {
-    let stream = js.get_stream(format!("F_{name}")).await?;
-    let info = stream.consumer_info(format!("f{name}-loop")).await?;
+    let stream = js.get_stream(format!("S_{name}")).await?;
+    let info = stream.consumer_info(format!("c{name}-loop")).await?;
     Ok(info.num_pending)
 }
 
@@ -131,26 +130,8 @@ async fn settle(host: &RunningHost, target: u64) {
 }
 
 fn config(server: &NatsServer, name: &str) -> anyhow::Result<Config> {
-    let text = format!(
+    let routes = format!(
         r#"
-[nats]
-urls = ["{url}"]
-[host]
-concurrency = 64
-[source]
-stream = "F_{name}"
-subjects = ["f{name}.*.*"]
-consumer = "f{name}"
-max_ack_pending = 10000
-[claims]
-bucket = "claims-{name}"
-[dead_letter]
-subject = "dead.{name}"
-stream = "DEAD_{name}"
-[[output_streams]]
-name = "OUT_{name}"
-subjects = ["f{name}.*.*.done"]
-
 [[routes]]
 name = "good"
 subject = "f{name}.good.*"
@@ -164,13 +145,15 @@ component = "{hostile}"
 limits = {{ deadline = "100ms" }}
 permanent_traps = ["timeout"]
 "#,
-        url = server.url(),
         upper = guest("uppercase").display(),
         hostile = guest("hostile").display(),
     );
-    Ok(Config::parse(
-        &text,
-        Path::new("fairness.toml"),
-        ".".into(),
-    )?)
+    bench_config(
+        server,
+        name,
+        &format!("f{name}.*.*"),
+        &format!("f{name}.*.*.done"),
+        "concurrency = 64",
+        &routes,
+    )
 }

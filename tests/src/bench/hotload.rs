@@ -11,7 +11,7 @@ use dedup_host::pipeline;
 use dedup_host::runtime::{Compiled, EngineSettings, Runtime};
 use futures::StreamExt;
 
-use super::{percentiles, us};
+use super::{bench_config, percentiles, us};
 use crate::guests::guest;
 use crate::nats::NatsServer;
 
@@ -21,7 +21,10 @@ pub async fn deploy_latency(deploys: usize) -> anyhow::Result<()> {
     let server = NatsServer::start();
     let client = server.connect().await;
     let js = jetstream::new(client.clone());
-    let config = config(&server)?;
+    let mut config = config(&server)?;
+    // A fresh compile cache: every deploy below must be compiled.
+    let cache = tempfile::tempdir()?;
+    config.components.cache_dir = Some(cache.path().to_path_buf());
     let bucket = store::open(&js, &config).await?;
     let upper = std::fs::read(guest("uppercase"))?;
     let echo = std::fs::read(guest("hostile"))?;
@@ -149,32 +152,7 @@ fn ms(d: Duration) -> String {
 }
 
 fn config(server: &NatsServer) -> anyhow::Result<Config> {
-    let text = format!(
-        r#"
-[nats]
-urls = ["{url}"]
-[source]
-stream = "HL"
-subjects = ["hl.in.*"]
-consumer = "hl"
-[claims]
-bucket = "claims-hl"
-[dead_letter]
-subject = "dead.hl"
-stream = "DEAD_HL"
-[[output_streams]]
-name = "OUT_HL"
-subjects = ["hl.in.*.done"]
-[[routes]]
-name = "swap"
-subject = "hl.in.*"
-allowed_outputs = ["hl.in.*.done"]
-"#,
-        url = server.url()
-    );
-    Ok(Config::parse(
-        &text,
-        Path::new("hotload.toml"),
-        std::env::temp_dir(),
-    )?)
+    let routes =
+        "[[routes]]\nname = \"swap\"\nsubject = \"hl.in.*\"\nallowed_outputs = [\"hl.in.*.done\"]";
+    bench_config(server, "hl", "hl.in.*", "hl.in.*.done", "", routes)
 }

@@ -2,12 +2,9 @@
 //! with the limits armed (as the host runs) and, as the baseline, with none (no epoch
 //! deadline, no fuel, no memory limiter) to show what the limits cost.
 
-use std::time::Instant;
+use dedup_host::runtime::{EngineSettings, InvokeOptions, Runtime};
 
-use dedup_host::bindings::Event;
-use dedup_host::runtime::{EngineSettings, InvokeOptions, Outcome, Runtime};
-
-use super::{percentiles, us};
+use super::{percentiles, time_invocations, us};
 use crate::guests::guest;
 
 /// Runs `iterations` invocations (after a warm-up) with and without limits, alternating in
@@ -46,32 +43,5 @@ async fn sample(metered: bool, iterations: usize) -> anyhow::Result<Vec<std::tim
         ..EngineSettings::default()
     })?;
     let handler = runtime.load_file(&guest("uppercase"))?;
-    let options = InvokeOptions::default();
-    let payload = vec![b'a'; 1024];
-    let event = |i: usize| Event {
-        subject: "bench.in".into(),
-        payload: payload.clone(),
-        headers: Vec::new(),
-        key: format!("k{i}"),
-        attempt: 1,
-        fencing_token: 1,
-        stream_sequence: i as u64,
-        route: "bench".into(),
-    };
-    for i in 0..iterations / 10 {
-        handler.invoke(event(i), &options).await;
-    }
-    let mut samples = Vec::with_capacity(iterations);
-    for i in 0..iterations {
-        let ev = event(i);
-        let started = Instant::now();
-        let inv = handler.invoke(ev, &options).await;
-        samples.push(started.elapsed());
-        anyhow::ensure!(
-            matches!(inv.outcome, Outcome::Success(_)),
-            "unexpected {:?}",
-            inv.outcome
-        );
-    }
-    Ok(samples)
+    time_invocations(&handler, &InvokeOptions::default(), iterations).await
 }

@@ -4,10 +4,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dedup_host::bindings::Event;
-use dedup_host::runtime::{Compiled, EngineSettings, InvokeOptions, Outcome, Runtime};
+use dedup_host::runtime::{Compiled, EngineSettings, InvokeOptions, Runtime};
 
-use super::{percentiles, us};
+use super::{percentiles, time_invocations, us};
 use crate::guests::guest;
 
 /// The languages measured; the first is the baseline.
@@ -63,7 +62,10 @@ async fn measure(lang: &'static str, iterations: usize) -> anyhow::Result<Row> {
         let started = Instant::now();
         let handler = runtime.load_file(&path)?;
         let elapsed = started.elapsed();
-        anyhow::ensure!(handler.compiled() == expected, "{lang}: expected a {expected:?} load");
+        anyhow::ensure!(
+            handler.compiled() == expected,
+            "{lang}: expected a {expected:?} load"
+        );
         Ok((runtime, elapsed))
     };
     let (_, compile) = load(Compiled::Fresh)?;
@@ -73,27 +75,14 @@ async fn measure(lang: &'static str, iterations: usize) -> anyhow::Result<Row> {
         config: Arc::new([("mode".to_string(), "upper".to_string())].into()),
         ..InvokeOptions::default()
     };
-    let event = |i: usize| Event {
-        subject: "bench.in".into(),
-        payload: vec![b'a'; 1024],
-        headers: Vec::new(),
-        key: format!("k{i}"),
-        attempt: 1,
-        fencing_token: 1,
-        stream_sequence: i as u64,
-        route: "bench".into(),
-    };
-    for i in 0..iterations / 10 {
-        handler.invoke(event(i), &options).await;
-    }
-    let mut samples = Vec::with_capacity(iterations);
-    for i in 0..iterations {
-        let ev = event(i);
-        let started = Instant::now();
-        let inv = handler.invoke(ev, &options).await;
-        samples.push(started.elapsed());
-        anyhow::ensure!(matches!(inv.outcome, Outcome::Success(_)), "{lang}: {:?}", inv.outcome);
-    }
+    let mut samples = time_invocations(&handler, &options, iterations).await?;
     let p = percentiles(&mut samples);
-    Ok(Row { lang, size, compile, cached, p50: p.p50, p99: p.p99 })
+    Ok(Row {
+        lang,
+        size,
+        compile,
+        cached,
+        p50: p.p50,
+        p99: p.p99,
+    })
 }

@@ -7,10 +7,15 @@ pub mod invoke;
 pub mod languages;
 pub mod pipeline;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_nats::jetstream::Context;
 use async_nats::HeaderMap;
+
+use crate::nats::NatsServer;
+use dedup_host::bindings::Event;
+use dedup_host::config::Config;
+use dedup_host::runtime::{Handler, InvokeOptions, Outcome};
 
 /// Latency summary of a sample.
 #[derive(Debug, Clone, Copy)]
@@ -64,4 +69,81 @@ pub async fn publish_many(
         a.await?;
     }
     Ok(())
+}
+
+/// Times `iterations` invocations of `handler` on a 1 KiB payload, after a warm-up of 10 %;
+/// every one must succeed.
+pub async fn time_invocations(
+    handler: &Handler,
+    options: &InvokeOptions,
+    iterations: usize,
+) -> anyhow::Result<Vec<Duration>> {
+    let event = |i: usize| Event {
+        subject: "bench.in".into(),
+        payload: vec![b'a'; 1024],
+        headers: Vec::new(),
+        key: format!("k{i}"),
+        attempt: 1,
+        fencing_token: 1,
+        stream_sequence: i as u64,
+        route: "bench".into(),
+    };
+    for i in 0..iterations / 10 {
+        handler.invoke(event(i), options).await;
+    }
+    let mut samples = Vec::with_capacity(iterations);
+    for i in 0..iterations {
+        let ev = event(i);
+        let started = Instant::now();
+        let inv = handler.invoke(ev, options).await;
+        samples.push(started.elapsed());
+        anyhow::ensure!(
+            matches!(inv.outcome, Outcome::Success(_)),
+            "{}: unexpected {:?}",
+            handler.name(),
+            inv.outcome
+        );
+    }
+    Ok(samples)
+}
+
+/// A benchmark host's config on `server`: source stream `S_<name>` capturing `source`,
+/// consumer, claim bucket, dead letters and output stream (capturing `outputs`) all named after
+/// `name`, with `host` settings (TOML lines) and `routes` (`[[routes]]` TOML).
+pub fn bench_config(
+    server: &NatsServer,
+    name: &str,
+    source: &str,
+    outputs: &str,
+    host: &str,
+    routes: &str,
+) -> anyhow::Result<Config> {
+    let text = format!(
+        r#"
+[nats]
+urls = ["{url}"]
+[host]
+{host}
+[source]
+stream = "S_{name}"
+subjects = ["{source}"]
+consumer = "c{name}"
+max_ack_pending = 10000
+[claims]
+bucket = "claims-{name}"
+[dead_letter]
+subject = "dead.{name}"
+stream = "DEAD_{name}"
+[[output_streams]]
+name = "OUT_{name}"
+subjects = ["{outputs}"]
+{routes}
+"#,
+        url = server.url()
+    );
+    Ok(Config::parse(
+        &text,
+        std::path::Path::new("bench.toml"),
+        std::env::temp_dir(),
+    )?)
 }

@@ -3,7 +3,6 @@
 //! (1) raw pull + ack, (2) the guard with a no-op handler, (3) the full pipeline with
 //! `uppercase`, (4) raw KV create at the same concurrency (the server's write ceiling).
 
-use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -15,7 +14,7 @@ use dedup_host::config::Config;
 use dedup_host::pipeline::{self, Guest, Routes, RunningHost};
 use futures::StreamExt;
 
-use super::{percentiles, us, Percentiles};
+use super::{bench_config, percentiles, us, Percentiles};
 use crate::guests::guest;
 use crate::nats::NatsServer;
 
@@ -129,35 +128,19 @@ async fn raw_pull_ack(js: &Context, n: usize, samples: usize) -> anyhow::Result<
 }
 
 fn guarded_config(server: &NatsServer, name: &str) -> anyhow::Result<Config> {
-    let text = format!(
-        r#"
-[nats]
-urls = ["{url}"]
-[host]
-concurrency = {CONCURRENCY}
-[source]
-stream = "G_{name}"
-subjects = ["g{name}.in.*"]
-consumer = "g{name}"
-max_ack_pending = 10000
-[claims]
-bucket = "claims-{name}"
-[dead_letter]
-subject = "dead.{name}"
-stream = "DEAD_{name}"
-[[output_streams]]
-name = "OUT_{name}"
-subjects = ["g{name}.in.*.done"]
-[[routes]]
-name = "bench"
-subject = "g{name}.in.*"
-component = "{component}"
-allowed_outputs = ["g{name}.in.*.done"]
-"#,
-        url = server.url(),
-        component = guest("uppercase").display()
+    let routes = format!(
+        "[[routes]]\nname = \"bench\"\nsubject = \"g{name}.in.*\"\ncomponent = \"{}\"\nallowed_outputs = [\"g{name}.in.*.done\"]",
+        guest("uppercase").display()
     );
-    Ok(Config::parse(&text, Path::new("bench.toml"), ".".into())?)
+    let host = format!("concurrency = {CONCURRENCY}");
+    bench_config(
+        server,
+        name,
+        &format!("g{name}.in.*"),
+        &format!("g{name}.in.*.done"),
+        &host,
+        &routes,
+    )
 }
 
 /// Waits until the host has processed `target` messages. `spin` polls without sleeping (for
