@@ -118,11 +118,9 @@ fn store_route(config: &Config, route: &str) -> anyhow::Result<()> {
         let names: Vec<&str> = config.routes.iter().map(|r| r.name.as_str()).collect();
         anyhow::bail!("no route `{route}` in the config (routes: {names:?}); add a [[routes]] entry without `component` first");
     };
-    anyhow::ensure!(
-        r.component.is_none(),
-        "route `{route}` is served from the file `{}`: replace that file instead, or remove `component` from the route to serve it from the object store",
-        r.component.as_ref().map(|c| c.display().to_string()).unwrap_or_default()
-    );
+    if let Some(file) = &r.component {
+        anyhow::bail!("route `{route}` is served from the file `{}`: replace that file instead, or remove `component` from the route to serve it from the object store", file.display());
+    }
     Ok(())
 }
 

@@ -1,6 +1,6 @@
 //! Component files, polled for new versions.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -13,7 +13,7 @@ use crate::runtime::Runtime;
 /// What identifies a file's version cheaply, before reading it.
 type Stamp = Option<(SystemTime, u64)>;
 
-fn stamp(path: &PathBuf) -> Stamp {
+fn stamp(path: &Path) -> Stamp {
     let meta = std::fs::metadata(path).ok()?;
     Some((meta.modified().ok()?, meta.len()))
 }

@@ -33,7 +33,8 @@ pub async fn offer(runtime: &Runtime, route: &Route, origin: &str, bytes: Vec<u8
     let loader = runtime.clone();
     let name = origin.to_string();
     let loaded =
-        tokio::task::spawn_blocking(move || loader.load_bytes(Path::new(&name), &bytes)).await;
+        tokio::task::spawn_blocking(move || loader.load_digested(Path::new(&name), &bytes, digest))
+            .await;
     let handler = match loaded {
         Ok(Ok(handler)) => handler,
         Ok(Err(e)) => return refuse(route, current.as_ref(), e.to_string()),

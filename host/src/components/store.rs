@@ -110,7 +110,7 @@ pub async fn watch(
             else {
                 continue;
             };
-            let origin = format!("{}/{}", store_name(&info), info.name);
+            let origin = format!("{}/{}", info.bucket, info.name);
             if info.deleted {
                 install::remove(route, &origin);
                 continue;
@@ -125,10 +125,6 @@ pub async fn watch(
             }
         }
     }
-}
-
-fn store_name(info: &object_store::ObjectInfo) -> &str {
-    &info.bucket
 }
 
 async fn fetch(store: &ObjectStore, name: &str) -> anyhow::Result<Vec<u8>> {

@@ -172,10 +172,10 @@ pub async fn start_with_routes(
         let consumer =
             crate::setup::route_consumer(&setup.source, &config, &route.name, &route.subject)
                 .await?;
-        consumers.push((consumer, Some(route.clone()), route.max_in_flight));
+        consumers.push((consumer, Some(route.clone())));
     }
     if let Some(consumer) = crate::setup::unrouted_consumer(&setup.source, &config).await? {
-        consumers.push((consumer, None, config.host.max_in_flight));
+        consumers.push((consumer, None));
     }
     let routes = Arc::new(routes);
     let (stop, stopped) = watch::channel(false);
@@ -203,14 +203,8 @@ pub async fn start_with_routes(
     });
     let loops: Vec<_> = consumers
         .into_iter()
-        .map(|(consumer, route, in_flight)| {
-            tokio::spawn(consume(
-                shared.clone(),
-                consumer,
-                route,
-                in_flight,
-                stopped.clone(),
-            ))
+        .map(|(consumer, route)| {
+            tokio::spawn(consume(shared.clone(), consumer, route, stopped.clone()))
         })
         .collect();
     let task = tokio::spawn(async move {
@@ -254,9 +248,11 @@ async fn consume<S: ClaimStore>(
     shared: Arc<Shared<S>>,
     consumer: async_nats::jetstream::consumer::PullConsumer,
     route: Option<Arc<Route>>,
-    in_flight: usize,
     mut stopped: watch::Receiver<bool>,
 ) {
+    let in_flight = route
+        .as_ref()
+        .map_or(shared.config.host.max_in_flight, |r| r.max_in_flight);
     let permits = Arc::new(Semaphore::new(in_flight));
     let mut serving = route.as_ref().map(|r| r.subscribe());
     'pull: while !*stopped.borrow() {

@@ -2,6 +2,8 @@
 //! A route's handler can be swapped while messages run: each message takes the current
 //! [`Guest`] once and keeps it to the end, so in-flight work finishes on the old version.
 
+use std::collections::hash_map::{Entry, HashMap};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context as _;
@@ -65,7 +67,7 @@ pub struct Route {
     /// Messages of this route in flight at once.
     pub max_in_flight: usize,
     /// Where the component comes from: a file, or `None` for the object store.
-    pub component_file: Option<std::path::PathBuf>,
+    pub component_file: Option<PathBuf>,
     /// The handler being served, if any: swapped by hot loading.
     guest: watch::Sender<Option<Guest>>,
     /// Why the last version offered was refused, if it was.
@@ -120,18 +122,20 @@ impl Routes {
     pub fn load(runtime: &Runtime, config: &Config) -> anyhow::Result<Self> {
         let mut routes = Vec::new();
         // Routes sharing a file share one compiled component.
-        let mut loaded: std::collections::HashMap<std::path::PathBuf, Handler> = Default::default();
+        let mut loaded: HashMap<PathBuf, Handler> = HashMap::new();
         for r in &config.routes {
             let guest = match &r.component {
                 Some(file) => {
                     let path = config.resolve(file);
-                    let handler = match loaded.get(&path) {
-                        Some(handler) => handler.clone(),
-                        None => runtime
-                            .load_file(&path)
-                            .with_context(|| format!("route `{}`", r.name))?,
+                    let handler = match loaded.entry(path) {
+                        Entry::Occupied(e) => e.get().clone(),
+                        Entry::Vacant(e) => {
+                            let handler = runtime
+                                .load_file(e.key())
+                                .with_context(|| format!("route `{}`", r.name))?;
+                            e.insert(handler).clone()
+                        }
                     };
-                    loaded.insert(path, handler.clone());
                     Some(Guest::Wasm(handler))
                 }
                 None => None,

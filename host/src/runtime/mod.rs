@@ -77,7 +77,17 @@ impl Runtime {
     /// Compiles and checks a component whose bytes are already in memory; `path` names it
     /// in errors (a `.wat` extension allows WebAssembly text).
     pub fn load_bytes(&self, path: &Path, bytes: &[u8]) -> Result<Handler, LoadError> {
-        let digest = digest(bytes);
+        self.load_digested(path, bytes, digest(bytes))
+    }
+
+    /// Like [`Runtime::load_bytes`], for a caller that already has the bytes' [`digest`]
+    /// (hashing an 18 MB component twice is not free).
+    pub fn load_digested(
+        &self,
+        path: &Path,
+        bytes: &[u8],
+        digest: String,
+    ) -> Result<Handler, LoadError> {
         let cached = self
             .cache
             .as_ref()

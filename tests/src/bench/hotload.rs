@@ -11,7 +11,7 @@ use dedup_host::pipeline;
 use dedup_host::runtime::{Compiled, EngineSettings, Runtime};
 use futures::StreamExt;
 
-use super::{bench_config, percentiles, us};
+use super::{bench_config, ms, percentiles, us};
 use crate::guests::guest;
 use crate::nats::NatsServer;
 
@@ -145,10 +145,6 @@ fn load(path: &Path, cache: &Path, expected: Compiled) -> anyhow::Result<Duratio
         "expected a {expected:?} load"
     );
     Ok(elapsed)
-}
-
-fn ms(d: Duration) -> String {
-    format!("{:.1}", d.as_secs_f64() * 1e3)
 }
 
 fn config(server: &NatsServer) -> anyhow::Result<Config> {

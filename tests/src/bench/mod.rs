@@ -37,6 +37,11 @@ pub fn percentiles(samples: &mut [Duration]) -> Percentiles {
     }
 }
 
+/// Milliseconds with one decimal.
+pub fn ms(d: Duration) -> String {
+    format!("{:.1}", d.as_secs_f64() * 1e3)
+}
+
 /// Microseconds with one decimal.
 pub fn us(d: Duration) -> String {
     format!("{:.1}", d.as_secs_f64() * 1e6)
