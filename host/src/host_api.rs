@@ -3,6 +3,7 @@
 use crate::bindings::dedup::handler::{config, log, types};
 use crate::runtime::outcome::{level_name, LogLine, TrapKind};
 use crate::runtime::state::GuestState;
+use crate::text;
 
 impl types::Host for GuestState {}
 
@@ -26,21 +27,27 @@ impl log::Host for GuestState {
         }
         let ctx = &self.context;
         let level_str = level_name(level);
+        // Escaped, so an embedded newline cannot forge a host log line.
+        let shown = text::escape_controls(&message);
+        let fields_shown: Vec<(String, String)> = fields
+            .iter()
+            .map(|(k, v)| (text::escape_controls(k), text::escape_controls(v)))
+            .collect();
         match level {
             log::Level::Trace => {
-                tracing::trace!(target: "guest", route = %ctx.route, key = %ctx.key, attempt = ctx.attempt, ?fields, "{message}")
+                tracing::trace!(target: "guest", route = %ctx.route, key = %ctx.key, attempt = ctx.attempt, fields = ?fields_shown, "{shown}")
             }
             log::Level::Debug => {
-                tracing::debug!(target: "guest", route = %ctx.route, key = %ctx.key, attempt = ctx.attempt, ?fields, "{message}")
+                tracing::debug!(target: "guest", route = %ctx.route, key = %ctx.key, attempt = ctx.attempt, fields = ?fields_shown, "{shown}")
             }
             log::Level::Info => {
-                tracing::info!(target: "guest", route = %ctx.route, key = %ctx.key, attempt = ctx.attempt, ?fields, "{message}")
+                tracing::info!(target: "guest", route = %ctx.route, key = %ctx.key, attempt = ctx.attempt, fields = ?fields_shown, "{shown}")
             }
             log::Level::Warn => {
-                tracing::warn!(target: "guest", route = %ctx.route, key = %ctx.key, attempt = ctx.attempt, ?fields, "{message}")
+                tracing::warn!(target: "guest", route = %ctx.route, key = %ctx.key, attempt = ctx.attempt, fields = ?fields_shown, "{shown}")
             }
             log::Level::Error => {
-                tracing::error!(target: "guest", route = %ctx.route, key = %ctx.key, attempt = ctx.attempt, ?fields, "{message}")
+                tracing::error!(target: "guest", route = %ctx.route, key = %ctx.key, attempt = ctx.attempt, fields = ?fields_shown, "{shown}")
             }
         }
         self.logs.push(LogLine {

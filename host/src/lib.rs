@@ -25,3 +25,4 @@ pub mod runtime;
 pub mod setup;
 pub mod stats;
 pub mod subject;
+pub mod text;

@@ -12,6 +12,46 @@ pub fn is_valid_filter(filter: &str) -> bool {
         })
 }
 
+/// Subject prefixes of the server's own APIs and internals (JetStream, KV, object store,
+/// system account, Raft groups, reply inboxes). No guest output may ever land there.
+pub const RESERVED_PREFIXES: [&str; 6] = ["$JS.", "$KV.", "$O.", "$SYS.", "$NRG.", "_INBOX."];
+
+/// The reserved prefix `subject` starts with (case-insensitively), if any.
+pub fn reserved_prefix(subject: &str) -> Option<&'static str> {
+    RESERVED_PREFIXES.iter().copied().find(|p| {
+        subject
+            .get(..p.len())
+            .is_some_and(|head| head.eq_ignore_ascii_case(p))
+            || subject.eq_ignore_ascii_case(&p[..p.len() - 1])
+    })
+}
+
+/// Whether some subject in a reserved namespace matches `filter` (`>` and `$JS.>` do).
+pub fn reaches_reserved(filter: &str) -> bool {
+    reserved_prefix(filter).is_some()
+        || RESERVED_PREFIXES
+            .iter()
+            .any(|p| overlaps(filter, &format!("{}>", p)))
+}
+
+/// Why `subject` cannot be published to, if it cannot: empty, empty tokens, whitespace or
+/// control characters, wildcards.
+pub fn literal_problem(subject: &str) -> Option<&'static str> {
+    if subject.is_empty() {
+        return Some("is empty");
+    }
+    if subject.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Some("contains whitespace or control characters");
+    }
+    if subject.split('.').any(str::is_empty) {
+        return Some("has an empty token");
+    }
+    if subject.split('.').any(|t| t == "*" || t == ">") {
+        return Some("contains a wildcard (`*` or `>`); outputs need a literal subject");
+    }
+    None
+}
+
 /// Whether a concrete subject matches a filter.
 pub fn matches(filter: &str, subject: &str) -> bool {
     let mut subject_tokens = subject.split('.');
@@ -75,6 +115,30 @@ mod tests {
         assert!(overlaps("a.*", "a.b"));
         assert!(overlaps("a.>", "*.b.c"));
         assert!(!overlaps("a.b", "a.c"));
+    }
+
+    #[test]
+    fn reserved_namespaces_are_found_in_subjects_and_filters() {
+        assert_eq!(reserved_prefix("$JS.API.STREAM.DELETE.X"), Some("$JS."));
+        assert_eq!(reserved_prefix("$js.api.x"), Some("$JS."));
+        assert_eq!(reserved_prefix("_INBOX.abc"), Some("_INBOX."));
+        assert_eq!(reserved_prefix("orders.js"), None);
+        assert!(reaches_reserved(">"));
+        assert!(reaches_reserved("$KV.>"));
+        assert!(reaches_reserved("*.API.>"));
+        assert!(!reaches_reserved("out.>"));
+        assert!(!reaches_reserved("a.*"));
+    }
+
+    #[test]
+    fn literal_subjects() {
+        assert_eq!(literal_problem("a.b"), None);
+        assert!(literal_problem("a.*").is_some());
+        assert!(literal_problem("a.>").is_some());
+        assert!(literal_problem("").is_some());
+        assert!(literal_problem("a b").is_some());
+        assert!(literal_problem("a..b").is_some());
+        assert!(literal_problem("a\r\nPUB x").is_some());
     }
 
     #[test]

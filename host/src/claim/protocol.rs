@@ -76,6 +76,7 @@ impl<S: ClaimStore> Claimer<S> {
             digest: digest.to_string(),
             reason: previous.and_then(|p| p.reason.clone()),
             permanent: false,
+            retry_at_ms: None,
             created_ms: previous.map_or(now, |p| p.created_ms),
             updated_ms: now,
         }
@@ -93,6 +94,15 @@ impl<S: ClaimStore> Claimer<S> {
                     )))
                 }
                 Err(ClaimError::Conflict) => {}
+                Err(e @ ClaimError::Unavailable(_)) => {
+                    // The create may have landed although its answer was lost (rule 13).
+                    return match landed(self.store.as_ref(), key, &fresh).await {
+                        Some(revision) => Ok(ClaimOutcome::Acquired(Box::new(
+                            self.lease(key, fresh, revision),
+                        ))),
+                        None => Err(e),
+                    };
+                }
                 Err(e) => return Err(e),
             }
             // The read only tells what to try next; ownership comes from the write below.
@@ -109,7 +119,15 @@ impl<S: ClaimStore> Claimer<S> {
             match current.state {
                 ClaimState::Completed => return Ok(ClaimOutcome::Completed),
                 ClaimState::Failed if current.permanent => return Ok(ClaimOutcome::DeadLettered),
-                ClaimState::Failed => {}
+                ClaimState::Failed => {
+                    // Not before its backoff (rule 15), however many copies are delivered.
+                    let due = current.retry_at_ms.unwrap_or(0);
+                    let now = now_ms();
+                    if due > now {
+                        let retry_in = Duration::from_millis(due - now);
+                        return Ok(ClaimOutcome::Busy { retry_in });
+                    }
+                }
                 ClaimState::InProgress if current.lease_lapsed(now_ms(), self.skew) => {}
                 ClaimState::InProgress => {
                     let left = current.lease_expires_ms.saturating_sub(now_ms());
@@ -125,6 +143,14 @@ impl<S: ClaimStore> Claimer<S> {
                     )));
                 }
                 Err(ClaimError::Conflict) => continue,
+                Err(e @ ClaimError::Unavailable(_)) => {
+                    return match landed(self.store.as_ref(), key, &next).await {
+                        Some(revision) => Ok(ClaimOutcome::Acquired(Box::new(
+                            self.lease(key, next, revision),
+                        ))),
+                        None => Err(e),
+                    };
+                }
                 Err(e) => return Err(e),
             }
         }
@@ -145,8 +171,19 @@ impl<S: ClaimStore> Claimer<S> {
                 revision,
                 written_at: Instant::now(),
                 lost: false,
+                settled: false,
             }),
         }
+    }
+}
+
+/// The revision of `written` if the store holds exactly that record: a write whose answer was
+/// lost may still have landed (DESIGN.md §2 rules 2 and 13). The record carries the owner,
+/// a nonce and the write's timestamp, so no other writer can have produced an equal one.
+async fn landed<S: ClaimStore>(store: &S, key: &str, written: &ClaimRecord) -> Option<u64> {
+    match store.get(key).await {
+        Ok(Some((current, revision))) if current == *written => Some(revision),
+        _ => None,
     }
 }
 
@@ -167,6 +204,8 @@ struct LeaseState {
     revision: u64,
     written_at: Instant,
     lost: bool,
+    /// The outcome is recorded: later heartbeats have nothing to renew.
+    settled: bool,
 }
 
 /// Ownership of one claimed key. Every write to the key goes through here, one at a time, so
@@ -201,10 +240,17 @@ impl<S: ClaimStore> Lease<S> {
         self.state.lock().await.record.reason.clone()
     }
 
-    async fn write(&self, change: impl FnOnce(&mut ClaimRecord)) -> Result<(), LeaseLost> {
+    async fn write(
+        &self,
+        change: impl FnOnce(&mut ClaimRecord),
+        last: bool,
+    ) -> Result<(), LeaseLost> {
         let mut state = self.state.lock().await;
         if state.lost {
             return Err(LeaseLost::Reclaimed);
+        }
+        if state.settled {
+            return Ok(());
         }
         let mut next = state.record.clone();
         change(&mut next);
@@ -215,20 +261,32 @@ impl<S: ClaimStore> Lease<S> {
                 state.record = next;
                 state.revision = revision;
                 state.written_at = started;
+                state.settled = last;
                 Ok(())
             }
             Err(ClaimError::Conflict) => {
                 state.lost = true;
                 Err(LeaseLost::Reclaimed)
             }
-            Err(e) => Err(LeaseLost::Unavailable(e.to_string())),
+            Err(e) => match landed(self.store.as_ref(), &self.key, &next).await {
+                // The write landed; only its answer was lost (a leader change, typically).
+                Some(revision) => {
+                    state.record = next;
+                    state.revision = revision;
+                    state.written_at = started;
+                    state.settled = last;
+                    Ok(())
+                }
+                None => Err(LeaseLost::Unavailable(e.to_string())),
+            },
         }
     }
 
     /// Extends the lease (a heartbeat).
     pub async fn renew(&self) -> Result<(), LeaseLost> {
         let lease = self.lease.as_millis() as u64;
-        self.write(|r| r.lease_expires_ms = now_ms() + lease).await
+        self.write(|r| r.lease_expires_ms = now_ms() + lease, false)
+            .await
     }
 
     /// Makes sure the lease is still ours before effects leave the host: free while the last
@@ -249,20 +307,51 @@ impl<S: ClaimStore> Lease<S> {
 
     /// Records success. After this the key is done forever (within the bucket's max age).
     pub async fn complete(&self) -> Result<(), LeaseLost> {
-        self.write(|r| {
-            r.state = ClaimState::Completed;
-            r.reason = None;
-        })
+        self.write(
+            |r| {
+                r.state = ClaimState::Completed;
+                r.reason = None;
+            },
+            true,
+        )
         .await
     }
 
-    /// Records a failure; `permanent` failures are never retried.
-    pub async fn fail(&self, reason: &str, permanent: bool) -> Result<(), LeaseLost> {
-        self.write(|r| {
-            r.state = ClaimState::Failed;
-            r.reason = Some(reason.to_string());
-            r.permanent = permanent;
-        })
+    /// Records a failed attempt that may be retried, not before `retry_in` from now.
+    pub async fn fail(&self, reason: &str, retry_in: Duration) -> Result<(), LeaseLost> {
+        self.write_failure(reason, Some(retry_in), self.attempt)
+            .await
+    }
+
+    /// Records a permanent failure (dead-lettered or terminated): never retried.
+    pub async fn give_up(&self, reason: &str) -> Result<(), LeaseLost> {
+        self.write_failure(reason, None, self.attempt).await
+    }
+
+    /// Gives the key back without counting this attempt: the guest did not reach an outcome
+    /// because of the infrastructure (a publish or store outage, a full instance pool, a
+    /// shutdown). The next claim runs the same attempt number again, after `retry_in`.
+    pub async fn release(&self, reason: &str, retry_in: Duration) -> Result<(), LeaseLost> {
+        self.write_failure(reason, Some(retry_in), self.attempt - 1)
+            .await
+    }
+
+    async fn write_failure(
+        &self,
+        reason: &str,
+        retry_in: Option<Duration>,
+        attempt: u32,
+    ) -> Result<(), LeaseLost> {
+        self.write(
+            |r| {
+                r.state = ClaimState::Failed;
+                r.reason = Some(reason.to_string());
+                r.permanent = retry_in.is_none();
+                r.retry_at_ms = retry_in.map(|d| now_ms() + d.as_millis() as u64);
+                r.attempt = attempt;
+            },
+            true,
+        )
         .await
     }
 }
@@ -329,16 +418,96 @@ mod tests {
         let ClaimOutcome::Acquired(l) = a.claim("k", "d").await.unwrap() else {
             panic!()
         };
-        l.fail("boom", false).await.unwrap();
+        l.fail("boom", Duration::ZERO).await.unwrap();
         let ClaimOutcome::Acquired(l) = a.claim("k", "d").await.unwrap() else {
             panic!()
         };
         assert_eq!(l.attempt(), 2);
         assert_eq!(l.previous_reason().await.as_deref(), Some("boom"));
-        l.fail("no", true).await.unwrap();
+        l.give_up("no").await.unwrap();
         assert!(matches!(
             a.claim("k", "d").await.unwrap(),
             ClaimOutcome::DeadLettered
         ));
+    }
+
+    /// A store whose writes land but whose next answer is lost, as on an R3 leader change.
+    struct LosesAnswers {
+        inner: MemoryClaimStore,
+        lose: std::sync::atomic::AtomicBool,
+    }
+
+    impl LosesAnswers {
+        fn answer(&self, r: Result<u64, ClaimError>) -> Result<u64, ClaimError> {
+            if self.lose.swap(false, std::sync::atomic::Ordering::SeqCst) {
+                Err(ClaimError::Unavailable("timed out".into()))
+            } else {
+                r
+            }
+        }
+    }
+
+    impl ClaimStore for LosesAnswers {
+        async fn get(&self, key: &str) -> Result<Option<(ClaimRecord, u64)>, ClaimError> {
+            self.inner.get(key).await
+        }
+        async fn create(&self, key: &str, record: &ClaimRecord) -> Result<u64, ClaimError> {
+            let r = self.inner.create(key, record).await;
+            self.answer(r)
+        }
+        async fn update(
+            &self,
+            key: &str,
+            record: &ClaimRecord,
+            revision: u64,
+        ) -> Result<u64, ClaimError> {
+            let r = self.inner.update(key, record, revision).await;
+            self.answer(r)
+        }
+    }
+
+    #[tokio::test]
+    async fn a_write_that_landed_without_an_answer_keeps_the_lease() {
+        let store = Arc::new(LosesAnswers {
+            inner: MemoryClaimStore::new(),
+            lose: true.into(),
+        });
+        let a = Claimer::new(store.clone(), "a", Duration::from_secs(10), Duration::ZERO);
+        let ClaimOutcome::Acquired(lease) = a.claim("k", "d").await.unwrap() else {
+            panic!("a create that landed is ours")
+        };
+        store.lose.store(true, std::sync::atomic::Ordering::SeqCst);
+        lease.renew().await.expect("a renewal that landed is adopted");
+        lease.renew().await.expect("and the next one uses its revision");
+        store.lose.store(true, std::sync::atomic::Ordering::SeqCst);
+        lease.complete().await.unwrap();
+        assert!(matches!(
+            a.claim("k", "d").await.unwrap(),
+            ClaimOutcome::Completed
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_failed_key_is_busy_until_its_backoff_and_a_release_counts_no_attempt() {
+        let store = Arc::new(MemoryClaimStore::new());
+        let a = claimer(&store, "a", 10_000);
+        let ClaimOutcome::Acquired(l) = a.claim("k", "d").await.unwrap() else {
+            panic!()
+        };
+        l.fail("later", Duration::from_millis(300)).await.unwrap();
+        let ClaimOutcome::Busy { retry_in } = a.claim("k", "d").await.unwrap() else {
+            panic!("a failed key is not due before its backoff")
+        };
+        assert!(retry_in <= Duration::from_millis(300) && retry_in > Duration::ZERO);
+        tokio::time::sleep(Duration::from_millis(320)).await;
+        let ClaimOutcome::Acquired(l) = a.claim("k", "d").await.unwrap() else {
+            panic!("due after the backoff")
+        };
+        assert_eq!(l.attempt(), 2);
+        l.release("publish failed", Duration::ZERO).await.unwrap();
+        let ClaimOutcome::Acquired(l) = a.claim("k", "d").await.unwrap() else {
+            panic!()
+        };
+        assert_eq!(l.attempt(), 2, "a release does not use up an attempt");
     }
 }

@@ -37,6 +37,10 @@ pub struct ClaimRecord {
     /// A failure that will never be retried (rejected or out of attempts; dead-lettered).
     #[serde(default)]
     pub permanent: bool,
+    /// Unix milliseconds before which a failed key is not run again (its backoff): a second
+    /// delivery of the key meanwhile is answered Busy instead of running at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_at_ms: Option<u64>,
     /// Unix milliseconds of the first claim.
     pub created_ms: u64,
     /// Unix milliseconds of this write.

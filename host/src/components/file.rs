@@ -18,7 +18,7 @@ fn stamp(path: &Path) -> Stamp {
     Some((meta.modified().ok()?, meta.len()))
 }
 
-/// Polls `path` every `interval`; a changed file is offered to `route` once it has stopped
+/// Offers `path` to `route` at once, then polls it every `interval`; a changed file is offered to `route` once it has stopped
 /// changing for one interval (so a half-copied file is not taken). A file missing for two
 /// polls in a row removes the route's handler; it comes back with the file.
 pub async fn watch(
@@ -29,14 +29,18 @@ pub async fn watch(
     mut stopped: watch::Receiver<bool>,
 ) {
     let origin = path.display().to_string();
-    // The stamp of the version last offered, and the one seen at the last poll.
-    let mut offered = stamp(&path);
-    let mut last = offered;
+    // The stamp of the version last offered, and the one seen at the last poll. The first
+    // poll is at once and offers the file as it is (the route starts unserved).
+    let mut offered = None;
+    let mut last = stamp(&path);
     let mut missing = 0;
+    let mut first = true;
     loop {
-        tokio::select! {
-            _ = tokio::time::sleep(interval) => {}
-            _ = stopped.changed() => return,
+        if !std::mem::take(&mut first) {
+            tokio::select! {
+                _ = tokio::time::sleep(interval) => {}
+                _ = stopped.changed() => return,
+            }
         }
         let now = stamp(&path);
         if now.is_none() {

@@ -30,20 +30,36 @@ pub async fn offer(runtime: &Runtime, route: &Route, origin: &str, bytes: Vec<u8
     if current.as_ref().is_some_and(|g| g.digest() == digest) {
         return Installed::Unchanged;
     }
+    if bytes.len() > route.max_component_bytes {
+        let reason = format!(
+            "component `{origin}` is {} bytes, over route `{}`'s max_component_bytes of {}: raise `routes[].max_component_bytes` or ship a smaller component",
+            bytes.len(),
+            route.name,
+            route.max_component_bytes
+        );
+        return refuse(route, current.as_ref(), reason);
+    }
     let loader = runtime.clone();
     let name = origin.to_string();
-    let loaded =
-        tokio::task::spawn_blocking(move || loader.load_digested(Path::new(&name), &bytes, digest))
-            .await;
-    let handler = match loaded {
-        Ok(Ok(handler)) => handler,
-        Ok(Err(e)) => return refuse(route, current.as_ref(), e.to_string()),
-        Err(e) => {
+    let compile =
+        tokio::task::spawn_blocking(move || loader.load_digested(Path::new(&name), &bytes, digest));
+    // A compile past the bound is refused; its thread finishes in the background.
+    let handler = match tokio::time::timeout(route.compile_timeout, compile).await {
+        Ok(Ok(Ok(handler))) => handler,
+        Ok(Ok(Err(e))) => return refuse(route, current.as_ref(), e.to_string()),
+        Ok(Err(e)) => {
             return refuse(
                 route,
                 current.as_ref(),
                 format!("`{origin}`: compiler task failed: {e}"),
             )
+        }
+        Err(_) => {
+            let reason = format!(
+                "component `{origin}` took longer than route `{}`'s compile_timeout of {:?} to compile: raise `routes[].compile_timeout` or ship a smaller component",
+                route.name, route.compile_timeout
+            );
+            return refuse(route, current.as_ref(), reason);
         }
     };
     if let Err(trap) = handler.probe(&route.options).await {

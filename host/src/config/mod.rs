@@ -394,6 +394,26 @@ pub struct RouteConfig {
     /// Messages of this route in flight at once; `host.max_in_flight` when unset.
     #[serde(default)]
     pub max_in_flight: Option<usize>,
+    /// Largest component accepted for this route, in bytes; a bigger one is refused before
+    /// it is compiled (default 64 MiB; the Python runtime is about 18 MB).
+    #[serde(default = "default_max_component_bytes")]
+    pub max_component_bytes: usize,
+    /// Longest a new component may take to compile; a slower one is refused (default 60s).
+    #[serde(default = "default_compile_timeout", with = "humantime_serde")]
+    pub compile_timeout: Duration,
+}
+
+/// Default largest component a route accepts.
+pub const DEFAULT_MAX_COMPONENT_BYTES: usize = 64 << 20;
+/// Default bound on compiling one component.
+pub const DEFAULT_COMPILE_TIMEOUT: Duration = Duration::from_secs(60);
+
+fn default_max_component_bytes() -> usize {
+    DEFAULT_MAX_COMPONENT_BYTES
+}
+
+fn default_compile_timeout() -> Duration {
+    DEFAULT_COMPILE_TIMEOUT
 }
 
 impl RouteConfig {
@@ -506,6 +526,53 @@ impl Config {
         let backoff = &self.source.backoff;
         let i = (attempt.max(1) as usize - 1).min(backoff.len().saturating_sub(1));
         backoff.get(i).copied().unwrap_or(Duration::from_secs(1))
+    }
+
+    /// The process's long-running lanes: `host.long_running_lanes`, or half the cores.
+    pub fn lanes(&self) -> usize {
+        self.host
+            .long_running_lanes
+            .unwrap_or_else(crate::runtime::engine::default_lanes)
+    }
+
+    /// How many long-running lanes one route may hold at once: all but one per other route,
+    /// so with enough lanes every route always finds one free; with fewer lanes than routes,
+    /// one each, and the process's lanes are handed out first come, first served.
+    pub fn route_lanes(&self) -> usize {
+        let others = self.routes.len().saturating_sub(1);
+        self.lanes().saturating_sub(others).max(1)
+    }
+
+    /// The instance pool: every route's share (its concurrency, plus one trial instantiation
+    /// of a new version, times its limits), so no route can take room a neighbour needs.
+    pub fn pool(&self) -> crate::runtime::engine::PoolTotals {
+        let mut pool = crate::runtime::engine::PoolTotals {
+            component_instances: 0,
+            core_instances: 0,
+            memories: 0,
+            tables: 0,
+            per_component: (1, 1, 1),
+        };
+        for r in &self.routes {
+            let l = &r.limits;
+            pool.add_share(
+                r.concurrency(&self.host) as u32 + 1,
+                l.instances as u32,
+                l.memories as u32,
+                l.tables as u32,
+            );
+        }
+        pool
+    }
+
+    /// The largest configured backoff: a guest's requested retry delay is clamped to it.
+    pub fn max_backoff(&self) -> Duration {
+        self.source
+            .backoff
+            .iter()
+            .max()
+            .copied()
+            .unwrap_or(Duration::from_secs(1))
     }
 
     /// The longest time between two runs of one key: a lease that lapsed, the clock-skew

@@ -1,11 +1,15 @@
 //! What leaves the host: handler outputs and dead letters, each with a deterministic
 //! `Nats-Msg-Id` so a repeat is deduplicated by the receiving stream.
 
+use async_nats::jetstream::context::{PublishError, PublishErrorKind};
 use async_nats::jetstream::Context;
 use async_nats::HeaderMap;
 use futures::future::try_join_all;
+use thiserror::Error;
 
 use crate::bindings::Output;
+use crate::runtime::outputs::{header_map, CONTROL_HEADER_PREFIX};
+use crate::text;
 
 /// Header names the host sets on dead letters.
 pub mod headers {
@@ -21,7 +25,16 @@ pub mod headers {
     pub const SUBJECT: &str = "Dedup-Original-Subject";
     /// The message's sequence in the source stream.
     pub const SEQUENCE: &str = "Dedup-Stream-Sequence";
+    /// Set when the letter's payload was cut to fit the server's max payload: the original
+    /// payload's size in bytes (read the whole message at `Dedup-Stream-Sequence`).
+    pub const TRUNCATED: &str = "Dedup-Truncated";
+    /// The prefix the original's `Nats-*` headers are kept under (`Nats-TTL` becomes
+    /// `Dedup-Original-Nats-TTL`), so they cannot act on the dead-letter stream.
+    pub const ORIGINAL_PREFIX: &str = "Dedup-Original-";
 }
+
+/// Room kept under the server's max payload for the protocol line and rounding.
+const SIZE_MARGIN: usize = 512;
 
 /// The `Nats-Msg-Id` of output `index` of a claim key.
 pub fn output_id(claim_key: &str, index: usize) -> String {
@@ -37,10 +50,8 @@ pub async fn publish_outputs(
 ) -> anyhow::Result<usize> {
     let mut acks = Vec::with_capacity(outputs.len());
     for (i, o) in outputs.iter().enumerate() {
-        let mut h = HeaderMap::new();
-        for header in &o.headers {
-            h.append(header.name.as_str(), header.value.as_str());
-        }
+        // Outputs were checked at the sandbox boundary (`runtime::outputs`).
+        let mut h = header_map(&o.headers);
         h.insert("Nats-Msg-Id", output_id(claim_key, i).as_str());
         let ack = js
             .publish_with_headers(o.subject.clone(), h, o.payload.clone().into())
@@ -70,35 +81,119 @@ pub struct DeadLetter<'a> {
     pub id: String,
 }
 
+/// Why a dead letter was not stored.
+#[derive(Debug, Error)]
+pub enum DeadLetterError {
+    /// The server did not answer or the connection broke: try again later.
+    #[error("dead letter on `{subject}` not stored (will retry): {source}")]
+    Transient {
+        /// The dead-letter subject.
+        subject: String,
+        /// The publish error.
+        source: PublishError,
+    },
+    /// The dead-letter stream refused the letter and would refuse it again.
+    #[error("dead letter on `{subject}` refused by the server: {source}")]
+    Refused {
+        /// The dead-letter subject.
+        subject: String,
+        /// The publish error.
+        source: PublishError,
+    },
+}
+
 /// Publishes the original payload and headers plus the reason to the dead-letter subject.
+/// The letter is made storable first: the original's `Nats-*` headers are kept under
+/// [`headers::ORIGINAL_PREFIX`], and a letter over the server's max payload is cut, with
+/// [`headers::TRUNCATED`] set and [`headers::SEQUENCE`] pointing at the whole message.
 pub async fn publish_dead_letter(
     js: &Context,
     subject: &str,
     original: &async_nats::Message,
     sequence: u64,
     letter: DeadLetter<'_>,
-) -> anyhow::Result<()> {
-    let mut h = original.headers.clone().unwrap_or_default();
-    h.insert(headers::REASON, single_line(letter.reason).as_str());
+) -> Result<(), DeadLetterError> {
+    let mut h = HeaderMap::new();
+    for (name, values) in original.headers.iter().flat_map(|h| h.iter()) {
+        let name: &str = name.as_ref();
+        let controls = name
+            .get(..CONTROL_HEADER_PREFIX.len())
+            .is_some_and(|p| p.eq_ignore_ascii_case(CONTROL_HEADER_PREFIX));
+        let kept = if controls {
+            format!("{}{name}", headers::ORIGINAL_PREFIX)
+        } else {
+            name.to_string()
+        };
+        for v in values {
+            h.append(kept.as_str(), v.clone());
+        }
+    }
+    h.insert(headers::REASON, text::header_value(letter.reason).as_str());
     h.insert(headers::ATTEMPT, letter.attempt.to_string().as_str());
     h.insert(headers::ROUTE, letter.route);
-    h.insert(headers::KEY, single_line(letter.key).as_str());
-    h.insert(headers::SUBJECT, original.subject.as_str());
+    h.insert(headers::KEY, text::header_value(letter.key).as_str());
+    h.insert(
+        headers::SUBJECT,
+        text::header_value(&original.subject).as_str(),
+    );
     h.insert(headers::SEQUENCE, sequence.to_string().as_str());
     h.insert("Nats-Msg-Id", letter.id.as_str());
-    js.publish_with_headers(subject.to_string(), h, original.payload.clone())
+
+    let max = js.client().server_info().max_payload.max(4096);
+    let mut payload = original.payload.clone();
+    if header_bytes(&h) + payload.len() + SIZE_MARGIN > max {
+        h.insert(headers::TRUNCATED, payload.len().to_string().as_str());
+        let room = max.saturating_sub(header_bytes(&h) + SIZE_MARGIN);
+        if room == 0 {
+            // The original's headers alone are too big: keep only the host's.
+            h = keep_dedup_headers(&h);
+        }
+        let room = max.saturating_sub(header_bytes(&h) + SIZE_MARGIN);
+        payload.truncate(room);
+    }
+    let refused = |source: PublishError| {
+        let subject = subject.to_string();
+        match source.kind() {
+            PublishErrorKind::TimedOut
+            | PublishErrorKind::BrokenPipe
+            | PublishErrorKind::MaxAckPending
+            | PublishErrorKind::StreamNotFound => DeadLetterError::Transient { subject, source },
+            _ => DeadLetterError::Refused { subject, source },
+        }
+    };
+    js.publish_with_headers(subject.to_string(), h, payload)
         .await
-        .map_err(|e| anyhow::anyhow!("publishing dead letter on `{subject}`: {e}"))?
+        .map_err(refused)?
         .await
-        .map_err(|e| anyhow::anyhow!("dead letter on `{subject}` not stored: {e}"))?;
+        .map_err(refused)?;
     Ok(())
 }
 
-/// Header values cannot hold line breaks.
-fn single_line(s: &str) -> String {
-    let flat: String = s
-        .chars()
-        .map(|c| if c == '\r' || c == '\n' { ' ' } else { c })
-        .collect();
-    flat.chars().take(1024).collect()
+/// Bytes a header block takes on the wire: `NATS/1.0\r\n`, `name: value\r\n` each, `\r\n`.
+fn header_bytes(h: &HeaderMap) -> usize {
+    let lines: usize = h
+        .iter()
+        .map(|(name, values)| {
+            let name: &str = name.as_ref();
+            values
+                .iter()
+                .map(|v| name.len() + v.as_str().len() + 4)
+                .sum::<usize>()
+        })
+        .sum();
+    10 + lines + 2
+}
+
+/// Only the headers the host set (`Dedup-*` and the message id).
+fn keep_dedup_headers(h: &HeaderMap) -> HeaderMap {
+    let mut kept = HeaderMap::new();
+    for (name, values) in h.iter() {
+        let n: &str = name.as_ref();
+        if n.starts_with("Dedup-") && !n.starts_with(headers::ORIGINAL_PREFIX) || n == "Nats-Msg-Id" {
+            for v in values {
+                kept.append(name.clone(), v.clone());
+            }
+        }
+    }
+    kept
 }

@@ -1,5 +1,5 @@
-//! One message through the pipeline: route, key, claim, run with heartbeats, then publish,
-//! record and ack; or record, nak and retry; or dead-letter and terminate.
+//! One message through the pipeline: route, key, claim, then run it with heartbeats; what
+//! follows the guest's outcome is in [`super::settle`].
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -7,35 +7,34 @@ use std::time::Duration;
 use async_nats::jetstream::message::Acker;
 use async_nats::jetstream::{self, AckKind};
 
-use super::effects::{self, DeadLetter};
 use super::heartbeat::Heartbeat;
 use super::routes::{Guest, Route};
 use super::Shared;
-use crate::bindings::{Event, Header, Output};
-use crate::claim::{key, ClaimOutcome, ClaimStore, Lease, LeaseLost};
+use crate::bindings::{Event, Header};
+use crate::claim::{key, ClaimOutcome, ClaimStore, Lease};
 use crate::config::MissingKey;
 use crate::idempotency;
-use crate::runtime::Outcome;
+use crate::runtime::{Outcome, TrapKind};
 use crate::stats::Counter;
 
 /// Nak delay after an infrastructure error (NATS unavailable).
-const ERROR_RETRY: Duration = Duration::from_secs(1);
+pub(super) const ERROR_RETRY: Duration = Duration::from_secs(1);
 
 /// A delivery this host holds the claim for, with everything settling it needs.
-struct Claimed<'a, S: ClaimStore> {
-    d: &'a Delivery,
-    route: &'a Route,
+pub(super) struct Claimed<'a, S: ClaimStore> {
+    pub(super) d: &'a Delivery,
+    pub(super) route: &'a Route,
     /// The handler version this delivery runs on (its digest is in the claim record).
-    guest: Guest,
-    key: &'a str,
-    lease: Arc<Lease<S>>,
+    pub(super) guest: Guest,
+    pub(super) key: &'a str,
+    pub(super) lease: Arc<Lease<S>>,
 }
 
 /// The parts of a delivery the pipeline works with.
-struct Delivery {
-    message: async_nats::Message,
-    acker: Arc<Acker>,
-    sequence: u64,
+pub(super) struct Delivery {
+    pub(super) message: async_nats::Message,
+    pub(super) acker: Arc<Acker>,
+    pub(super) sequence: u64,
 }
 
 impl<S: ClaimStore> Shared<S> {
@@ -130,7 +129,8 @@ impl<S: ClaimStore> Shared<S> {
         }
     }
 
-    /// Runs a claimed message and settles it according to the outcome.
+    /// Runs a claimed message and settles it according to the outcome. The heartbeat runs
+    /// until the outcome is recorded (rule 16), not just until the guest returns.
     async fn run(&self, c: &Claimed<'_, S>) {
         let (attempt, max) = (c.lease.attempt(), self.config.source.max_deliver);
         if attempt > max {
@@ -169,153 +169,33 @@ impl<S: ClaimStore> Shared<S> {
             _ = heartbeat.lost() => {
                 call.abort();
                 heartbeat.stop().await;
-                return self.lost(c);
+                return self.lost(c, false);
             }
         };
-        heartbeat.stop().await;
         let invocation = match invocation {
             Ok(invocation) => invocation,
             Err(e) => {
-                tracing::error!(route = %c.route.name, key = c.key, "guest task failed: {e}");
-                let reason = format!("guest task failed: {e}");
-                return self.retry_or_give_up(c, &reason, None).await;
+                // Cancelled by shutdown, most likely: not the guest's outcome (rule 14).
+                tracing::warn!(route = %c.route.name, key = c.key, "guest task ended without an outcome: {e}");
+                self.release(c, &format!("guest task ended without an outcome: {e}"))
+                    .await;
+                return heartbeat.stop().await;
             }
         };
         tracing::debug!(route = %c.route.name, key = c.key, digest = c.guest.digest(), outcome = invocation.outcome.kind(), elapsed_us = invocation.elapsed.as_micros() as u64, "invoked");
         match invocation.outcome {
-            Outcome::Success(outputs) => self.succeed(c, &outputs).await,
+            Outcome::Success(outputs) => self.succeed(c, &outputs, &mut heartbeat).await,
             Outcome::Retry { reason, delay } => self.retry_or_give_up(c, &reason, delay).await,
+            Outcome::Trap(trap) if trap.kind == TrapKind::PoolFull => {
+                self.release(c, &trap.to_string()).await
+            }
             Outcome::Trap(trap) if c.route.is_permanent(trap.kind) => {
                 self.give_up(c, &trap.to_string()).await
             }
             Outcome::Trap(trap) => self.retry_or_give_up(c, &trap.to_string(), None).await,
             Outcome::Reject { reason } => self.give_up(c, &reason).await,
         }
-    }
-
-    /// Success: publish outputs, record completion, then ack with confirmation.
-    async fn succeed(&self, c: &Claimed<'_, S>, outputs: &[Output]) {
-        if let Err(e) = c.lease.confirm().await {
-            return self.write_failed(c, e).await;
-        }
-        if let Err(e) = effects::publish_outputs(&self.js, c.lease.key(), outputs).await {
-            tracing::warn!(route = %c.route.name, key = c.key, "{e:#}");
-            self.stats.bump(Counter::Error);
-            return self.retry_or_give_up(c, &format!("{e:#}"), None).await;
-        }
-        self.stats.add_outputs(outputs.len() as u64);
-        if let Err(e) = c.lease.complete().await {
-            return self.write_failed(c, e).await;
-        }
-        self.stats.bump(Counter::Processed);
-        if let Err(e) = c.d.acker.double_ack().await {
-            // Completed is recorded: a redelivery finds it and acks.
-            tracing::warn!(route = %c.route.name, key = c.key, "ack not confirmed: {e}");
-        }
-    }
-
-    /// A failed attempt: retry with backoff, or give up after the last allowed attempt.
-    async fn retry_or_give_up(&self, c: &Claimed<'_, S>, reason: &str, delay: Option<Duration>) {
-        let (attempt, max) = (c.lease.attempt(), self.config.source.max_deliver);
-        if attempt >= max {
-            let reason = format!("{reason} (attempt {attempt} of {max}, none left)");
-            return self.give_up(c, &reason).await;
-        }
-        tracing::info!(route = %c.route.name, key = c.key, digest = c.guest.digest(), attempt, "attempt failed, will retry: {reason}");
-        if let Err(e) = c.lease.fail(reason, false).await {
-            return self.write_failed(c, e).await;
-        }
-        let backoff = self.config.backoff_for(attempt);
-        self.stats.bump(Counter::Retried);
-        let delay = delay.map_or(backoff, |d| d.max(backoff));
-        self.settle(c.d, AckKind::Nak(Some(delay))).await;
-    }
-
-    /// A permanent failure: dead-letter, record, terminate.
-    async fn give_up(&self, c: &Claimed<'_, S>, reason: &str) {
-        tracing::warn!(route = %c.route.name, key = c.key, digest = c.guest.digest(), "dead-lettering: {reason}");
-        if let Err(e) = c.lease.confirm().await {
-            return self.write_failed(c, e).await;
-        }
-        let letter = DeadLetter {
-            reason,
-            attempt: c.lease.attempt(),
-            route: &c.route.name,
-            key: c.key,
-            id: format!("dl:{}", c.lease.key()),
-        };
-        if let Err(e) = self.publish_dead_letter(c.d, letter).await {
-            let reason = format!("dead letter not stored: {e:#}");
-            let _ = c.lease.fail(&reason, false).await;
-            return self.settle(c.d, AckKind::Nak(Some(ERROR_RETRY))).await;
-        }
-        if let Err(e) = c.lease.fail(reason, true).await {
-            return self.write_failed(c, e).await;
-        }
-        self.stats.bump(Counter::DeadLettered);
-        self.settle(c.d, AckKind::Term).await;
-    }
-
-    /// Dead-letters a message that was never claimed (no route, no key, too big).
-    async fn dead_letter_unclaimed(&self, d: &Delivery, route: &str, key: &str, reason: &str) {
-        tracing::warn!(subject = %d.message.subject, route, "dead-lettering: {reason}");
-        let letter = DeadLetter {
-            reason,
-            attempt: 0,
-            route,
-            key,
-            id: format!("dl:seq:{}", d.sequence),
-        };
-        match self.publish_dead_letter(d, letter).await {
-            Ok(()) => {
-                self.stats.bump(Counter::DeadLettered);
-                self.settle(d, AckKind::Term).await;
-            }
-            Err(_) => self.settle(d, AckKind::Nak(Some(ERROR_RETRY))).await,
-        }
-    }
-
-    /// Publishes a dead letter for the delivery; a failure is logged and counted.
-    async fn publish_dead_letter(
-        &self,
-        d: &Delivery,
-        letter: DeadLetter<'_>,
-    ) -> anyhow::Result<()> {
-        let subject = &self.config.dead_letter.subject;
-        let result =
-            effects::publish_dead_letter(&self.js, subject, &d.message, d.sequence, letter).await;
-        if let Err(e) = &result {
-            tracing::error!(sequence = d.sequence, "{e:#}");
-            self.stats.bump(Counter::Error);
-        }
-        result
-    }
-
-    /// A write through the lease failed: if the key was reclaimed, touch nothing; if the
-    /// store did not answer, nak so the message comes back once the lease lapses.
-    async fn write_failed(&self, c: &Claimed<'_, S>, e: LeaseLost) {
-        match e {
-            LeaseLost::Reclaimed => self.lost(c),
-            LeaseLost::Unavailable(e) => {
-                tracing::warn!(route = %c.route.name, key = c.key, "claim write failed, will retry: {e}");
-                self.stats.bump(Counter::Error);
-                self.settle(c.d, AckKind::Nak(Some(self.config.claims.lease)))
-                    .await;
-            }
-        }
-    }
-
-    /// The claim was taken over: no outputs, no record, no ack (acks are keyed by stream
-    /// sequence and would settle the new owner's delivery).
-    fn lost(&self, c: &Claimed<'_, S>) {
-        tracing::warn!(route = %c.route.name, key = c.key, "claim taken over by another owner; dropping this attempt's effects");
-        self.stats.bump(Counter::LostClaim);
-    }
-
-    async fn settle(&self, d: &Delivery, kind: AckKind) {
-        if let Err(e) = d.acker.ack_with(kind).await {
-            tracing::warn!(sequence = d.sequence, "ack ({kind:?}) failed: {e}");
-        }
+        heartbeat.stop().await;
     }
 }
 

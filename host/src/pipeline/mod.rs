@@ -3,21 +3,23 @@
 //! starve another), plus one that dead-letters what no route takes; graceful shutdown.
 //!
 //! - [`routes`]: subject to handler.
-//! - `message`: one message, end to end (claim, heartbeat, invoke, settle).
+//! - `consume`: pulling a consumer's messages, re-creating it when it is deleted.
+//! - `message`: one message, from its key and claim to the guest's outcome.
+//! - `settle`: what follows the outcome (publish and ack, retry, release, dead-letter).
 //! - [`heartbeat`]: lease renewal plus progress acks while a guest runs.
 //! - [`effects`]: outputs and dead letters, with deterministic message ids.
 
+mod consume;
 pub mod effects;
 pub mod heartbeat;
 mod message;
 pub mod routes;
+mod settle;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::Context as _;
-use futures::StreamExt;
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::claim::kv::KvClaimStore;
@@ -26,9 +28,6 @@ use crate::config::Config;
 use crate::runtime::{EngineSettings, Runtime};
 use crate::stats::{Stats, StatsSnapshot};
 pub use routes::{Guest, Route, Routes};
-
-/// How long to wait before pulling again after the message stream failed.
-const PULL_RETRY: Duration = Duration::from_secs(1);
 
 /// State shared by every in-flight message of one host.
 pub(crate) struct Shared<S: ClaimStore> {
@@ -117,17 +116,9 @@ pub fn new_instance_id() -> String {
 /// Connects, sets up streams, consumer and bucket, loads every route's component and starts
 /// consuming.
 pub async fn start(config: Config) -> anyhow::Result<RunningHost> {
-    let slots: usize = config
-        .routes
-        .iter()
-        .map(|r| r.concurrency(&config.host))
-        .sum();
     let mut runtime = Runtime::new(&EngineSettings {
-        max_instances: (slots as u32 * 2).max(16),
-        long_running_lanes: config
-            .host
-            .long_running_lanes
-            .unwrap_or_else(crate::runtime::engine::default_lanes),
+        pool: config.pool(),
+        long_running_lanes: config.lanes(),
         ..EngineSettings::default()
     })?;
     if let Some(dir) = &config.components.cache_dir {
@@ -139,7 +130,7 @@ pub async fn start(config: Config) -> anyhow::Result<RunningHost> {
             )
         })?;
     }
-    let routes = Routes::load(&runtime, &config)?;
+    let routes = Routes::unloaded(&config);
     start_with_routes(config, routes, Some(runtime)).await
 }
 
@@ -204,7 +195,12 @@ pub async fn start_with_routes(
     let loops: Vec<_> = consumers
         .into_iter()
         .map(|(consumer, route)| {
-            tokio::spawn(consume(shared.clone(), consumer, route, stopped.clone()))
+            tokio::spawn(consume::consume(
+                shared.clone(),
+                consumer,
+                route,
+                stopped.clone(),
+            ))
         })
         .collect();
     let task = tokio::spawn(async move {
@@ -225,90 +221,4 @@ pub async fn start_with_routes(
         task,
         client,
     })
-}
-
-/// Returns once the route is served (`served`) or not served (`!served`); never for the
-/// consumer of unrouted subjects, which has no route to follow, when waiting for `!served`.
-async fn until_served(route: &mut Option<watch::Receiver<Option<Guest>>>, served: bool) {
-    match route {
-        Some(rx) => {
-            if rx.wait_for(|g| g.is_some() == served).await.is_err() {
-                std::future::pending::<()>().await;
-            }
-        }
-        None if served => {}
-        None => std::future::pending().await,
-    }
-}
-
-/// Pulls one consumer's messages until told to stop: a route's (`route` set) or the one for
-/// subjects no route takes. A route's consumer pulls only while the route has a handler:
-/// when its component is removed, pulling stops and its messages wait in the stream.
-async fn consume<S: ClaimStore>(
-    shared: Arc<Shared<S>>,
-    consumer: async_nats::jetstream::consumer::PullConsumer,
-    route: Option<Arc<Route>>,
-    mut stopped: watch::Receiver<bool>,
-) {
-    let in_flight = route
-        .as_ref()
-        .map_or(shared.config.host.max_in_flight, |r| r.max_in_flight);
-    let permits = Arc::new(Semaphore::new(in_flight));
-    let mut serving = route.as_ref().map(|r| r.subscribe());
-    'pull: while !*stopped.borrow() {
-        tokio::select! {
-            _ = until_served(&mut serving, true) => {}
-            _ = stopped.changed() => break,
-        }
-        let mut messages = match consumer
-            .stream()
-            .max_messages_per_batch(in_flight)
-            .messages()
-            .await
-        {
-            Ok(m) => m,
-            Err(e) => {
-                tracing::warn!("cannot pull messages, retrying: {e}");
-                tokio::select! { _ = tokio::time::sleep(PULL_RETRY) => continue, _ = stopped.changed() => break }
-            }
-        };
-        loop {
-            let permit = tokio::select! {
-                p = permits.clone().acquire_owned() => p.expect("semaphore open"),
-                _ = stopped.changed() => break 'pull,
-                _ = until_served(&mut serving, false) => continue 'pull,
-            };
-            let next = tokio::select! {
-                m = messages.next() => m,
-                _ = stopped.changed() => break 'pull,
-                _ = until_served(&mut serving, false) => continue 'pull,
-            };
-            match next {
-                Some(Ok(message)) => {
-                    let shared = shared.clone();
-                    let route = route.clone();
-                    tokio::spawn(async move {
-                        shared.process(message, route).await;
-                        drop(permit);
-                    });
-                }
-                Some(Err(e)) => {
-                    tracing::warn!("message stream error: {e}");
-                }
-                None => {
-                    tracing::warn!("message stream ended; pulling again");
-                    continue 'pull;
-                }
-            }
-        }
-    }
-    // Graceful shutdown: no new messages; wait for the in-flight ones within the bound.
-    let grace = shared.config.host.shutdown_grace;
-    let all = u32::try_from(in_flight).unwrap_or(u32::MAX);
-    if tokio::time::timeout(grace, permits.acquire_many(all))
-        .await
-        .is_err()
-    {
-        tracing::warn!("shutdown: in-flight messages did not finish within {grace:?}; their claims will lapse and be retried");
-    }
 }

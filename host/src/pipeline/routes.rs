@@ -2,16 +2,15 @@
 //! A route's handler can be swapped while messages run: each message takes the current
 //! [`Guest`] once and keeps it to the end, so in-flight work finishes on the old version.
 
-use std::collections::hash_map::{Entry, HashMap};
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
-use anyhow::Context as _;
 use tokio::sync::{watch, Semaphore};
 
 use crate::bindings::Event;
 use crate::config::{Config, KeySource, MissingKey, RouteConfig};
-use crate::runtime::{Handler, Invocation, InvokeOptions, Outcome, Runtime, TrapKind};
+use crate::runtime::{Handler, Invocation, InvokeOptions, Outcome, TrapKind};
 use crate::subject;
 
 /// What runs a route's events.
@@ -68,6 +67,10 @@ pub struct Route {
     pub max_in_flight: usize,
     /// Where the component comes from: a file, or `None` for the object store.
     pub component_file: Option<PathBuf>,
+    /// Largest component accepted, in bytes.
+    pub max_component_bytes: usize,
+    /// Longest a component may take to compile before it is refused.
+    pub compile_timeout: Duration,
     /// The handler being served, if any: swapped by hot loading.
     guest: watch::Sender<Option<Guest>>,
     /// Why the last version offered was refused, if it was.
@@ -117,32 +120,17 @@ pub struct Routes {
 }
 
 impl Routes {
-    /// Loads the component file of every route that has one; fails naming the route and the
-    /// file. Routes served from the object store start empty (see [`crate::components`]).
-    pub fn load(runtime: &Runtime, config: &Config) -> anyhow::Result<Self> {
-        let mut routes = Vec::new();
-        // Routes sharing a file share one compiled component.
-        let mut loaded: HashMap<PathBuf, Handler> = HashMap::new();
-        for r in &config.routes {
-            let guest = match &r.component {
-                Some(file) => {
-                    let path = config.resolve(file);
-                    let handler = match loaded.entry(path) {
-                        Entry::Occupied(e) => e.get().clone(),
-                        Entry::Vacant(e) => {
-                            let handler = runtime
-                                .load_file(e.key())
-                                .with_context(|| format!("route `{}`", r.name))?;
-                            e.insert(handler).clone()
-                        }
-                    };
-                    Some(Guest::Wasm(handler))
-                }
-                None => None,
-            };
-            routes.push(Self::route(config, r, guest));
+    /// Every route of the config, none of them served yet: each route's component is
+    /// compiled by its source ([`crate::components`]) off the start-up path, so one route's
+    /// slow compile never delays the others.
+    pub fn unloaded(config: &Config) -> Self {
+        Self {
+            routes: config
+                .routes
+                .iter()
+                .map(|r| Self::route(config, r, None))
+                .collect(),
         }
-        Ok(Self { routes })
     }
 
     /// Builds routes from the config with the given guest for every route (benchmarks).
@@ -171,11 +159,14 @@ impl Routes {
                     .read_only_dir
                     .as_ref()
                     .map(|d| Arc::new(config.resolve(d))),
+                route_lanes: Some(Arc::new(Semaphore::new(config.route_lanes()))),
             },
             permanent_traps: r.permanent_traps.clone(),
             slots: Arc::new(Semaphore::new(r.concurrency(&config.host))),
             max_in_flight: r.max_in_flight(&config.host),
             component_file: r.component.as_ref().map(|f| config.resolve(f)),
+            max_component_bytes: r.max_component_bytes,
+            compile_timeout: r.compile_timeout,
             guest: watch::Sender::new(guest),
             refused: std::sync::Mutex::new(None),
         })

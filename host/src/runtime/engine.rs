@@ -14,11 +14,52 @@ pub const DEFAULT_MAX_INSTANCES: u32 = 256;
 /// Default largest linear memory the instance pool reserves room for, per memory.
 pub const DEFAULT_POOL_MEMORY_BYTES: u64 = 256 << 20;
 
+/// How much of each kind of thing the instance pool holds. The host sizes it as the sum of
+/// every route's share (its concurrency times its per-invocation limits, plus one for a trial
+/// instantiation), so a route can never take space a neighbour needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolTotals {
+    /// Component instances (one per invocation) alive at once.
+    pub component_instances: u32,
+    /// Core instances alive at once.
+    pub core_instances: u32,
+    /// Linear memories alive at once.
+    pub memories: u32,
+    /// Tables alive at once.
+    pub tables: u32,
+    /// The most core instances, memories and tables one component may have.
+    pub per_component: (u32, u32, u32),
+}
+
+impl PoolTotals {
+    /// A pool for `instances` invocations of typical components (local runs and tests).
+    pub fn for_instances(instances: u32) -> Self {
+        Self {
+            component_instances: instances,
+            core_instances: instances * 8,
+            memories: instances * 2,
+            tables: instances * 4,
+            per_component: (64, 8, 16),
+        }
+    }
+
+    /// Adds `slots` invocations each allowed `core_instances`, `memories` and `tables`.
+    pub fn add_share(&mut self, slots: u32, core_instances: u32, memories: u32, tables: u32) {
+        self.component_instances += slots;
+        self.core_instances += slots * core_instances;
+        self.memories += slots * memories;
+        self.tables += slots * tables;
+        let (i, m, t) = self.per_component;
+        self.per_component = (i.max(core_instances), m.max(memories), t.max(tables));
+    }
+}
+
 /// Process-wide engine settings.
 #[derive(Debug, Clone)]
 pub struct EngineSettings {
-    /// Guest instances alive at once (pool slots). Invocations beyond it wait for a slot.
-    pub max_instances: u32,
+    /// What the instance pool holds. Invocations beyond it trap with
+    /// [`super::TrapKind::PoolFull`], an infrastructure condition.
+    pub pool: PoolTotals,
     /// The largest linear memory any route may allow; per-route limits must not exceed it.
     pub max_memory_bytes: u64,
     /// Enforce limits (deadline, fuel, memory, tables). Always on in the host; turning it off
@@ -41,7 +82,7 @@ pub fn default_lanes() -> usize {
 impl Default for EngineSettings {
     fn default() -> Self {
         Self {
-            max_instances: DEFAULT_MAX_INSTANCES,
+            pool: PoolTotals::for_instances(DEFAULT_MAX_INSTANCES),
             max_memory_bytes: DEFAULT_POOL_MEMORY_BYTES,
             metered: true,
             long_running_lanes: default_lanes(),
@@ -55,15 +96,16 @@ pub fn build(settings: &EngineSettings) -> anyhow::Result<Engine> {
     let mut pool = PoolingAllocationConfig::new();
     // A Rust or C guest is a handful of core instances (the program plus WASI adapters);
     // interpreted languages bring more.
-    let instances = settings.max_instances;
-    pool.total_component_instances(instances)
-        .total_core_instances(instances * 8)
-        .total_memories(instances * 2)
-        .total_tables(instances * 4)
-        .total_stacks(instances)
-        .max_core_instances_per_component(64)
-        .max_memories_per_component(8)
-        .max_tables_per_component(16)
+    let totals = settings.pool;
+    let (core_instances, memories, tables) = totals.per_component;
+    pool.total_component_instances(totals.component_instances)
+        .total_core_instances(totals.core_instances)
+        .total_memories(totals.memories)
+        .total_tables(totals.tables)
+        .total_stacks(totals.component_instances)
+        .max_core_instances_per_component(core_instances)
+        .max_memories_per_component(memories)
+        .max_tables_per_component(tables)
         .max_memory_size(settings.max_memory_bytes as usize)
         .max_component_instance_size(1 << 20)
         .max_core_instance_size(1 << 20);

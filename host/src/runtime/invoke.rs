@@ -6,16 +6,17 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::sync::Semaphore;
-use wasmtime::{Store, UpdateDeadline};
+use wasmtime::{CallHook, Store, UpdateDeadline};
 
 use super::engine::FAST_SLICE;
 
 use super::outcome::{Invocation, Outcome, Trap, TrapKind};
 use super::state::{GuestState, LogContext};
 use super::Handler;
-use crate::bindings::{Event, Failure, Output};
+use super::outputs::check_outputs;
+use crate::bindings::{Event, Failure};
 use crate::limits::Limits;
-use crate::subject;
+use crate::text;
 
 /// Per-route settings for an invocation: its limits and its grants.
 #[derive(Debug, Clone, Default)]
@@ -30,6 +31,10 @@ pub struct InvokeOptions {
     pub allowed_outputs: Option<Arc<[String]>>,
     /// A host directory the guest may read, mounted at [`super::state::GUEST_DIR`].
     pub read_only_dir: Option<Arc<PathBuf>>,
+    /// The route's own share of the long-running lanes: a long runner needs one of these
+    /// before one of the process's, so one route's long runners cannot queue every lane.
+    /// `None`: only the process's lanes (local runs).
+    pub route_lanes: Option<Arc<Semaphore>>,
 }
 
 impl Handler {
@@ -57,7 +62,7 @@ impl Handler {
         };
         let mut store = Store::new(self.inner.pre.engine(), state);
         if self.inner.metered {
-            meter(&mut store, &options.limits, self.inner.lanes.clone());
+            meter(&mut store, options, self.inner.lanes.clone());
         }
 
         let result = match self.inner.pre.instantiate_async(&mut store).await {
@@ -73,10 +78,12 @@ impl Handler {
         let outcome = match result {
             Ok(Ok(outputs)) => check_outputs(outputs, options),
             Ok(Err(Failure::Retry(r))) => Outcome::Retry {
-                reason: r.reason,
+                reason: text::reason(&r.reason),
                 delay: r.delay_ms.map(Duration::from_millis),
             },
-            Ok(Err(Failure::Reject(reason))) => Outcome::Reject { reason },
+            Ok(Err(Failure::Reject(reason))) => Outcome::Reject {
+                reason: text::reason(&reason),
+            },
             Err(trap) => Outcome::Trap(trap),
         };
         let logs = std::mem::take(&mut store.data_mut().logs);
@@ -100,7 +107,7 @@ impl Handler {
         })?;
         let mut store = Store::new(self.inner.pre.engine(), state);
         if self.inner.metered {
-            meter(&mut store, &options.limits, self.inner.lanes.clone());
+            meter(&mut store, options, self.inner.lanes.clone());
         }
         match self.inner.pre.instantiate_async(&mut store).await {
             Ok(_) => Ok(()),
@@ -111,13 +118,24 @@ impl Handler {
 
 /// Arms the limits: memory and table limiter, fuel, and the deadline checked at every epoch
 /// tick. At each tick the guest yields to the executor; past [`FAST_SLICE`] it also gives
-/// back its long-running lane and queues for one again, so long runners take turns.
-fn meter(store: &mut Store<GuestState>, limits: &Limits, lanes: Arc<Semaphore>) {
+/// back its long-running lane and queues for one again (its route's, then the process's), so
+/// long runners take turns. Waiting for a lane counts against the deadline, and a guest gives
+/// its lane back whenever it calls into the host (a sleep, a poll), so a waiting guest never
+/// holds one.
+fn meter(store: &mut Store<GuestState>, options: &InvokeOptions, lanes: Arc<Semaphore>) {
+    let limits: &Limits = &options.limits;
     store.limiter(|state| state);
     store
         .set_fuel(limits.fuel.unwrap_or(u64::MAX))
         .expect("the engine consumes fuel when metered");
     store.set_epoch_deadline(1);
+    store.call_hook(|mut ctx, hook| {
+        if matches!(hook, CallHook::CallingHost) {
+            ctx.data_mut().lane.lock().expect("lane slot").clear();
+        }
+        Ok(())
+    });
+    let route_lanes = options.route_lanes.clone();
     store.epoch_deadline_callback(move |mut ctx| {
         let state = ctx.data_mut();
         if Instant::now() >= state.deadline {
@@ -131,14 +149,25 @@ fn meter(store: &mut Store<GuestState>, limits: &Limits, lanes: Arc<Semaphore>) 
             return Ok(UpdateDeadline::Yield(1));
         }
         let slot = state.lane.clone();
-        drop(slot.lock().expect("lane slot").take());
-        let lanes = lanes.clone();
+        slot.lock().expect("lane slot").clear();
+        let (lanes, route_lanes) = (lanes.clone(), route_lanes.clone());
+        let deadline = tokio::time::Instant::from_std(state.deadline);
         Ok(UpdateDeadline::YieldCustom(
             1,
             Box::pin(async move {
                 tokio::task::yield_now().await;
-                let permit = lanes.acquire_owned().await.expect("lanes open");
-                *slot.lock().expect("lane slot") = Some(permit);
+                let acquire = async {
+                    let mut held = Vec::with_capacity(2);
+                    if let Some(route_lanes) = route_lanes {
+                        held.push(route_lanes.acquire_owned().await.expect("lanes open"));
+                    }
+                    held.push(lanes.acquire_owned().await.expect("lanes open"));
+                    held
+                };
+                // Past the deadline the next tick traps with a timeout.
+                if let Ok(held) = tokio::time::timeout_at(deadline, acquire).await {
+                    *slot.lock().expect("lane slot") = held;
+                }
             }),
         ))
     });
@@ -152,6 +181,12 @@ fn classify(state: &mut GuestState, err: wasmtime::Error, default: TrapKind) -> 
     let kind = match err.downcast_ref::<wasmtime::Trap>() {
         Some(wasmtime::Trap::StackOverflow) => TrapKind::StackOverflow,
         Some(wasmtime::Trap::OutOfFuel) => TrapKind::Fuel,
+        _ if err
+            .chain()
+            .any(|e| e.is::<wasmtime::PoolConcurrencyLimitError>()) =>
+        {
+            TrapKind::PoolFull
+        }
         _ => default,
     };
     let mut message = match err.downcast_ref::<wasmtime::Trap>() {
@@ -167,55 +202,8 @@ fn classify(state: &mut GuestState, err: wasmtime::Error, default: TrapKind) -> 
     if !stderr.is_empty() {
         message = format!("{message}; guest stderr: {}", stderr.join(" "));
     }
-    Trap { kind, message }
-}
-
-/// Enforces the output count and size limits and the allowed output subjects.
-fn check_outputs(outputs: Vec<Output>, options: &InvokeOptions) -> Outcome {
-    let limits = &options.limits;
-    if outputs.len() > limits.max_outputs {
-        return Outcome::Trap(Trap {
-            kind: TrapKind::OutputLimit,
-            message: format!(
-                "returned {} outputs, over the limit of {}",
-                outputs.len(),
-                limits.max_outputs
-            ),
-        });
+    Trap {
+        kind,
+        message: text::reason(&message),
     }
-    let bytes: u64 = outputs.iter().map(output_size).sum();
-    if bytes > limits.max_output_bytes {
-        return Outcome::Trap(Trap {
-            kind: TrapKind::OutputLimit,
-            message: format!(
-                "returned {bytes} output bytes, over the limit of {}",
-                limits.max_output_bytes
-            ),
-        });
-    }
-    if let Some(allowed) = &options.allowed_outputs {
-        let forbidden = outputs
-            .iter()
-            .find(|o| !allowed.iter().any(|f| subject::matches(f, &o.subject)));
-        if let Some(o) = forbidden {
-            return Outcome::Trap(Trap {
-                kind: TrapKind::ForbiddenOutput,
-                message: format!(
-                    "output subject `{}` is outside the route's allowed_outputs {:?}",
-                    o.subject, allowed
-                ),
-            });
-        }
-    }
-    Outcome::Success(outputs)
-}
-
-/// Bytes an output occupies on the wire, roughly: subject, payload and headers.
-fn output_size(output: &Output) -> u64 {
-    let headers: usize = output
-        .headers
-        .iter()
-        .map(|h| h.name.len() + h.value.len())
-        .sum();
-    (output.subject.len() + output.payload.len() + headers) as u64
 }

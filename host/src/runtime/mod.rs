@@ -6,6 +6,7 @@ pub mod engine;
 mod invoke;
 pub mod load;
 pub mod outcome;
+pub mod outputs;
 pub mod state;
 
 use std::path::Path;

@@ -71,8 +71,12 @@ pub enum TrapKind {
     LogLimit,
     /// The guest trapped by itself: a panic, `unreachable`, an invalid memory access, ...
     Guest,
-    /// The host could not instantiate the component (for example the instance pool is full).
+    /// The host could not instantiate the component (its start code trapped, or it needs more
+    /// instances, memories or tables than its route allows).
     Instantiate,
+    /// The host's instance pool had no room at that moment. An infrastructure condition, not
+    /// the guest's fault: the message is retried later without counting an attempt.
+    PoolFull,
 }
 
 impl TrapKind {
@@ -88,6 +92,7 @@ impl TrapKind {
             TrapKind::LogLimit => "log limit",
             TrapKind::Guest => "guest trap",
             TrapKind::Instantiate => "instantiation failed",
+            TrapKind::PoolFull => "instance pool full",
         }
     }
 }

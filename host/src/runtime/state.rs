@@ -40,8 +40,9 @@ pub struct GuestState {
     pub(crate) limits: Limits,
     pub(crate) started: Instant,
     pub(crate) deadline: Instant,
-    /// The long-running lane this guest holds for the current tick, once it is a long runner.
-    pub(crate) lane: Arc<std::sync::Mutex<Option<OwnedSemaphorePermit>>>,
+    /// The long-running lane this guest holds for the current tick, once it is a long runner:
+    /// its route's lane permit and the process's. Empty while it waits or sits in a host call.
+    pub(crate) lane: Arc<std::sync::Mutex<Vec<OwnedSemaphorePermit>>>,
     pub(crate) logs: Vec<LogLine>,
     pub(crate) log_bytes: u64,
     pub(crate) context: LogContext,

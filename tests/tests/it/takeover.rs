@@ -71,6 +71,7 @@ async fn a_claim_left_by_a_dead_owner_is_taken_over_after_its_lease() {
         digest: "old".into(),
         reason: None,
         permanent: false,
+        retry_at_ms: None,
         created_ms: now,
         updated_ms: now,
     };

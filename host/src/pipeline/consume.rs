@@ -1,0 +1,190 @@
+//! Pulling one consumer's messages: pull requests that expire and carry idle heartbeats so a
+//! dead pull is noticed, a consumer that is re-created when it was deleted (by an operator, a
+//! re-created stream, another host's set-up), backoff on errors, and at shutdown a nak for
+//! every message pulled but not started, so another host takes it at once.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream::consumer::pull::{MessagesErrorKind, Stream as Messages};
+use async_nats::jetstream::consumer::PullConsumer;
+use async_nats::jetstream::AckKind;
+use futures::StreamExt;
+use tokio::sync::{watch, Semaphore};
+
+use super::routes::{Guest, Route};
+use super::Shared;
+use crate::claim::ClaimStore;
+
+/// How long one pull request waits for messages before the server ends it.
+const PULL_EXPIRES: Duration = Duration::from_secs(5);
+/// Idle heartbeat the server sends during a pull; two missed ones end the stream.
+const PULL_HEARTBEAT: Duration = Duration::from_secs(1);
+/// First and largest wait before pulling again after a failure.
+const RETRY_FIRST: Duration = Duration::from_millis(100);
+const RETRY_MAX: Duration = Duration::from_secs(5);
+
+/// Returns once the route is served (`served`) or not served (`!served`); never for the
+/// consumer of unrouted subjects, which has no route to follow, when waiting for `!served`.
+async fn until_served(route: &mut Option<watch::Receiver<Option<Guest>>>, served: bool) {
+    match route {
+        Some(rx) => {
+            if rx.wait_for(|g| g.is_some() == served).await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+        None if served => {}
+        None => std::future::pending().await,
+    }
+}
+
+impl<S: ClaimStore> Shared<S> {
+    /// Creates or re-binds the consumer of `route` (or of unrouted subjects).
+    async fn bind(&self, route: Option<&Route>) -> anyhow::Result<Option<PullConsumer>> {
+        let source = self.js.get_stream(&self.config.source.stream).await?;
+        match route {
+            Some(r) => crate::setup::route_consumer(&source, &self.config, &r.name, &r.subject)
+                .await
+                .map(Some),
+            None => crate::setup::unrouted_consumer(&source, &self.config).await,
+        }
+    }
+}
+
+/// Pulls one consumer's messages until told to stop: a route's (`route` set) or the one for
+/// subjects no route takes. A route's consumer pulls only while the route has a handler:
+/// when its component is removed, pulling stops and its messages wait in the stream.
+pub(super) async fn consume<S: ClaimStore>(
+    shared: Arc<Shared<S>>,
+    mut consumer: PullConsumer,
+    route: Option<Arc<Route>>,
+    mut stopped: watch::Receiver<bool>,
+) {
+    let in_flight = route
+        .as_ref()
+        .map_or(shared.config.host.max_in_flight, |r| r.max_in_flight);
+    let name = route.as_ref().map_or("(unrouted)", |r| r.name.as_str());
+    let permits = Arc::new(Semaphore::new(in_flight));
+    let mut serving = route.as_ref().map(|r| r.subscribe());
+    let mut retry = RETRY_FIRST;
+    let mut rebind = false;
+    'pull: while !*stopped.borrow() {
+        tokio::select! {
+            _ = until_served(&mut serving, true) => {}
+            _ = stopped.changed() => break,
+        }
+        if std::mem::take(&mut rebind) {
+            match shared.bind(route.as_deref()).await {
+                Ok(Some(c)) => {
+                    tracing::info!(route = name, "consumer re-created");
+                    consumer = c;
+                }
+                Ok(None) => return,
+                Err(e) => {
+                    tracing::warn!(route = name, "cannot re-create the consumer, retrying in {retry:?}: {e:#}");
+                    rebind = true;
+                }
+            }
+        }
+        let mut messages = match pull(&consumer, in_flight).await {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::warn!(route = name, "cannot pull messages, retrying in {retry:?}: {e}");
+                rebind = true;
+                tokio::select! { _ = tokio::time::sleep(retry) => {}, _ = stopped.changed() => break }
+                retry = (retry * 2).min(RETRY_MAX);
+                continue;
+            }
+        };
+        loop {
+            let permit = tokio::select! {
+                p = permits.clone().acquire_owned() => p.expect("semaphore open"),
+                _ = stopped.changed() => {
+                    nak_pulled(&mut messages).await;
+                    break 'pull;
+                }
+                _ = until_served(&mut serving, false) => continue 'pull,
+            };
+            let next = tokio::select! {
+                m = messages.next() => m,
+                _ = stopped.changed() => {
+                    nak_pulled(&mut messages).await;
+                    break 'pull;
+                }
+                _ = until_served(&mut serving, false) => continue 'pull,
+            };
+            match next {
+                Some(Ok(message)) => {
+                    retry = RETRY_FIRST;
+                    let shared = shared.clone();
+                    let route = route.clone();
+                    tokio::spawn(async move {
+                        shared.process(message, route).await;
+                        drop(permit);
+                    });
+                }
+                Some(Err(e)) => {
+                    let kind = e.kind();
+                    tracing::warn!(route = name, "message stream error, pulling again in {retry:?}: {e}");
+                    // A deleted consumer never comes back by itself; a missed heartbeat or
+                    // no responders may mean the same after a stream was re-created.
+                    rebind = matches!(
+                        kind,
+                        MessagesErrorKind::ConsumerDeleted
+                            | MessagesErrorKind::NoResponders
+                            | MessagesErrorKind::MissingHeartbeat
+                    );
+                    tokio::select! { _ = tokio::time::sleep(retry) => {}, _ = stopped.changed() => break 'pull }
+                    retry = (retry * 2).min(RETRY_MAX);
+                    continue 'pull;
+                }
+                None => {
+                    tracing::warn!(route = name, "message stream ended, pulling again in {retry:?}");
+                    rebind = true;
+                    tokio::select! { _ = tokio::time::sleep(retry) => {}, _ = stopped.changed() => break 'pull }
+                    retry = (retry * 2).min(RETRY_MAX);
+                    continue 'pull;
+                }
+            }
+        }
+    }
+    // Graceful shutdown: no new messages; wait for the in-flight ones within the bound.
+    let grace = shared.config.host.shutdown_grace;
+    let all = u32::try_from(in_flight).unwrap_or(u32::MAX);
+    if tokio::time::timeout(grace, permits.acquire_many(all))
+        .await
+        .is_err()
+    {
+        tracing::warn!(route = name, "shutdown: in-flight messages did not finish within {grace:?}; their claims will lapse and be retried");
+    }
+}
+
+/// Starts a pull stream with an expiry and idle heartbeats.
+async fn pull(
+    consumer: &PullConsumer,
+    batch: usize,
+) -> Result<Messages, async_nats::jetstream::consumer::StreamError> {
+    consumer
+        .stream()
+        .max_messages_per_batch(batch)
+        .expires(PULL_EXPIRES)
+        .heartbeat(PULL_HEARTBEAT)
+        .messages()
+        .await
+}
+
+/// Naks every message already pulled but not started, so another host gets it now rather
+/// than after the ack wait.
+async fn nak_pulled(messages: &mut Messages) {
+    let mut naked = 0;
+    while let Ok(Some(Ok(message))) =
+        tokio::time::timeout(Duration::from_millis(20), messages.next()).await
+    {
+        if message.ack_with(AckKind::Nak(None)).await.is_ok() {
+            naked += 1;
+        }
+    }
+    if naked > 0 {
+        tracing::info!(naked, "shutdown: handed back messages pulled but not started");
+    }
+}

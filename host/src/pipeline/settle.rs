@@ -1,0 +1,197 @@
+//! What follows a guest's outcome: publish, record and ack; record a failure and nak; give
+//! the key back uncounted after an infrastructure failure; or dead-letter and terminate.
+//!
+//! Only guest outcomes count attempts (rule 14). A stale owner, whose claim was taken over,
+//! touches nothing: no outputs, no record, no ack or nak (rule 5).
+
+use std::time::Duration;
+
+use async_nats::jetstream::AckKind;
+
+use super::effects::{self, DeadLetter, DeadLetterError};
+use super::heartbeat::Heartbeat;
+use super::message::{Claimed, Delivery, ERROR_RETRY};
+use super::Shared;
+use crate::bindings::Output;
+use crate::claim::{ClaimStore, LeaseLost};
+use crate::stats::Counter;
+
+impl<S: ClaimStore> Shared<S> {
+    /// Success: publish outputs (raced against losing the lease), record completion, then
+    /// ack with confirmation.
+    pub(super) async fn succeed(
+        &self,
+        c: &Claimed<'_, S>,
+        outputs: &[Output],
+        heartbeat: &mut Heartbeat,
+    ) {
+        if let Err(e) = c.lease.confirm().await {
+            return self.write_failed(c, e, false).await;
+        }
+        let published = tokio::select! {
+            published = effects::publish_outputs(&self.js, c.lease.key(), outputs) => published,
+            _ = heartbeat.lost() => return self.lost(c, !outputs.is_empty()),
+        };
+        if let Err(e) = published {
+            tracing::warn!(route = %c.route.name, key = c.key, "{e:#}");
+            self.stats.bump(Counter::Error);
+            return self.release(c, &format!("{e:#}")).await;
+        }
+        self.stats.add_outputs(outputs.len() as u64);
+        if let Err(e) = c.lease.complete().await {
+            return self.write_failed(c, e, !outputs.is_empty()).await;
+        }
+        self.stats.bump(Counter::Processed);
+        if let Err(e) = c.d.acker.double_ack().await {
+            // Completed is recorded: a redelivery finds it and acks.
+            tracing::warn!(route = %c.route.name, key = c.key, "ack not confirmed: {e}");
+        }
+    }
+
+    /// A failed attempt: retry after the backoff (or the guest's delay, clamped to the
+    /// largest backoff so a re-run stays inside the duplicate window), or give up after the
+    /// last allowed attempt.
+    pub(super) async fn retry_or_give_up(
+        &self,
+        c: &Claimed<'_, S>,
+        reason: &str,
+        delay: Option<Duration>,
+    ) {
+        let (attempt, max) = (c.lease.attempt(), self.config.source.max_deliver);
+        if attempt >= max {
+            let reason = format!("{reason} (attempt {attempt} of {max}, none left)");
+            return self.give_up(c, &reason).await;
+        }
+        tracing::info!(route = %c.route.name, key = c.key, digest = c.guest.digest(), attempt, "attempt failed, will retry: {reason}");
+        let backoff = self.config.backoff_for(attempt);
+        let delay = delay.map_or(backoff, |d| d.clamp(backoff, self.config.max_backoff()));
+        if let Err(e) = c.lease.fail(reason, delay).await {
+            return self.write_failed(c, e, false).await;
+        }
+        self.stats.bump(Counter::Retried);
+        self.settle(c.d, AckKind::Nak(Some(delay))).await;
+    }
+
+    /// A permanent failure: dead-letter, record, terminate. A letter the dead-letter stream
+    /// refuses for good still ends the message: the claim records why, and it is termed.
+    pub(super) async fn give_up(&self, c: &Claimed<'_, S>, reason: &str) {
+        tracing::warn!(route = %c.route.name, key = c.key, digest = c.guest.digest(), "dead-lettering: {reason}");
+        if let Err(e) = c.lease.confirm().await {
+            return self.write_failed(c, e, false).await;
+        }
+        let letter = DeadLetter {
+            reason,
+            attempt: c.lease.attempt(),
+            route: &c.route.name,
+            key: c.key,
+            id: format!("dl:{}", c.lease.key()),
+        };
+        let recorded = match self.publish_dead_letter(c.d, letter).await {
+            Ok(()) => {
+                self.stats.bump(Counter::DeadLettered);
+                reason.to_string()
+            }
+            Err(e @ DeadLetterError::Transient { .. }) => {
+                return self.release(c, &format!("{e}")).await;
+            }
+            Err(e @ DeadLetterError::Refused { .. }) => {
+                format!("{reason}; not dead-lettered: {e}")
+            }
+        };
+        if let Err(e) = c.lease.give_up(&recorded).await {
+            return self.write_failed(c, e, false).await;
+        }
+        self.settle(c.d, AckKind::Term).await;
+    }
+
+    /// Gives the key back without counting the attempt (an infrastructure failure, rule 14)
+    /// and naks, so the message runs again soon. If even that write fails, the message comes
+    /// back once the lease lapses.
+    pub(super) async fn release(&self, c: &Claimed<'_, S>, reason: &str) {
+        tracing::warn!(route = %c.route.name, key = c.key, "not the guest's fault, will retry without counting an attempt: {reason}");
+        self.stats.bump(Counter::Error);
+        match c.lease.release(reason, ERROR_RETRY).await {
+            Ok(()) => self.settle(c.d, AckKind::Nak(Some(ERROR_RETRY))).await,
+            Err(e) => self.write_failed(c, e, false).await,
+        }
+    }
+
+    /// Dead-letters a message that was never claimed (no route, no key, too big).
+    pub(super) async fn dead_letter_unclaimed(
+        &self,
+        d: &Delivery,
+        route: &str,
+        key: &str,
+        reason: &str,
+    ) {
+        tracing::warn!(subject = %d.message.subject, route, "dead-lettering: {reason}");
+        let letter = DeadLetter {
+            reason,
+            attempt: 0,
+            route,
+            key,
+            id: format!("dl:seq:{}", d.sequence),
+        };
+        match self.publish_dead_letter(d, letter).await {
+            Ok(()) => {
+                self.stats.bump(Counter::DeadLettered);
+                self.settle(d, AckKind::Term).await;
+            }
+            Err(DeadLetterError::Transient { .. }) => {
+                self.settle(d, AckKind::Nak(Some(ERROR_RETRY))).await
+            }
+            Err(e @ DeadLetterError::Refused { .. }) => {
+                tracing::error!(sequence = d.sequence, "terminating message: {reason}; {e}");
+                self.settle(d, AckKind::Term).await;
+            }
+        }
+    }
+
+    /// Publishes a dead letter for the delivery; a failure is logged and counted.
+    async fn publish_dead_letter(
+        &self,
+        d: &Delivery,
+        letter: DeadLetter<'_>,
+    ) -> Result<(), DeadLetterError> {
+        let subject = &self.config.dead_letter.subject;
+        let result =
+            effects::publish_dead_letter(&self.js, subject, &d.message, d.sequence, letter).await;
+        if let Err(e) = &result {
+            tracing::error!(sequence = d.sequence, "{e}");
+            self.stats.bump(Counter::Error);
+        }
+        result
+    }
+
+    /// A write through the lease failed: if the key was reclaimed, touch nothing; if the
+    /// store did not answer, nak so the message comes back once the lease lapses.
+    async fn write_failed(&self, c: &Claimed<'_, S>, e: LeaseLost, published: bool) {
+        match e {
+            LeaseLost::Reclaimed => self.lost(c, published),
+            LeaseLost::Unavailable(e) => {
+                tracing::warn!(route = %c.route.name, key = c.key, "claim write failed, will retry: {e}");
+                self.stats.bump(Counter::Error);
+                self.settle(c.d, AckKind::Nak(Some(self.config.claims.lease)))
+                    .await;
+            }
+        }
+    }
+
+    /// The claim was taken over: no more outputs, no record, no ack or nak (acks are keyed
+    /// by stream sequence and would settle the new owner's delivery).
+    pub(super) fn lost(&self, c: &Claimed<'_, S>, published: bool) {
+        if published {
+            tracing::warn!(route = %c.route.name, key = c.key, "claim taken over after this attempt's outputs were published; the new owner's outputs carry the same message ids");
+        } else {
+            tracing::warn!(route = %c.route.name, key = c.key, "claim taken over by another owner; dropping this attempt's effects");
+        }
+        self.stats.bump(Counter::LostClaim);
+    }
+
+    /// Acks, naks or terms a delivery; a failure is logged (the server redelivers).
+    pub(super) async fn settle(&self, d: &Delivery, kind: AckKind) {
+        if let Err(e) = d.acker.ack_with(kind).await {
+            tracing::warn!(sequence = d.sequence, "ack ({kind:?}) failed: {e}");
+        }
+    }
+}

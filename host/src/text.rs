@@ -1,0 +1,77 @@
+//! Guest-supplied text on its way into the host's logs, claim records and headers: bounded in
+//! size and with control characters escaped, so a guest can neither flood a record nor forge a
+//! log line with an embedded newline.
+
+/// The most bytes of a guest's retry or reject reason that are kept.
+pub const MAX_REASON_BYTES: usize = 1024;
+
+/// The most characters of a header value the host writes from guest or message text.
+const MAX_HEADER_CHARS: usize = 1024;
+
+/// `s` with every control character written as an escape (`\n`, `\u{1b}`), so it stays on
+/// one line and cannot carry terminal escapes.
+pub fn escape_controls(s: &str) -> String {
+    if !s.chars().any(char::is_control) {
+        return s.to_string();
+    }
+    s.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
+/// The first `max` bytes of `s` (cut at a character boundary), with a note of the full size
+/// when cut.
+pub fn bounded(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… ({} bytes in all)", &s[..end], s.len())
+}
+
+/// A guest's reason as the host stores and logs it: at most [`MAX_REASON_BYTES`], one line.
+pub fn reason(s: &str) -> String {
+    escape_controls(&bounded(s, MAX_REASON_BYTES))
+}
+
+/// Text as a header value: one line, escaped, at most 1,024 characters.
+pub fn header_value(s: &str) -> String {
+    escape_controls(s).chars().take(MAX_HEADER_CHARS).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_characters_are_escaped() {
+        assert_eq!(escape_controls("a\nINFO forged"), "a\\nINFO forged");
+        assert_eq!(escape_controls("\u{1b}[31m"), "\\u{1b}[31m");
+        assert_eq!(escape_controls("plain"), "plain");
+    }
+
+    #[test]
+    fn reasons_are_bounded() {
+        let long = "é".repeat(10_000);
+        let r = reason(&long);
+        assert!(r.len() < MAX_REASON_BYTES + 64, "{}", r.len());
+        assert!(r.ends_with("(20000 bytes in all)"));
+        assert_eq!(reason("short"), "short");
+    }
+
+    #[test]
+    fn header_values_are_single_lines() {
+        let v = header_value(&"x\r\n".repeat(2000));
+        assert!(!v.contains(['\r', '\n']));
+        assert_eq!(v.chars().count(), 1024);
+    }
+}
