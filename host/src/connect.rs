@@ -1,7 +1,7 @@
 //! Connecting to NATS with the configured authentication and TLS.
 
 use anyhow::Context;
-use async_nats::ConnectOptions;
+use async_nats::{ConnectOptions, ServerAddr};
 
 use crate::config::Config;
 
@@ -40,10 +40,58 @@ pub async fn connect(config: &Config, name: &str) -> anyhow::Result<async_nats::
     if let (Some(cert), Some(key)) = (&n.tls_cert, &n.tls_key) {
         options = options.add_client_certificate(config.resolve(cert), config.resolve(key));
     }
-    let urls = n.urls.join(",");
-    options
+    let mut servers = Vec::with_capacity(n.urls.len());
+    for (i, url) in n.urls.iter().enumerate() {
+        let server: ServerAddr = url.trim().parse().with_context(|| {
+            format!("`nats.urls[{i}]` `{url}` is not a server URL (example: nats://10.0.0.1:4222)")
+        })?;
+        servers.push(server);
+    }
+    // Every URL is handed over as its own server, so the client fails over among them.
+    let client = options
         .name(name)
-        .connect(urls.as_str())
+        .connect(servers)
         .await
-        .with_context(|| format!("cannot connect to NATS at `{urls}` (`nats.urls`)"))
+        .with_context(|| {
+            format!(
+                "cannot connect to NATS at any of {:?} (`nats.urls`)",
+                n.urls
+            )
+        })?;
+    check_version(&client.server_info().version)?;
+    Ok(client)
+}
+
+/// The oldest nats-server the claim protocol is sound on (message TTLs and the replicated
+/// compare-and-swap fixes, DESIGN.md §2 rule 12).
+pub const MIN_SERVER_VERSION: (u64, u64) = (2, 11);
+
+/// Refuses servers older than [`MIN_SERVER_VERSION`].
+pub fn check_version(version: &str) -> anyhow::Result<()> {
+    let mut parts = version
+        .trim_start_matches('v')
+        .split(['.', '-'])
+        .map(|p| p.parse::<u64>().unwrap_or(0));
+    let found = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    let (major, minor) = MIN_SERVER_VERSION;
+    anyhow::ensure!(
+        found >= MIN_SERVER_VERSION,
+        "nats-server {version} is too old: dedup-host needs {major}.{minor} or newer (replicated compare-and-swap fixes, message TTLs); upgrade the server"
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_version;
+
+    #[test]
+    fn servers_before_2_11_are_refused() {
+        assert!(check_version("2.15.1").is_ok());
+        assert!(check_version("2.11.0").is_ok());
+        assert!(check_version("3.0.0-beta").is_ok());
+        let err = check_version("2.10.22").unwrap_err().to_string();
+        assert!(err.contains("2.10.22") && err.contains("2.11"), "{err}");
+        assert!(check_version("2.9.0").is_err());
+    }
 }

@@ -8,6 +8,10 @@ use async_nats::jetstream::kv::{self, Store};
 use async_nats::jetstream::stream::{self, StorageType};
 use async_nats::jetstream::Context;
 
+use std::time::Duration;
+
+use futures::StreamExt;
+
 use crate::config::{Config, Storage};
 use crate::subject;
 
@@ -19,44 +23,92 @@ pub struct Setup {
     pub claims: Store,
 }
 
-/// Creates what is missing and checks what exists.
+/// What the host needs of one stream.
+struct StreamSpec<'a> {
+    name: &'a str,
+    subjects: Vec<String>,
+    duplicate_window: Duration,
+    replicas: usize,
+    /// The config field that names the stream, for messages.
+    field: String,
+}
+
+/// Creates what is missing and checks what exists: an existing stream or bucket with the
+/// wrong subjects or settings is reported, never silently bound.
 pub async fn ensure(js: &Context, config: &Config) -> anyhow::Result<Setup> {
     let source = ensure_stream(
         js,
-        &config.source.stream,
-        config.source_subjects(),
-        config.source.duplicate_window,
-        "source.stream",
+        StreamSpec {
+            name: &config.source.stream,
+            subjects: config.source_subjects(),
+            duplicate_window: config.source.duplicate_window,
+            replicas: config.source.replicas,
+            field: "source.stream".into(),
+        },
     )
     .await?;
     check_covers(&source, config)?;
-    ensure_stream(
+    let mut dead = ensure_stream(
         js,
-        &config.dead_letter.stream,
-        vec![config.dead_letter.subject.clone()],
-        config.source.duplicate_window,
-        "dead_letter.stream",
+        StreamSpec {
+            name: &config.dead_letter.stream,
+            subjects: vec![config.dead_letter.subject.clone()],
+            duplicate_window: config.dead_letter.duplicate_window,
+            replicas: config.dead_letter.replicas,
+            field: "dead_letter.stream".into(),
+        },
     )
     .await?;
+    let window = dead.info().await?.config.duplicate_window;
+    let gap = config.dead_letter_gap();
+    anyhow::ensure!(
+        window > gap,
+        "dead-letter stream `{}` has a duplicate window of {window:?}, not longer than lease + clock_skew + largest backoff ({gap:?}): a dead letter could be stored twice; raise its duplicate window",
+        config.dead_letter.stream
+    );
     for (i, o) in config.output_streams.iter().enumerate() {
-        let mut s = ensure_stream(
+        ensure_stream(
             js,
-            &o.name,
-            o.subjects.clone(),
-            o.duplicate_window,
-            &format!("output_streams[{i}]"),
+            StreamSpec {
+                name: &o.name,
+                subjects: o.subjects.clone(),
+                duplicate_window: o.duplicate_window,
+                replicas: o.replicas,
+                field: format!("output_streams[{i}]"),
+            },
         )
         .await?;
-        let window = s.info().await?.config.duplicate_window;
-        let gap = config.longest_rerun_gap();
-        anyhow::ensure!(
-            window > gap,
-            "output stream `{}` has a duplicate window of {window:?}, shorter than the longest gap between two runs of one key ({gap:?}): a re-run could publish an output twice; raise the stream's duplicate_window",
-            o.name
-        );
     }
+    check_output_windows(js, config).await?;
     let claims = ensure_bucket(js, config).await?;
     Ok(Setup { source, claims })
+}
+
+/// Every stream a route may publish to (the configured output streams, and any other stream
+/// capturing an allowed output subject, such as the source stream of a chained route) must
+/// keep message ids longer than the longest gap between two runs of one key.
+async fn check_output_windows(js: &Context, config: &Config) -> anyhow::Result<()> {
+    let gap = config.longest_rerun_gap();
+    let mut streams = js.streams();
+    while let Some(info) = streams.next().await {
+        let info = info.context("cannot list streams to check their duplicate windows")?;
+        let c = &info.config;
+        for r in &config.routes {
+            let reached = r.allowed_outputs.iter().find(|f| {
+                c.subjects.iter().any(|s| subject::overlaps(f, s))
+            });
+            if let Some(f) = reached {
+                anyhow::ensure!(
+                    c.duplicate_window > gap,
+                    "stream `{}` captures route `{}`'s output subject `{f}` but keeps message ids for {:?}, not longer than the longest gap between two runs of one key ({gap:?} = largest route deadline + lease + clock_skew + largest backoff + ack_wait + claims.pause_margin): a re-run could publish an output twice; raise the stream's duplicate window",
+                    c.name,
+                    r.name,
+                    c.duplicate_window
+                );
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The durable name of a route's consumer: `<source.consumer>-<route>`.
@@ -128,22 +180,44 @@ async fn create_consumer(
         })
 }
 
-async fn ensure_stream(
-    js: &Context,
-    name: &str,
-    subjects: Vec<String>,
-    duplicate_window: std::time::Duration,
-    field: &str,
-) -> anyhow::Result<stream::Stream> {
-    js.get_or_create_stream(stream::Config {
+async fn ensure_stream(js: &Context, spec: StreamSpec<'_>) -> anyhow::Result<stream::Stream> {
+    let StreamSpec {
+        name,
+        subjects,
+        duplicate_window,
+        replicas,
+        field,
+    } = spec;
+    if let Ok(mut existing) = js.get_stream(name).await {
+        let info = existing
+            .info()
+            .await
+            .with_context(|| format!("cannot read stream `{name}` (`{field}`)"))?;
+        let have = &info.config.subjects;
+        for want in &subjects {
+            anyhow::ensure!(
+                have.iter().any(|h| subject::covers(h, want)),
+                "stream `{name}` (`{field}`) exists but captures {have:?}, not `{want}`: fix its subjects or name another stream"
+            );
+        }
+        anyhow::ensure!(
+            info.config.retention == stream::RetentionPolicy::Limits
+                || field != "source.stream",
+            "stream `{name}` (`{field}`) exists with {:?} retention; the host needs limits retention (one consumer per route)",
+            info.config.retention
+        );
+        return Ok(existing);
+    }
+    js.create_stream(stream::Config {
         name: name.to_string(),
         subjects,
         duplicate_window,
+        num_replicas: replicas,
         storage: StorageType::File,
         ..Default::default()
     })
     .await
-    .with_context(|| format!("cannot create or open stream `{name}` (`{field}`)"))
+    .with_context(|| format!("cannot create stream `{name}` (`{field}`)"))
 }
 
 /// An existing source stream must capture every route's subjects.
@@ -163,6 +237,16 @@ async fn ensure_bucket(js: &Context, config: &Config) -> anyhow::Result<Store> {
     let c = &config.claims;
     if let Ok(store) = js.get_key_value(&c.bucket).await {
         // Never recreate a bucket under running hosts: revisions would go backwards.
+        let mut status = store.status().await.with_context(|| {
+            format!("cannot read claim bucket `{}` (`claims.bucket`)", c.bucket)
+        })?;
+        let history = status.info.config.max_messages_per_subject;
+        anyhow::ensure!(
+            history == 1,
+            "claim bucket `{}` (`claims.bucket`) exists with history {history}; claims need history 1: name another bucket",
+            c.bucket
+        );
+        let _ = &mut status;
         return Ok(store);
     }
     js.create_key_value(kv::Config {

@@ -25,22 +25,27 @@ pub fn escape_controls(s: &str) -> String {
         .collect()
 }
 
-/// The first `max` bytes of `s` (cut at a character boundary), with a note of the full size
-/// when cut.
-pub fn bounded(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_string();
+/// A guest's reason as the host stores and logs it: one line, at most [`MAX_REASON_BYTES`]
+/// plus a note of the full size when cut.
+pub fn reason(s: &str) -> String {
+    let escaped = escape_controls(&prefix(s, MAX_REASON_BYTES));
+    if escaped.len() <= MAX_REASON_BYTES && s.len() <= MAX_REASON_BYTES {
+        return escaped;
     }
-    let mut end = max;
+    format!(
+        "{}… ({} bytes in all)",
+        prefix(&escaped, MAX_REASON_BYTES),
+        s.len()
+    )
+}
+
+/// The longest prefix of `s` of at most `max` bytes that ends at a character boundary.
+fn prefix(s: &str, max: usize) -> &str {
+    let mut end = max.min(s.len());
     while !s.is_char_boundary(end) {
         end -= 1;
     }
-    format!("{}… ({} bytes in all)", &s[..end], s.len())
-}
-
-/// A guest's reason as the host stores and logs it: at most [`MAX_REASON_BYTES`], one line.
-pub fn reason(s: &str) -> String {
-    escape_controls(&bounded(s, MAX_REASON_BYTES))
+    &s[..end]
 }
 
 /// Text as a header value: one line, escaped, at most 1,024 characters.
@@ -66,6 +71,8 @@ mod tests {
         assert!(r.len() < MAX_REASON_BYTES + 64, "{}", r.len());
         assert!(r.ends_with("(20000 bytes in all)"));
         assert_eq!(reason("short"), "short");
+        let lines = reason(&"r\n".repeat(25_000));
+        assert!(lines.len() < MAX_REASON_BYTES + 64 && !lines.contains('\n'), "{lines}");
     }
 
     #[test]

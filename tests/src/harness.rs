@@ -125,7 +125,7 @@ stream = "{DEAD}"
 [[output_streams]]
 name = "{OUTPUTS}"
 subjects = ["in.*.*.done", "ledger.entries.>", "out.>"]
-duplicate_window = "1m"
+duplicate_window = "5m"
 
 {routes}
 "#,

@@ -3,7 +3,9 @@
 use std::process::ExitCode;
 
 use anyhow::Context;
-use async_nats::HeaderMap;
+use std::str::FromStr;
+
+use async_nats::{HeaderMap, HeaderName, HeaderValue};
 use clap::Args;
 
 /// Flags of `dedup-host publish`.
@@ -34,15 +36,22 @@ pub struct PublishArgs {
 /// Publishes and prints the stream's acknowledgement as JSON.
 pub async fn run(args: PublishArgs) -> anyhow::Result<ExitCode> {
     let payload = args.payload.read()?;
+    let mut headers = HeaderMap::new();
+    for (k, v) in &args.headers {
+        let name = HeaderName::from_str(k).map_err(|_| {
+            anyhow::anyhow!("--header `{k}={v}`: `{k}` is not a header name (printable ASCII, no spaces or `:`)")
+        })?;
+        let value = HeaderValue::from_str(v)
+            .map_err(|_| anyhow::anyhow!("--header `{k}`: the value cannot hold line breaks"))?;
+        headers.append(name, value);
+    }
     let client = async_nats::connect(&args.server)
         .await
         .with_context(|| format!("cannot connect to NATS at `{}` (--server)", args.server))?;
     let js = async_nats::jetstream::new(client);
-    let mut headers = HeaderMap::new();
-    for (k, v) in &args.headers {
-        headers.append(k.as_str(), v.as_str());
-    }
-    headers.insert("Nats-Msg-Id", args.key.as_str());
+    let key = HeaderValue::from_str(&args.key)
+        .map_err(|_| anyhow::anyhow!("--key cannot hold line breaks"))?;
+    headers.insert("Nats-Msg-Id", key);
     let ack = js
         .publish_with_headers(args.subject.clone(), headers, payload.into())
         .await?

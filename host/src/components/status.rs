@@ -51,6 +51,7 @@ pub async fn open(js: &async_nats::jetstream::Context, config: &Config) -> anyho
         bucket: bucket.clone(),
         history: 1,
         max_age: STATUS_MAX_AGE,
+        num_replicas: config.components.replicas,
         ..Default::default()
     })
     .await

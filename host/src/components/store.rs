@@ -33,6 +33,7 @@ pub async fn open(
     js.create_object_store(object_store::Config {
         bucket: bucket.clone(),
         description: Some("dedup-host components, one object per route".into()),
+        num_replicas: config.components.replicas,
         ..Default::default()
     })
     .await

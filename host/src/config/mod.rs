@@ -36,6 +36,10 @@ pub const DEFAULT_MAX_DELIVER: u32 = 5;
 pub const DEFAULT_DUPLICATE_WINDOW: Duration = Duration::from_secs(120);
 /// Default output stream duplicate window.
 pub const DEFAULT_OUTPUT_DUPLICATE_WINDOW: Duration = Duration::from_secs(600);
+/// Default server-side bound on deliveries of one message.
+pub const DEFAULT_SERVER_MAX_DELIVER: i64 = 100;
+/// Default margin in the duplicate-window rule for outages and paused processes.
+pub const DEFAULT_PAUSE_MARGIN: Duration = Duration::from_secs(60);
 /// Default guests in flight per host.
 pub const DEFAULT_CONCURRENCY: usize = 64;
 /// Default messages in flight per host (claiming, running, publishing, acking).
@@ -100,6 +104,8 @@ pub struct ComponentsConfig {
     /// How often component files are checked for a new version.
     #[serde(with = "humantime_serde")]
     pub poll_interval: Duration,
+    /// Replicas of the component object store and the host-status bucket when created.
+    pub replicas: usize,
 }
 
 impl Default for ComponentsConfig {
@@ -109,6 +115,7 @@ impl Default for ComponentsConfig {
             status_bucket: "dedup-hosts".into(),
             cache_dir: Some(PathBuf::from(".dedup-host/cache")),
             poll_interval: Duration::from_millis(500),
+            replicas: 1,
         }
     }
 }
@@ -198,6 +205,13 @@ pub struct SourceConfig {
     pub backoff: Vec<Duration>,
     /// Most unacknowledged messages the consumer hands out.
     pub max_ack_pending: i64,
+    /// Stream replicas when the host creates the stream (1, 3 or 5; 3 on a cluster).
+    pub replicas: usize,
+    /// The server-side bound on deliveries of one message. Far above `max_deliver`: the host
+    /// counts attempts itself. It exists so that a message the client cannot even parse (a
+    /// header that is not UTF-8, stored through a raw publish) stops being redelivered; when
+    /// the server gives up, the host dead-letters the message from the stream.
+    pub server_max_deliver: i64,
 }
 
 impl Default for SourceConfig {
@@ -215,6 +229,8 @@ impl Default for SourceConfig {
                 Duration::from_secs(30),
             ],
             max_ack_pending: 1_000,
+            replicas: 1,
+            server_max_deliver: DEFAULT_SERVER_MAX_DELIVER,
         }
     }
 }
@@ -252,6 +268,10 @@ pub struct ClaimsConfig {
     /// Extra time past a lease's expiry before another host may reclaim it.
     #[serde(with = "humantime_serde")]
     pub clock_skew: Duration,
+    /// How long a NATS outage or a paused host process may delay a run's effects, on top of
+    /// the timing above; part of what every output stream's duplicate window must outlast.
+    #[serde(with = "humantime_serde")]
+    pub pause_margin: Duration,
 }
 
 impl Default for ClaimsConfig {
@@ -264,6 +284,7 @@ impl Default for ClaimsConfig {
             lease: DEFAULT_LEASE,
             heartbeat: DEFAULT_HEARTBEAT,
             clock_skew: DEFAULT_CLOCK_SKEW,
+            pause_margin: DEFAULT_PAUSE_MARGIN,
         }
     }
 }
@@ -276,6 +297,12 @@ pub struct DeadLetterConfig {
     pub subject: String,
     /// Stream capturing that subject; created when missing.
     pub stream: String,
+    /// The stream's duplicate window (dead letters carry deterministic ids): must exceed
+    /// lease + clock skew + the largest backoff.
+    #[serde(with = "humantime_serde")]
+    pub duplicate_window: Duration,
+    /// Stream replicas when the host creates it (1, 3 or 5).
+    pub replicas: usize,
 }
 
 impl Default for DeadLetterConfig {
@@ -283,6 +310,8 @@ impl Default for DeadLetterConfig {
         Self {
             subject: DEFAULT_DEAD_LETTER_SUBJECT.into(),
             stream: DEFAULT_DEAD_LETTER_STREAM.into(),
+            duplicate_window: DEFAULT_OUTPUT_DUPLICATE_WINDOW,
+            replicas: 1,
         }
     }
 }
@@ -295,9 +324,16 @@ pub struct OutputStreamConfig {
     pub name: String,
     /// Subjects it captures (used when creating it).
     pub subjects: Vec<String>,
-    /// Duplicate window; must exceed lease + largest backoff + clock skew.
+    /// Duplicate window; must exceed [`Config::longest_rerun_gap`].
     #[serde(default = "default_output_window", with = "humantime_serde")]
     pub duplicate_window: Duration,
+    /// Stream replicas when the host creates it (1, 3 or 5).
+    #[serde(default = "one")]
+    pub replicas: usize,
+}
+
+fn one() -> usize {
+    1
 }
 
 /// Parses a list of human-readable durations (`["1s", "500ms"]`).
@@ -575,16 +611,29 @@ impl Config {
             .unwrap_or(Duration::from_secs(1))
     }
 
-    /// The longest time between two runs of one key: a lease that lapsed, the clock-skew
-    /// margin and the largest backoff. Output duplicate windows must exceed it.
+    /// The longest time between two runs of one key that publish outputs: the longest
+    /// route deadline (a run publishes at its end), a lease that lapsed plus the clock-skew
+    /// margin, the largest backoff, the ack wait before a redelivery, and the pause margin for
+    /// outages and stopped processes. Every stream a route publishes to must keep message ids
+    /// longer than this, or a re-run could publish an output twice (DESIGN.md §2 rule 6).
     pub fn longest_rerun_gap(&self) -> Duration {
-        let max_backoff = self
-            .source
-            .backoff
+        let deadline = self
+            .routes
             .iter()
+            .map(|r| r.limits.deadline)
             .max()
-            .copied()
             .unwrap_or_default();
-        self.claims.lease + self.claims.clock_skew + max_backoff + self.source.ack_wait
+        deadline
+            + self.claims.lease
+            + self.claims.clock_skew
+            + self.max_backoff()
+            + self.source.ack_wait
+            + self.claims.pause_margin
+    }
+
+    /// What the dead-letter stream's duplicate window must exceed: a letter is repeated only
+    /// by the run after a lapsed lease or a backoff.
+    pub fn dead_letter_gap(&self) -> Duration {
+        self.claims.lease + self.claims.clock_skew + self.max_backoff()
     }
 }

@@ -112,10 +112,28 @@ impl Config {
             "claims.max_age",
             "must be far longer than claims.lease (default 24h)",
         );
+        for (field, replicas) in [
+            ("claims.replicas", c.replicas),
+            ("source.replicas", s.replicas),
+            ("dead_letter.replicas", self.dead_letter.replicas),
+            ("components.replicas", self.components.replicas),
+        ] {
+            p.check(matches!(replicas, 1 | 3 | 5), field, "must be 1, 3 or 5");
+        }
+        for (i, o) in self.output_streams.iter().enumerate() {
+            p.check(
+                matches!(o.replicas, 1 | 3 | 5),
+                format!("output_streams[{i}].replicas"),
+                "must be 1, 3 or 5",
+            );
+        }
         p.check(
-            matches!(c.replicas, 1 | 3 | 5),
-            "claims.replicas",
-            "must be 1, 3 or 5",
+            s.server_max_deliver >= i64::from(s.max_deliver) * 4,
+            "source.server_max_deliver",
+            format!(
+                "must be at least 4 x source.max_deliver ({}): the host counts attempts itself, and a message waiting on another host's claim is redelivered many times",
+                i64::from(s.max_deliver) * 4
+            ),
         );
         p.check(
             s.max_deliver >= 1,
@@ -154,8 +172,10 @@ impl Config {
         );
         let gap = self.longest_rerun_gap();
         for (i, o) in self.output_streams.iter().enumerate() {
-            p.check(o.duplicate_window > gap, format!("output_streams[{i}].duplicate_window"), format!("{:?} is shorter than the longest gap between two runs of one key ({gap:?} = lease + clock_skew + largest backoff + ack_wait): a re-run could publish an output twice", o.duplicate_window));
+            p.check(o.duplicate_window > gap, format!("output_streams[{i}].duplicate_window"), format!("{:?} is shorter than the longest gap between two runs of one key ({gap:?} = largest route deadline + lease + clock_skew + largest backoff + ack_wait + claims.pause_margin): a re-run could publish an output twice", o.duplicate_window));
         }
+        let dl_gap = self.dead_letter_gap();
+        p.check(self.dead_letter.duplicate_window > dl_gap, "dead_letter.duplicate_window", format!("{:?} is shorter than lease + clock_skew + largest backoff ({dl_gap:?}): a dead letter could be stored twice", self.dead_letter.duplicate_window));
     }
 
     fn validate_names(&self, p: &mut Problems) {
@@ -209,6 +229,32 @@ impl Config {
         }
         for s in self.source_subjects() {
             p.check(!subject::overlaps(&s, dl), "dead_letter.subject", format!("`{dl}` is consumed by source subject `{s}`: dead letters would be processed again"));
+        }
+        p.check(
+            !subject::reaches_reserved(dl),
+            "dead_letter.subject",
+            format!("`{dl}` is in a reserved server namespace ($JS., $KV., $O., $SYS., $NRG., _INBOX.)"),
+        );
+        // Every stream the host creates needs a name of its own.
+        let mut streams: Vec<(String, &str)> = vec![
+            ("source.stream".into(), self.source.stream.as_str()),
+            ("dead_letter.stream".into(), self.dead_letter.stream.as_str()),
+        ];
+        for (i, o) in self.output_streams.iter().enumerate() {
+            streams.push((format!("output_streams[{i}].name"), o.name.as_str()));
+        }
+        for (i, (field, name)) in streams.iter().enumerate() {
+            if let Some((other, _)) = streams[..i].iter().find(|(_, n)| n == name) {
+                p.check(false, field.clone(), format!("stream `{name}` is also `{other}`: each stream needs its own name"));
+            }
+        }
+        for (i, o) in self.output_streams.iter().enumerate() {
+            for s in &o.subjects {
+                p.check(!subject::overlaps(s, dl), format!("output_streams[{i}].subjects"), format!("`{s}` also captures the dead-letter subject `{dl}`"));
+                for src in self.source_subjects() {
+                    p.check(!subject::overlaps(s, &src), format!("output_streams[{i}].subjects"), format!("`{s}` overlaps source subject `{src}`: a subject can be captured by one stream only (chained routes publish into the source stream without an output stream)"));
+                }
+            }
         }
         for (i, o) in self.output_streams.iter().enumerate() {
             p.check(
@@ -319,10 +365,26 @@ impl Config {
                 "must be greater than zero, or left out for no fuel limit",
             );
             for (j, f) in r.allowed_outputs.iter().enumerate() {
+                let field = at(&format!("allowed_outputs[{j}]"));
                 p.check(
                     subject::is_valid_filter(f),
-                    at(&format!("allowed_outputs[{j}]")),
+                    field.clone(),
                     format!("`{f}` is not a valid subject filter"),
+                );
+                p.check(
+                    !subject::reaches_reserved(f),
+                    field.clone(),
+                    format!("`{f}` reaches the server's reserved namespaces ($JS., $KV., $O., $SYS., $NRG., _INBOX.): name the output subjects, e.g. `orders.done.>`"),
+                );
+                p.check(
+                    !subject::overlaps(f, &r.subject),
+                    field.clone(),
+                    format!("`{f}` covers the route's own subject `{}`: its outputs would come back to it in a loop", r.subject),
+                );
+                p.check(
+                    !subject::overlaps(f, &self.dead_letter.subject),
+                    field,
+                    format!("`{f}` covers the dead-letter subject: a guest could forge dead letters"),
                 );
             }
             if let Some(dir) = &r.read_only_dir {

@@ -106,6 +106,9 @@ pub fn build(settings: &EngineSettings) -> anyhow::Result<Engine> {
         .max_core_instances_per_component(core_instances)
         .max_memories_per_component(memories)
         .max_tables_per_component(tables)
+        // A module may define several memories (multi-memory) within the component's share.
+        .max_memories_per_module(memories)
+        .max_tables_per_module(tables)
         .max_memory_size(settings.max_memory_bytes as usize)
         .max_component_instance_size(1 << 20)
         .max_core_instance_size(1 << 20);

@@ -69,6 +69,25 @@ fn each_class_of_mistake_names_its_field() {
         ("name = \"orders\"", "name = \"orders\"\npermanent_traps = [\"sometimes\"]", "unknown variant `sometimes`"),
         ("name = \"orders\"", "name = \"orders\"\nconcurrency = 0", "routes[0].concurrency"),
         ("[source]", "[host]\nlong_running_lanes = 0\n[source]", "host.long_running_lanes"),
+        // The sandbox boundary: no output pattern reaches the server's namespaces, loops back
+        // into the route, or forges dead letters.
+        ("name = \"orders\"", "name = \"orders\"\nallowed_outputs = [\">\"]", "reserved namespaces"),
+        ("name = \"orders\"", "name = \"orders\"\nallowed_outputs = [\"$JS.API.>\"]", "reserved namespaces"),
+        ("name = \"orders\"", "name = \"orders\"\nallowed_outputs = [\"*.API.STREAM.>\"]", "reserved namespaces"),
+        ("name = \"orders\"", "name = \"orders\"\nallowed_outputs = [\"orders.>\"]", "own subject"),
+        ("name = \"orders\"", "name = \"orders\"\nallowed_outputs = [\"dedup.*\"]", "dead-letter subject"),
+        ("[source]", "[dead_letter]\nsubject = \"$JS.dead\"\n[source]", "dead_letter.subject"),
+        // Stream names and subjects that collide.
+        ("[source]", "[dead_letter]\nstream = \"DEDUP_EVENTS\"\n[source]", "dead_letter.stream"),
+        ("[source]", "[[output_streams]]\nname = \"DEDUP_DEAD\"\nsubjects = [\"x.>\"]\n[source]", "output_streams[0].name"),
+        ("[source]", "[[output_streams]]\nname = \"OUT\"\nsubjects = [\"orders.>\"]\n[source]", "overlaps source subject"),
+        ("[source]", "[[output_streams]]\nname = \"OUT\"\nsubjects = [\"dedup.>\"]\n[source]", "dead-letter subject"),
+        // The duplicate-window rules, now with the route's deadline and the pause margin.
+        ("[source]", "[[output_streams]]\nname = \"OUT\"\nsubjects = [\"x.>\"]\nduplicate_window = \"2m\"\n[source]", "largest route deadline"),
+        ("[source]", "[dead_letter]\nduplicate_window = \"30s\"\n[source]", "dead_letter.duplicate_window"),
+        ("[source]", "[source]\nserver_max_deliver = 6", "source.server_max_deliver"),
+        ("[source]", "[source]\nreplicas = 2", "source.replicas"),
+        ("[source]", "[components]\nreplicas = 4\n[source]", "components.replicas"),
     ];
     for (from, to, expected) in cases {
         let text = good().replacen(from, to, 1);

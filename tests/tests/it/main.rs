@@ -1,12 +1,15 @@
 //! dedup-host's integration tests: one binary, one module per capability.
 
+mod attempts;
 mod auth;
+mod boundary;
 mod cli_invoke;
 mod config;
 mod conformance;
 mod dedup;
 mod failures;
 mod hotload;
+mod lifecycle;
 mod limits;
 mod runtime;
 mod sandbox;

@@ -101,7 +101,7 @@ const CASES: &[Case] = &[
         route: "hostile",
         payload: "forbidden",
         attempts: 1,
-        reason: "forbidden output: output subject `forbidden.subject`",
+        reason: "forbidden output: output 0: subject `forbidden.subject`",
     },
     Case {
         route: "hostile",

@@ -2,8 +2,11 @@
 //!
 //! Used by the host's tests to check that a guest cannot crash, stall or escape the host.
 //! `sleep:<ms>` sleeps, then reports its fencing token; `read:<path>` returns a file's
-//! contents; `trap-midway` logs and outputs, then hits `unreachable`. Any other payload is
-//! echoed back on `<subject>.done`.
+//! contents; `trap-midway` logs and outputs, then hits `unreachable`; `emit:<outputs>` returns
+//! exactly the outputs described (records split by 0x1E, fields by 0x1F: subject, then header
+//! name and value pairs); `reject:<n>` rejects with an `n`-byte reason; `retry:<ms>` asks for
+//! a retry after `ms`; `spin-sleep:<a>:<b>` computes for `a` ms, then sleeps `b` ms. Any other
+//! payload is echoed back on `<subject>.done`.
 
 wit_bindgen::generate!({
     path: "../../../wit",
@@ -11,7 +14,7 @@ wit_bindgen::generate!({
 });
 
 use dedup::handler::log::{log, Level};
-use dedup::handler::types::{Event, Failure, Output};
+use dedup::handler::types::{Event, Failure, Header, Output, RetryRequest};
 use exports::dedup::handler::handler::Guest;
 
 struct Hostile;
@@ -81,6 +84,36 @@ impl Guest for Hostile {
                 let partial = vec![output(done, b"partial".to_vec())];
                 std::hint::black_box(&partial);
                 core::arch::wasm32::unreachable()
+            }
+            s if s.starts_with("emit:") => Ok(s["emit:".len()..]
+                .split('\u{1e}')
+                .map(|record| {
+                    let mut fields = record.split('\u{1f}');
+                    let subject = fields.next().unwrap_or("").to_string();
+                    let mut headers = Vec::new();
+                    while let (Some(name), Some(value)) = (fields.next(), fields.next()) {
+                        headers.push(Header { name: name.into(), value: value.into() });
+                    }
+                    Output { subject, payload: b"emitted".to_vec(), headers }
+                })
+                .collect()),
+            s if s.starts_with("reject:") => {
+                let n: usize = s["reject:".len()..].parse().unwrap_or(0);
+                Err(Failure::Reject("r\n".repeat(n / 2)))
+            }
+            s if s.starts_with("retry:") => Err(Failure::Retry(RetryRequest {
+                reason: "asked to retry".into(),
+                delay_ms: s["retry:".len()..].parse().ok(),
+            })),
+            s if s.starts_with("spin-sleep:") => {
+                let mut parts = s["spin-sleep:".len()..].split(':').map(|p| p.parse::<u64>().unwrap_or(0));
+                let (spin, sleep) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+                let started = std::time::Instant::now();
+                while started.elapsed() < std::time::Duration::from_millis(spin) {
+                    std::hint::black_box(event.attempt);
+                }
+                std::thread::sleep(std::time::Duration::from_millis(sleep));
+                Ok(Vec::new())
             }
             s if s.starts_with("read:") => match std::fs::read_to_string(&s["read:".len()..]) {
                 Ok(text) => Ok(vec![output(done, text.into_bytes())]),
