@@ -165,8 +165,10 @@ async fn create_consumer(
             durable_name: Some(name.to_string()),
             ack_policy: AckPolicy::Explicit,
             ack_wait: config.source.ack_wait,
-            // Unlimited: the host counts attempts per key and dead-letters by itself.
-            max_deliver: -1,
+            // Far above the host's own attempt count (it counts per key and dead-letters by
+            // itself); bounded only so that a message the client cannot parse stops coming
+            // back. The server then advises, and `pipeline::undeliverable` dead-letters it.
+            max_deliver: config.source.server_max_deliver,
             max_ack_pending: config.source.max_ack_pending,
             filter_subjects,
             ..Default::default()

@@ -5,6 +5,7 @@
 //! - [`routes`]: subject to handler.
 //! - `consume`: pulling a consumer's messages, re-creating it when it is deleted.
 //! - `message`: one message, from its key and claim to the guest's outcome.
+//! - `undeliverable`: dead-letters what the server gave up delivering.
 //! - `settle`: what follows the outcome (publish and ack, retry, release, dead-letter).
 //! - [`heartbeat`]: lease renewal plus progress acks while a guest runs.
 //! - [`effects`]: outputs and dead letters, with deterministic message ids.
@@ -15,6 +16,7 @@ pub mod heartbeat;
 mod message;
 pub mod routes;
 mod settle;
+mod undeliverable;
 
 use std::sync::Arc;
 
@@ -192,7 +194,7 @@ pub async fn start_with_routes(
         stats: stats.clone(),
         guest_runtime: guest_threads.handle(),
     });
-    let loops: Vec<_> = consumers
+    let mut loops: Vec<_> = consumers
         .into_iter()
         .map(|(consumer, route)| {
             tokio::spawn(consume::consume(
@@ -203,6 +205,11 @@ pub async fn start_with_routes(
             ))
         })
         .collect();
+    loops.push(tokio::spawn(undeliverable::run(
+        shared.clone(),
+        client.clone(),
+        stopped.clone(),
+    )));
     let task = tokio::spawn(async move {
         for result in futures::future::join_all(loops).await {
             result.context("consumer loop panicked")?;

@@ -225,3 +225,72 @@ async fn publish_refuses_a_bad_header_with_a_clear_error() {
     assert_eq!(out.status.code(), Some(2), "an error, not a panic (101): {stderr}");
     assert!(stderr.contains("Bad Name"), "{stderr}");
 }
+
+/// Stores a message whose header bytes are not UTF-8, as only a raw `HPUB` can.
+fn publish_unparseable(port: u16, subject: &str) {
+    use std::io::{BufRead, BufReader, Write};
+    let stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    let mut line = String::new();
+    reader.read_line(&mut line).unwrap(); // INFO
+    let mut headers = b"NATS/1.0\r\nNats-Msg-Id: poison\r\nX-Bad: ".to_vec();
+    headers.extend_from_slice(&[0xff, 0xfe, 0xfd]);
+    headers.extend_from_slice(b"\r\n\r\n");
+    let payload = b"poison";
+    let mut w = stream;
+    w.write_all(b"CONNECT {\"verbose\":false,\"headers\":true,\"protocol\":1}\r\n")
+        .unwrap();
+    w.write_all(
+        format!(
+            "HPUB {subject} {} {}\r\n",
+            headers.len(),
+            headers.len() + payload.len()
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    w.write_all(&headers).unwrap();
+    w.write_all(payload).unwrap();
+    w.write_all(b"\r\nPING\r\n").unwrap();
+    line.clear();
+    reader.read_line(&mut line).unwrap();
+    assert!(line.starts_with("PONG"), "{line}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_the_client_cannot_parse_ends_as_a_dead_letter() {
+    let env = TestEnv::start().await;
+    let routes = r#"
+[[routes]]
+name = "upper"
+subject = "in.upper.*"
+component = "{guest:uppercase}"
+allowed_outputs = ["in.upper.*.done"]
+"#;
+    let mut config = env.config(&timing(), routes);
+    config.source.server_max_deliver = 3;
+    config.host.instance_id = Some("h".into());
+    let host = dedup_host::pipeline::start(config).await.unwrap();
+    env.publish("in.upper.first", "first", &[], "a").await;
+    publish_unparseable(env.server.port(), "in.upper.poison");
+    let letter = wait_for(Duration::from_secs(60), "the poison's dead letter", || async {
+        env.messages(DEAD).await.pop()
+    })
+    .await;
+    assert_eq!(&letter.payload[..], b"poison");
+    assert_eq!(header(&letter, headers::SUBJECT), "in.upper.poison");
+    assert!(
+        header(&letter, headers::REASON).contains("gave up after 3 deliveries"),
+        "{:?}",
+        letter.headers
+    );
+    assert!(letter.headers.get("X-Bad").is_some(), "the header survives, cleaned");
+    // The host is still serving.
+    env.publish("in.upper.after", "after", &[], "b").await;
+    wait_for(Duration::from_secs(30), "both good outputs", || async {
+        (env.messages(OUTPUTS).await.len() == 2).then_some(())
+    })
+    .await;
+    env.wait_drained(Duration::from_secs(30)).await;
+    host.shutdown().await.unwrap();
+}
