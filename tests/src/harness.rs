@@ -13,7 +13,7 @@ use dedup_host::pipeline::{self, RunningHost};
 use futures::StreamExt;
 
 use crate::guests::{guest, host_binary};
-use crate::nats::NatsServer;
+use crate::nats::{NatsCluster, NatsServer};
 
 /// Stream names every test config uses.
 pub const SOURCE: &str = "EVENTS";
@@ -57,8 +57,8 @@ impl Default for Timing {
 
 /// One test's world.
 pub struct TestEnv {
-    /// The server.
-    pub server: NatsServer,
+    /// The servers: one, or the nodes of a loopback cluster.
+    pub servers: NatsCluster,
     /// Scratch space (config files).
     pub dir: tempfile::TempDir,
     /// A JetStream context for the test's own publishing and reading.
@@ -71,10 +71,29 @@ impl TestEnv {
         let server = NatsServer::start();
         let js = async_nats::jetstream::new(server.connect().await);
         Self {
-            server,
+            servers: NatsCluster {
+                nodes: vec![server],
+            },
             dir: tempfile::tempdir().expect("temp dir"),
             js,
         }
+    }
+
+    /// Starts a 3-node loopback cluster and connects to all of it. Hosts get every node's
+    /// URL, and every stream and bucket they create has 3 replicas on file storage.
+    pub async fn start_cluster() -> Self {
+        let servers = NatsCluster::start(3);
+        let js = async_nats::jetstream::new(servers.connect().await);
+        Self {
+            servers,
+            dir: tempfile::tempdir().expect("temp dir"),
+            js,
+        }
+    }
+
+    /// The first (or only) server.
+    pub fn server(&self) -> &NatsServer {
+        &self.servers.nodes[0]
     }
 
     /// Config text for a host with the given timing and `[[routes]]` (TOML text in which
@@ -93,10 +112,17 @@ impl TestEnv {
             backoff,
             max_deliver,
         } = timing;
+        let replicas = self.servers.nodes.len();
+        let storage = if replicas > 1 { "file" } else { "memory" };
+        let components = if replicas > 1 {
+            format!("\n[components]\nreplicas = {replicas}\n")
+        } else {
+            String::new()
+        };
         format!(
             r#"
 [nats]
-urls = ["{url}"]
+urls = {urls:?}
 
 [host]
 concurrency = 16
@@ -110,26 +136,30 @@ ack_wait = "{ack_wait}"
 max_deliver = {max_deliver}
 backoff = {backoff}
 max_ack_pending = 1000
+replicas = {replicas}
 
 [claims]
 bucket = "{BUCKET}"
 lease = "{lease}"
 heartbeat = "{heartbeat}"
 clock_skew = "200ms"
-storage = "memory"
+storage = "{storage}"
+replicas = {replicas}
 
 [dead_letter]
 subject = "{DEAD_SUBJECT}"
 stream = "{DEAD}"
-
+replicas = {replicas}
+{components}
 [[output_streams]]
 name = "{OUTPUTS}"
 subjects = ["in.*.*.done", "ledger.entries.>", "out.>"]
 duplicate_window = "5m"
+replicas = {replicas}
 
 {routes}
 "#,
-            url = self.server.url()
+            urls = self.servers.urls()
         )
     }
 

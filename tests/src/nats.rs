@@ -1,4 +1,5 @@
-//! A real nats-server with JetStream, started on a free port in a temp dir, killed on drop.
+//! Real nats-servers with JetStream, each on free loopback ports in a temp dir, killed on drop:
+//! one server, or a loopback cluster whose nodes can be killed and restarted.
 
 use std::net::TcpListener;
 use std::path::Path;
@@ -10,9 +11,11 @@ const STARTUP_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// A running nats-server owned by one test.
 pub struct NatsServer {
-    child: Child,
+    child: Option<Child>,
     port: u16,
-    _store: tempfile::TempDir,
+    /// Everything but the port and store flags, to restart the node as it was.
+    args: Vec<String>,
+    store: tempfile::TempDir,
 }
 
 impl NatsServer {
@@ -24,14 +27,16 @@ impl NatsServer {
     /// Like [`NatsServer::start`], with extra server flags (e.g. `--auth TOKEN`).
     pub fn start_with(extra: &[&str]) -> Self {
         let store = tempfile::tempdir().expect("temp dir");
+        let args: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
         for _ in 0..10 {
             let port = free_port();
-            let mut child = spawn(port, store.path(), extra);
+            let mut child = spawn(port, store.path(), &args);
             if wait_ready(&mut child, port) {
                 return Self {
-                    child,
+                    child: Some(child),
                     port,
-                    _store: store,
+                    args,
+                    store,
                 };
             }
             let _ = child.kill();
@@ -56,12 +61,97 @@ impl NatsServer {
             .await
             .expect("connect to test nats-server")
     }
+
+    /// Kills the server with SIGKILL (no clean shutdown); its store stays.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the server again on the same port with the same store.
+    pub fn restart(&mut self) {
+        self.kill();
+        let mut child = spawn(self.port, self.store.path(), &self.args);
+        assert!(
+            wait_ready(&mut child, self.port),
+            "nats-server did not restart on port {}",
+            self.port
+        );
+        self.child = Some(child);
+    }
 }
 
 impl Drop for NatsServer {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.kill();
+    }
+}
+
+/// A cluster of nats-servers on loopback, every node with JetStream.
+pub struct NatsCluster {
+    /// The nodes, in start order.
+    pub nodes: Vec<NatsServer>,
+}
+
+impl NatsCluster {
+    /// Starts `size` nodes routed to each other and waits until JetStream answers.
+    pub fn start(size: usize) -> Self {
+        let name = format!("c{}", free_port());
+        let cluster_ports: Vec<u16> = (0..size).map(|_| free_port()).collect();
+        let routes: Vec<String> = cluster_ports
+            .iter()
+            .map(|p| format!("nats://127.0.0.1:{p}"))
+            .collect();
+        let nodes = (0..size)
+            .map(|i| {
+                let own = format!("nats://127.0.0.1:{}", cluster_ports[i]);
+                let others: Vec<&str> = routes
+                    .iter()
+                    .filter(|r| **r != own)
+                    .map(String::as_str)
+                    .collect();
+                let routes = others.join(",");
+                let server_name = format!("{name}-n{i}");
+                NatsServer::start_with(&[
+                    "--cluster_name",
+                    &name,
+                    "--cluster",
+                    &own,
+                    "--routes",
+                    &routes,
+                    "--server_name",
+                    &server_name,
+                ])
+            })
+            .collect();
+        Self { nodes }
+    }
+
+    /// Every node's client URL.
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(NatsServer::url).collect()
+    }
+
+    /// Connects a client that knows every node.
+    pub async fn connect(&self) -> async_nats::Client {
+        let client = async_nats::ConnectOptions::new()
+            .retry_on_initial_connect()
+            .connect(self.urls())
+            .await
+            .expect("connect to the test cluster");
+        // JetStream answers once the nodes have elected a meta leader.
+        let js = async_nats::jetstream::new(client.clone());
+        let started = Instant::now();
+        while js.query_account().await.is_err() {
+            assert!(
+                started.elapsed() < STARTUP_TIMEOUT,
+                "the cluster's JetStream did not come up"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        client
     }
 }
 
@@ -73,7 +163,7 @@ fn free_port() -> u16 {
         .port()
 }
 
-fn spawn(port: u16, store: &Path, extra: &[&str]) -> Child {
+fn spawn(port: u16, store: &Path, extra: &[String]) -> Child {
     Command::new("nats-server")
         .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
         .arg(store)

@@ -151,7 +151,7 @@ pub async fn start_with_routes(
         .unwrap_or_else(new_instance_id);
     let client = crate::connect::connect(&config, &format!("dedup-host {instance_id}")).await?;
     let js = async_nats::jetstream::new(client.clone());
-    let setup = crate::setup::ensure(&js, &config).await?;
+    let setup = crate::setup::ensure_patiently(&js, &config).await?;
     let claimer = Claimer::new(
         Arc::new(KvClaimStore::new(setup.claims)),
         instance_id.clone(),

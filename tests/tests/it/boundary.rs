@@ -272,7 +272,7 @@ allowed_outputs = ["in.upper.*.done"]
     config.host.instance_id = Some("h".into());
     let host = dedup_host::pipeline::start(config).await.unwrap();
     env.publish("in.upper.first", "first", &[], "a").await;
-    publish_unparseable(env.server.port(), "in.upper.poison");
+    publish_unparseable(env.server().port(), "in.upper.poison");
     let letter = wait_for(Duration::from_secs(60), "the poison's dead letter", || async {
         env.messages(DEAD).await.pop()
     })

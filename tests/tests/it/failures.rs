@@ -133,7 +133,7 @@ async fn bad_input_gets_its_outcome_and_the_host_keeps_processing() {
     let env = TestEnv::start().await;
     let host = env.host(&timing(), ROUTES, "h").await;
     // Missing key: the route takes Nats-Msg-Id, so publish without one (plain core publish).
-    let client = env.server.connect().await;
+    let client = env.server().connect().await;
     client
         .publish("in.small.nokey", "tiny".into())
         .await

@@ -4,6 +4,7 @@ mod attempts;
 mod auth;
 mod boundary;
 mod cli_invoke;
+mod cluster;
 mod config;
 mod conformance;
 mod dedup;
