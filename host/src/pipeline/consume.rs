@@ -17,7 +17,7 @@ use super::Shared;
 use crate::claim::ClaimStore;
 
 /// How long one pull request waits for messages before the server ends it.
-const PULL_EXPIRES: Duration = Duration::from_secs(5);
+const PULL_EXPIRES: Duration = Duration::from_secs(2);
 /// Idle heartbeat the server sends during a pull; two missed ones end the stream.
 const PULL_HEARTBEAT: Duration = Duration::from_secs(1);
 /// First and largest wait before pulling again after a failure.
@@ -173,14 +173,19 @@ async fn pull(
         .await
 }
 
-/// Naks every message already pulled but not started, so another host gets it now rather
-/// than after the ack wait.
+/// How long the pull must stay quiet at shutdown before it is dropped: a pull request the
+/// server is answering may still bring messages, and each must be handed back.
+const DRAIN_QUIET: Duration = Duration::from_millis(250);
+
+/// Naks every message already pulled but not started, so another host gets it soon rather
+/// than after the ack wait. The nak's delay outlasts this host's open pull request: redelivered
+/// earlier, a message would go to that request, which nobody reads any more.
 async fn nak_pulled(messages: &mut Messages) {
     let mut naked = 0;
-    while let Ok(Some(Ok(message))) =
-        tokio::time::timeout(Duration::from_millis(20), messages.next()).await
+    let delay = PULL_EXPIRES + DRAIN_QUIET * 2;
+    while let Ok(Some(Ok(message))) = tokio::time::timeout(DRAIN_QUIET, messages.next()).await
     {
-        if message.ack_with(AckKind::Nak(None)).await.is_ok() {
+        if message.ack_with(AckKind::Nak(Some(delay))).await.is_ok() {
             naked += 1;
         }
     }

@@ -2,6 +2,7 @@
 
 mod attempts;
 mod auth;
+mod chaos;
 mod boundary;
 mod cli_invoke;
 mod cluster;

@@ -1,0 +1,183 @@
+//! The chaos suite: three `dedup-host run` processes on a 3-node cluster (streams and claims at
+//! three replicas) take a few thousand events, 30 % of them published again under new message
+//! ids, while a host is killed and restarted, another is paused past its lease and resumed, and
+//! a NATS node is killed and restarted. Afterwards the streams and the KV must show exactly one
+//! output per key, every key completed, no dead letters, nothing pending or unacknowledged.
+
+use std::collections::HashMap;
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use async_nats::HeaderMap;
+use dedup_host::claim::ClaimState;
+use dedup_host_tests::harness::{TestEnv, Timing, DEAD, OUTPUTS};
+
+const ROUTES: &str = r#"
+[[routes]]
+name = "chaos"
+subject = "in.chaos.*"
+component = "{guest:hostile}"
+key = { header = "Key" }
+allowed_outputs = ["in.chaos.*.done"]
+"#;
+
+/// Distinct keys, and how many of the publishes repeat an earlier key.
+const KEYS: usize = 2_000;
+const DUPLICATE_SHARE: f64 = 0.3;
+/// How long every key may take to settle once the faults stop.
+const SETTLE_BOUND: Duration = Duration::from_secs(120);
+
+fn timing() -> Timing {
+    Timing {
+        lease: "3s",
+        heartbeat: "500ms",
+        ack_wait: "4s",
+        backoff: r#"["500ms"]"#,
+        max_deliver: 10,
+    }
+}
+
+fn signal(child: &Child, signal: &str) {
+    let status = Command::new("kill")
+        .args([signal, &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success(), "kill {signal} failed");
+}
+
+fn stop(mut child: Child) {
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exactly_once_through_host_kills_pauses_and_a_node_restart() {
+    let mut env = TestEnv::start_cluster().await;
+    let timing = timing();
+    let mut hosts: Vec<Child> = Vec::new();
+    for i in 0..3 {
+        hosts.push(env.host_process(&timing, ROUTES, &format!("chaos-{i}")).await);
+    }
+
+    // Publishing runs through the faults: a key, and 30 % repeats of earlier keys.
+    let publisher = {
+        let env = PublishOnly { js: env.js.clone() };
+        tokio::spawn(async move {
+            let mut published = 0usize;
+            let mut repeats = 0usize;
+            let mut next = 0usize;
+            let mut seed = 0x2545_f491_4f6c_dd1du64;
+            while next < KEYS {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                let repeat = next > 0 && (seed % 1000) as f64 / 1000.0 < DUPLICATE_SHARE;
+                let key = if repeat {
+                    repeats += 1;
+                    format!("k{}", seed as usize % next)
+                } else {
+                    next += 1;
+                    format!("k{}", next - 1)
+                };
+                env.publish(&key, &format!("p{published}")).await;
+                published += 1;
+                if published % 100 == 0 {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+            (published, repeats)
+        })
+    };
+
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    // kill -9 a host, then start it again.
+    stop(hosts.remove(0));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    hosts.insert(0, env.host_process(&timing, ROUTES, "chaos-0b").await);
+    // Pause a host past its lease (3 s + skew), then let it go on.
+    signal(&hosts[1], "-STOP");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    signal(&hosts[1], "-CONT");
+    // kill -9 a NATS node, then restart it.
+    env.servers.nodes[1].kill();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    env.servers.nodes[1].restart();
+    let faults_over = Instant::now();
+
+    let (published, repeats) = publisher.await.unwrap();
+    // Settled: every key completed and nothing pending or unacknowledged.
+    let kv = env.js.get_key_value("claims").await.unwrap();
+    let mut settled = None;
+    while faults_over.elapsed() < SETTLE_BOUND {
+        let mut done = 0;
+        for k in 0..KEYS {
+            if let Ok(Some(v)) = kv.get(dedup_host::claim::key::encode("chaos", &format!("k{k}"))).await {
+                let record = dedup_host::claim::ClaimRecord::from_bytes(&v).unwrap();
+                if record.state == ClaimState::Completed {
+                    done += 1;
+                }
+            }
+        }
+        if done == KEYS && env.pending().await == (0, 0) {
+            settled = Some(faults_over.elapsed());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let Some(settled) = settled else {
+        let pending = env.pending().await;
+        panic!("not settled within {SETTLE_BOUND:?} after the faults: pending {pending:?}");
+    };
+
+    // Exactly one output per key.
+    let outputs = env.messages(OUTPUTS).await;
+    let mut per_key: HashMap<String, usize> = HashMap::new();
+    for m in &outputs {
+        *per_key.entry(m.subject.to_string()).or_default() += 1;
+    }
+    let doubled: Vec<_> = per_key.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(doubled.is_empty(), "outputs published twice: {doubled:?}");
+    assert_eq!(per_key.len(), KEYS, "one output for every key");
+    assert!(env.messages(DEAD).await.is_empty(), "no dead letters");
+
+    let mut reruns = 0;
+    for k in 0..KEYS {
+        let record = env.claim("chaos", &format!("k{k}")).await.unwrap();
+        assert_eq!(record.state, ClaimState::Completed);
+        reruns += record.attempt.saturating_sub(1);
+    }
+    println!(
+        "chaos: {published} publishes ({repeats} repeats of {KEYS} keys); settled {settled:.1?} after the faults; {reruns} re-runs"
+    );
+    for host in hosts {
+        stop(host);
+    }
+}
+
+/// The publishing half of a test environment, movable into a task.
+struct PublishOnly {
+    js: async_nats::jetstream::Context,
+}
+
+impl PublishOnly {
+    /// Publishes until the stream acknowledges (a node may be down meanwhile); the message
+    /// id makes a repeat harmless.
+    async fn publish(&self, key: &str, msg_id: &str) {
+        let env = self;
+        let mut headers = HeaderMap::new();
+        headers.insert("Nats-Msg-Id", msg_id);
+        headers.insert("Key", key);
+        loop {
+            let sent = env
+                .js
+                .publish_with_headers(format!("in.chaos.{key}"), headers.clone(), "sleep:20".into())
+                .await;
+            if let Ok(ack) = sent {
+                if ack.await.is_ok() {
+                    return;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
