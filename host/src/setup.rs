@@ -115,16 +115,17 @@ async fn check_output_windows(js: &Context, config: &Config) -> anyhow::Result<(
 /// after a node was lost, say).
 const SETUP_PATIENCE: Duration = Duration::from_secs(60);
 
-/// [`ensure`], tried again while the failure is the servers not answering in time; a refusal
-/// (wrong subjects, a window too short) is reported at once.
+/// [`ensure`], tried again while the servers do not answer in time or the cluster is still
+/// forming (no peers to place replicas on yet); a refusal (wrong subjects, a window too short)
+/// is reported at once.
 pub async fn ensure_patiently(js: &Context, config: &Config) -> anyhow::Result<Setup> {
     let started = std::time::Instant::now();
     let mut wait = Duration::from_millis(250);
     loop {
         match ensure(js, config).await {
             Ok(setup) => return Ok(setup),
-            Err(e) if is_unanswered(&e) && started.elapsed() < SETUP_PATIENCE => {
-                tracing::warn!("set-up: the servers did not answer, retrying in {wait:?}: {e:#}");
+            Err(e) if is_transient(&e) && started.elapsed() < SETUP_PATIENCE => {
+                tracing::warn!("set-up: the servers are not ready, retrying in {wait:?}: {e:#}");
                 tokio::time::sleep(wait).await;
                 wait = (wait * 2).min(Duration::from_secs(5));
             }
@@ -133,10 +134,16 @@ pub async fn ensure_patiently(js: &Context, config: &Config) -> anyhow::Result<S
     }
 }
 
-/// Whether an error says the servers did not answer, rather than that they refused.
-fn is_unanswered(e: &anyhow::Error) -> bool {
+/// Whether an error says the servers are not ready, rather than that they refused.
+fn is_transient(e: &anyhow::Error) -> bool {
     let text = format!("{e:#}").to_ascii_lowercase();
-    ["timed out", "no responders", "temporarily unavailable", "deadline has elapsed"]
+    [
+        "timed out",
+        "no responders",
+        "temporarily unavailable",
+        "deadline has elapsed",
+        "no suitable peers",
+    ]
         .iter()
         .any(|t| text.contains(t))
 }

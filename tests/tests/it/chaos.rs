@@ -81,8 +81,9 @@ async fn exactly_once_through_host_kills_pauses_and_a_node_restart() {
                 };
                 env.publish(&key, &format!("p{published}")).await;
                 published += 1;
+                // About 20 s of publishing, so the faults below hit work in flight.
                 if published % 100 == 0 {
-                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    tokio::time::sleep(Duration::from_millis(700)).await;
                 }
             }
             (published, repeats)
@@ -105,32 +106,25 @@ async fn exactly_once_through_host_kills_pauses_and_a_node_restart() {
     let faults_over = Instant::now();
 
     let (published, repeats) = publisher.await.unwrap();
-    // Settled: every key completed and nothing pending or unacknowledged.
-    let kv = env.js.get_key_value("claims").await.unwrap();
+    // Settled: every key completed and nothing pending or unacknowledged. The cluster may
+    // still be electing leaders after the restart, so reads that time out are tried again.
     let mut settled = None;
+    let mut done = 0;
     while faults_over.elapsed() < SETTLE_BOUND {
-        let mut done = 0;
-        for k in 0..KEYS {
-            if let Ok(Some(v)) = kv.get(dedup_host::claim::key::encode("chaos", &format!("k{k}"))).await {
-                let record = dedup_host::claim::ClaimRecord::from_bytes(&v).unwrap();
-                if record.state == ClaimState::Completed {
-                    done += 1;
-                }
-            }
-        }
-        if done == KEYS && env.pending().await == (0, 0) {
+        done = completed(&env).await.unwrap_or(0);
+        if done == KEYS && pending(&env).await == Some((0, 0)) {
             settled = Some(faults_over.elapsed());
             break;
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     let Some(settled) = settled else {
-        let pending = env.pending().await;
-        panic!("not settled within {SETTLE_BOUND:?} after the faults: pending {pending:?}");
+        let pending = pending(&env).await;
+        panic!("not settled within {SETTLE_BOUND:?} after the faults: {done} of {KEYS} keys completed, pending {pending:?}");
     };
 
     // Exactly one output per key.
-    let outputs = env.messages(OUTPUTS).await;
+    let outputs = read_stream(&env, OUTPUTS).await;
     let mut per_key: HashMap<String, usize> = HashMap::new();
     for m in &outputs {
         *per_key.entry(m.subject.to_string()).or_default() += 1;
@@ -138,7 +132,7 @@ async fn exactly_once_through_host_kills_pauses_and_a_node_restart() {
     let doubled: Vec<_> = per_key.iter().filter(|(_, n)| **n > 1).collect();
     assert!(doubled.is_empty(), "outputs published twice: {doubled:?}");
     assert_eq!(per_key.len(), KEYS, "one output for every key");
-    assert!(env.messages(DEAD).await.is_empty(), "no dead letters");
+    assert!(read_stream(&env, DEAD).await.is_empty(), "no dead letters");
 
     let mut reruns = 0;
     for k in 0..KEYS {
@@ -152,6 +146,47 @@ async fn exactly_once_through_host_kills_pauses_and_a_node_restart() {
     for host in hosts {
         stop(host);
     }
+}
+
+/// Every message of a stream, read again until the cluster answers.
+async fn read_stream(
+    env: &TestEnv,
+    stream: &str,
+) -> Vec<async_nats::jetstream::message::StreamMessage> {
+    loop {
+        match dedup_host::inspect::stream_messages(&env.js, stream).await {
+            Ok(m) => return m,
+            Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
+        }
+    }
+}
+
+/// How many keys are completed, if the bucket answers.
+async fn completed(env: &TestEnv) -> Option<usize> {
+    let kv = env.js.get_key_value("claims").await.ok()?;
+    let mut done = 0;
+    for k in 0..KEYS {
+        let key = dedup_host::claim::key::encode("chaos", &format!("k{k}"));
+        if let Some(v) = kv.get(key).await.ok()? {
+            let record = dedup_host::claim::ClaimRecord::from_bytes(&v).unwrap();
+            done += usize::from(record.state == ClaimState::Completed);
+        }
+    }
+    Some(done)
+}
+
+/// Pending and unacknowledged messages over the source stream's consumers, if it answers.
+async fn pending(env: &TestEnv) -> Option<(u64, usize)> {
+    use futures::StreamExt;
+    let stream = env.js.get_stream("EVENTS").await.ok()?;
+    let mut infos = stream.consumers();
+    let (mut pending, mut unacked) = (0, 0);
+    while let Some(info) = infos.next().await {
+        let info = info.ok()?;
+        pending += info.num_pending;
+        unacked += info.num_ack_pending;
+    }
+    Some((pending, unacked))
 }
 
 /// The publishing half of a test environment, movable into a task.
@@ -170,7 +205,7 @@ impl PublishOnly {
         loop {
             let sent = env
                 .js
-                .publish_with_headers(format!("in.chaos.{key}"), headers.clone(), "sleep:20".into())
+                .publish_with_headers(format!("in.chaos.{key}"), headers.clone(), "sleep:200".into())
                 .await;
             if let Ok(ack) = sent {
                 if ack.await.is_ok() {
