@@ -14,6 +14,7 @@ mod fairness;
 mod hotload;
 mod lifecycle;
 mod limits;
+mod ownership;
 mod runtime;
 mod sandbox;
 mod takeover;

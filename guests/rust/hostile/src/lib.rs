@@ -5,7 +5,7 @@
 //! contents; `trap-midway` logs and outputs, then hits `unreachable`; `emit:<outputs>` returns
 //! exactly the outputs described (records split by 0x1E, fields by 0x1F: subject, then header
 //! name and value pairs); `reject:<n>` rejects with an `n`-byte reason; `retry:<ms>` asks for
-//! a retry after `ms`; `spin-sleep:<a>:<b>` computes for `a` ms, then sleeps `b` ms. Any other
+//! a retry after `ms`; `sleep-reject:<ms>` sleeps, then rejects; `spin-sleep:<a>:<b>` computes for `a` ms, then sleeps `b` ms. Any other
 //! payload is echoed back on `<subject>.done`.
 
 wit_bindgen::generate!({
@@ -100,6 +100,11 @@ impl Guest for Hostile {
             s if s.starts_with("reject:") => {
                 let n: usize = s["reject:".len()..].parse().unwrap_or(0);
                 Err(Failure::Reject("r\n".repeat(n / 2)))
+            }
+            s if s.starts_with("sleep-reject:") => {
+                let ms: u64 = s["sleep-reject:".len()..].parse().unwrap_or(0);
+                std::thread::sleep(std::time::Duration::from_millis(ms));
+                Err(Failure::Reject("rejected after sleeping".into()))
             }
             s if s.starts_with("retry:") => Err(Failure::Retry(RetryRequest {
                 reason: "asked to retry".into(),
