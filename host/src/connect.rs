@@ -48,16 +48,12 @@ pub async fn connect(config: &Config, name: &str) -> anyhow::Result<async_nats::
         servers.push(server);
     }
     // Every URL is handed over as its own server, so the client fails over among them.
-    let client = options
-        .name(name)
-        .connect(servers)
-        .await
-        .with_context(|| {
-            format!(
-                "cannot connect to NATS at any of {:?} (`nats.urls`)",
-                n.urls
-            )
-        })?;
+    let client = options.name(name).connect(servers).await.with_context(|| {
+        format!(
+            "cannot connect to NATS at any of {:?} (`nats.urls`)",
+            n.urls
+        )
+    })?;
     check_version(&client.server_info().version)?;
     Ok(client)
 }

@@ -94,9 +94,10 @@ async fn check_output_windows(js: &Context, config: &Config) -> anyhow::Result<(
         let info = info.context("cannot list streams to check their duplicate windows")?;
         let c = &info.config;
         for r in &config.routes {
-            let reached = r.allowed_outputs.iter().find(|f| {
-                c.subjects.iter().any(|s| subject::overlaps(f, s))
-            });
+            let reached = r
+                .allowed_outputs
+                .iter()
+                .find(|f| c.subjects.iter().any(|s| subject::overlaps(f, s)));
             if let Some(f) = reached {
                 anyhow::ensure!(
                     c.duplicate_window > gap,
@@ -144,8 +145,8 @@ fn is_transient(e: &anyhow::Error) -> bool {
         "deadline has elapsed",
         "no suitable peers",
     ]
-        .iter()
-        .any(|t| text.contains(t))
+    .iter()
+    .any(|t| text.contains(t))
 }
 
 /// The durable name of a route's consumer: `<source.consumer>-<route>`.

@@ -28,7 +28,7 @@ pub fn escape_controls(s: &str) -> String {
 /// A guest's reason as the host stores and logs it: one line, at most [`MAX_REASON_BYTES`]
 /// plus a note of the full size when cut.
 pub fn reason(s: &str) -> String {
-    let escaped = escape_controls(&prefix(s, MAX_REASON_BYTES));
+    let escaped = escape_controls(prefix(s, MAX_REASON_BYTES));
     if escaped.len() <= MAX_REASON_BYTES && s.len() <= MAX_REASON_BYTES {
         return escaped;
     }
@@ -72,7 +72,10 @@ mod tests {
         assert!(r.ends_with("(20000 bytes in all)"));
         assert_eq!(reason("short"), "short");
         let lines = reason(&"r\n".repeat(25_000));
-        assert!(lines.len() < MAX_REASON_BYTES + 64 && !lines.contains('\n'), "{lines}");
+        assert!(
+            lines.len() < MAX_REASON_BYTES + 64 && !lines.contains('\n'),
+            "{lines}"
+        );
     }
 
     #[test]

@@ -477,8 +477,14 @@ mod tests {
             panic!("a create that landed is ours")
         };
         store.lose.store(true, std::sync::atomic::Ordering::SeqCst);
-        lease.renew().await.expect("a renewal that landed is adopted");
-        lease.renew().await.expect("and the next one uses its revision");
+        lease
+            .renew()
+            .await
+            .expect("a renewal that landed is adopted");
+        lease
+            .renew()
+            .await
+            .expect("and the next one uses its revision");
         store.lose.store(true, std::sync::atomic::Ordering::SeqCst);
         lease.complete().await.unwrap();
         assert!(matches!(

@@ -233,24 +233,37 @@ impl Config {
         p.check(
             !subject::reaches_reserved(dl),
             "dead_letter.subject",
-            format!("`{dl}` is in a reserved server namespace ($JS., $KV., $O., $SYS., $NRG., _INBOX.)"),
+            format!(
+                "`{dl}` is in a reserved server namespace ($JS., $KV., $O., $SYS., $NRG., _INBOX.)"
+            ),
         );
         // Every stream the host creates needs a name of its own.
         let mut streams: Vec<(String, &str)> = vec![
             ("source.stream".into(), self.source.stream.as_str()),
-            ("dead_letter.stream".into(), self.dead_letter.stream.as_str()),
+            (
+                "dead_letter.stream".into(),
+                self.dead_letter.stream.as_str(),
+            ),
         ];
         for (i, o) in self.output_streams.iter().enumerate() {
             streams.push((format!("output_streams[{i}].name"), o.name.as_str()));
         }
         for (i, (field, name)) in streams.iter().enumerate() {
             if let Some((other, _)) = streams[..i].iter().find(|(_, n)| n == name) {
-                p.check(false, field.clone(), format!("stream `{name}` is also `{other}`: each stream needs its own name"));
+                p.check(
+                    false,
+                    field.clone(),
+                    format!("stream `{name}` is also `{other}`: each stream needs its own name"),
+                );
             }
         }
         for (i, o) in self.output_streams.iter().enumerate() {
             for s in &o.subjects {
-                p.check(!subject::overlaps(s, dl), format!("output_streams[{i}].subjects"), format!("`{s}` also captures the dead-letter subject `{dl}`"));
+                p.check(
+                    !subject::overlaps(s, dl),
+                    format!("output_streams[{i}].subjects"),
+                    format!("`{s}` also captures the dead-letter subject `{dl}`"),
+                );
                 for src in self.source_subjects() {
                     p.check(!subject::overlaps(s, &src), format!("output_streams[{i}].subjects"), format!("`{s}` overlaps source subject `{src}`: a subject can be captured by one stream only (chained routes publish into the source stream without an output stream)"));
                 }
@@ -384,7 +397,9 @@ impl Config {
                 p.check(
                     !subject::overlaps(f, &self.dead_letter.subject),
                     field,
-                    format!("`{f}` covers the dead-letter subject: a guest could forge dead letters"),
+                    format!(
+                        "`{f}` covers the dead-letter subject: a guest could forge dead letters"
+                    ),
                 );
             }
             if let Some(dir) = &r.read_only_dir {

@@ -81,7 +81,10 @@ pub(super) async fn consume<S: ClaimStore>(
                 }
                 Ok(None) => return,
                 Err(e) => {
-                    tracing::warn!(route = name, "cannot re-create the consumer, retrying in {retry:?}: {e:#}");
+                    tracing::warn!(
+                        route = name,
+                        "cannot re-create the consumer, retrying in {retry:?}: {e:#}"
+                    );
                     rebind = true;
                 }
             }
@@ -89,7 +92,10 @@ pub(super) async fn consume<S: ClaimStore>(
         let mut messages = match pull(&consumer, in_flight).await {
             Ok(m) => m,
             Err(e) => {
-                tracing::warn!(route = name, "cannot pull messages, retrying in {retry:?}: {e}");
+                tracing::warn!(
+                    route = name,
+                    "cannot pull messages, retrying in {retry:?}: {e}"
+                );
                 rebind = true;
                 tokio::select! { _ = tokio::time::sleep(retry) => {}, _ = stopped.changed() => break }
                 retry = (retry * 2).min(RETRY_MAX);
@@ -125,7 +131,10 @@ pub(super) async fn consume<S: ClaimStore>(
                 }
                 Some(Err(e)) => {
                     let kind = e.kind();
-                    tracing::warn!(route = name, "message stream error, pulling again in {retry:?}: {e}");
+                    tracing::warn!(
+                        route = name,
+                        "message stream error, pulling again in {retry:?}: {e}"
+                    );
                     // A deleted consumer never comes back by itself; a missed heartbeat or
                     // no responders may mean the same after a stream was re-created.
                     rebind = matches!(
@@ -139,7 +148,10 @@ pub(super) async fn consume<S: ClaimStore>(
                     continue 'pull;
                 }
                 None => {
-                    tracing::warn!(route = name, "message stream ended, pulling again in {retry:?}");
+                    tracing::warn!(
+                        route = name,
+                        "message stream ended, pulling again in {retry:?}"
+                    );
                     rebind = true;
                     tokio::select! { _ = tokio::time::sleep(retry) => {}, _ = stopped.changed() => break 'pull }
                     retry = (retry * 2).min(RETRY_MAX);
@@ -183,13 +195,15 @@ const DRAIN_QUIET: Duration = Duration::from_millis(250);
 async fn nak_pulled(messages: &mut Messages) {
     let mut naked = 0;
     let delay = PULL_EXPIRES + DRAIN_QUIET * 2;
-    while let Ok(Some(Ok(message))) = tokio::time::timeout(DRAIN_QUIET, messages.next()).await
-    {
+    while let Ok(Some(Ok(message))) = tokio::time::timeout(DRAIN_QUIET, messages.next()).await {
         if message.ack_with(AckKind::Nak(Some(delay))).await.is_ok() {
             naked += 1;
         }
     }
     if naked > 0 {
-        tracing::info!(naked, "shutdown: handed back messages pulled but not started");
+        tracing::info!(
+            naked,
+            "shutdown: handed back messages pulled but not started"
+        );
     }
 }

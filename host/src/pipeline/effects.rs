@@ -189,7 +189,8 @@ fn keep_dedup_headers(h: &HeaderMap) -> HeaderMap {
     let mut kept = HeaderMap::new();
     for (name, values) in h.iter() {
         let n: &str = name.as_ref();
-        if n.starts_with("Dedup-") && !n.starts_with(headers::ORIGINAL_PREFIX) || n == "Nats-Msg-Id" {
+        if n.starts_with("Dedup-") && !n.starts_with(headers::ORIGINAL_PREFIX) || n == "Nats-Msg-Id"
+        {
             for v in values {
                 kept.append(name.clone(), v.clone());
             }

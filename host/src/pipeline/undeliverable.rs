@@ -98,7 +98,11 @@ impl<S: ClaimStore> Shared<S> {
                 &message.payload,
             );
             if let Ok(id) = id {
-                let claim = self.claimer.store().get(&key::encode(&route.name, &id)).await;
+                let claim = self
+                    .claimer
+                    .store()
+                    .get(&key::encode(&route.name, &id))
+                    .await;
                 if let Ok(Some((record, _))) = claim {
                     if record.state == ClaimState::Completed {
                         return Ok(()); // a duplicate of work that was done
@@ -143,9 +147,10 @@ fn decode(stored: StoredMessage) -> anyhow::Result<Message> {
                     continue;
                 };
                 let value: String = value.trim().chars().filter(|c| !c.is_control()).collect();
-                if let (Ok(name), Ok(value)) =
-                    (HeaderName::from_str(name.trim()), HeaderValue::from_str(&value))
-                {
+                if let (Ok(name), Ok(value)) = (
+                    HeaderName::from_str(name.trim()),
+                    HeaderValue::from_str(&value),
+                ) {
                     headers.append(name, value);
                 }
             }

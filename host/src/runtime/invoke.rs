@@ -11,9 +11,9 @@ use wasmtime::{CallHook, Store, UpdateDeadline};
 use super::engine::FAST_SLICE;
 
 use super::outcome::{Invocation, Outcome, Trap, TrapKind};
+use super::outputs::check_outputs;
 use super::state::{GuestState, LogContext};
 use super::Handler;
-use super::outputs::check_outputs;
 use crate::bindings::{Event, Failure};
 use crate::limits::Limits;
 use crate::text;

@@ -95,7 +95,9 @@ pub fn check_header(h: &Header) -> Result<(), String> {
             "header `{name}` is a JetStream control header; only the host sets `Nats-*` headers"
         ));
     }
-    if HeaderValue::from_str(&h.value).is_err() || h.value.chars().any(|c| c.is_control() && c != '\t') {
+    if HeaderValue::from_str(&h.value).is_err()
+        || h.value.chars().any(|c| c.is_control() && c != '\t')
+    {
         return Err(format!(
             "header `{name}` has a value with line breaks or control characters"
         ));

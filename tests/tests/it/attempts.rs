@@ -32,9 +32,11 @@ async fn a_failed_publish_uses_up_no_attempt() {
     let host = env.host(&timing, ROUTES, "h").await;
     // No stream captures `orphan.>` yet: every publish of the output fails.
     env.publish("in.orphan.x", "o1", &[], "emit:orphan.x").await;
-    wait_for(Duration::from_secs(20), "a few failed publishes", || async {
-        (host.stats().errors >= 3).then_some(())
-    })
+    wait_for(
+        Duration::from_secs(20),
+        "a few failed publishes",
+        || async { (host.stats().errors >= 3).then_some(()) },
+    )
     .await;
     let record = env.claim("orphan", "o1").await.unwrap();
     assert!(record.attempt <= 1 && !record.permanent, "{record:?}");
@@ -72,17 +74,29 @@ async fn a_failed_key_waits_out_its_backoff_whatever_copies_arrive() {
     let host = env.host(&timing, ROUTES, "h").await;
     // Five copies of one key, under different message ids, all failing.
     for i in 0..5 {
-        env.publish("in.keyed.x", &format!("copy-{i}"), &[("Key", "k")], "retry:0")
-            .await;
+        env.publish(
+            "in.keyed.x",
+            &format!("copy-{i}"),
+            &[("Key", "k")],
+            "retry:0",
+        )
+        .await;
     }
     wait_for(Duration::from_secs(10), "the first attempt", || async {
-        env.claim("keyed", "k").await.filter(|r| r.state == ClaimState::Failed)
+        env.claim("keyed", "k")
+            .await
+            .filter(|r| r.state == ClaimState::Failed)
     })
     .await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let record = env.claim("keyed", "k").await.unwrap();
-    assert_eq!(record.attempt, 1, "no second run before the backoff: {record:?}");
-    let due = record.retry_at_ms.expect("the record says when the retry is due");
+    assert_eq!(
+        record.attempt, 1,
+        "no second run before the backoff: {record:?}"
+    );
+    let due = record
+        .retry_at_ms
+        .expect("the record says when the retry is due");
     assert!(due >= record.updated_ms + 2900, "{record:?}");
     wait_for(Duration::from_secs(20), "the second attempt", || async {
         env.claim("keyed", "k").await.filter(|r| r.attempt >= 2)
@@ -107,6 +121,9 @@ async fn a_guest_asking_to_retry_in_an_hour_is_retried_after_the_largest_backoff
     })
     .await;
     let due = record.retry_at_ms.unwrap_or(0);
-    assert!(due <= record.updated_ms + 300, "clamped to 300ms: {record:?}");
+    assert!(
+        due <= record.updated_ms + 300,
+        "clamped to 300ms: {record:?}"
+    );
     host.shutdown().await.unwrap();
 }

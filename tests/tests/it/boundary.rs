@@ -85,8 +85,13 @@ async fn outputs_that_could_hurt_nats_are_refused_whole_and_nothing_is_published
         (emit(&[("out.fine", &[]), ("$JS.API.STREAM.DELETE.OUTPUTS", &[])]), "output 1: subject `$JS.API.STREAM.DELETE.OUTPUTS` is in the server's reserved `$JS.` namespace"),
         (emit(&[("out.fine", &[]), ("_INBOX.x", &[])]), "output 1"),
     ];
-    env.publish("in.emit.keep", "keep", &[], emit(&[("out.keep", &[("X-Ok", "yes")])]))
-        .await;
+    env.publish(
+        "in.emit.keep",
+        "keep",
+        &[],
+        emit(&[("out.keep", &[("X-Ok", "yes")])]),
+    )
+    .await;
     for (i, (payload, _)) in cases.iter().enumerate() {
         env.publish("in.emit.x", &format!("case-{i}"), &[], payload.clone())
             .await;
@@ -169,7 +174,11 @@ async fn dead_letters_drop_control_headers_and_fit_the_max_payload() {
         .get_raw_message(sequence)
         .await
         .unwrap();
-    assert_eq!(whole.payload.len(), big.len(), "the pointer finds the whole");
+    assert_eq!(
+        whole.payload.len(),
+        big.len(),
+        "the pointer finds the whole"
+    );
     env.wait_drained(Duration::from_secs(20)).await;
     host.shutdown().await.unwrap();
 }
@@ -191,9 +200,7 @@ async fn a_dead_letter_refused_for_good_ends_the_message_with_the_reason_recorde
     let host = env.host(&timing(), ROUTES, "h").await;
     env.publish("in.emit.x", "nowhere", &[], "reject:10").await;
     let record = wait_for(Duration::from_secs(30), "the permanent failure", || async {
-        env.claim("emit", "nowhere")
-            .await
-            .filter(|r| r.permanent)
+        env.claim("emit", "nowhere").await.filter(|r| r.permanent)
     })
     .await;
     let reason = record.reason.unwrap();
@@ -222,7 +229,11 @@ async fn publish_refuses_a_bad_header_with_a_clear_error() {
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "an error, not a panic (101): {stderr}");
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "an error, not a panic (101): {stderr}"
+    );
     assert!(stderr.contains("Bad Name"), "{stderr}");
 }
 
@@ -273,9 +284,11 @@ allowed_outputs = ["in.upper.*.done"]
     let host = dedup_host::pipeline::start(config).await.unwrap();
     env.publish("in.upper.first", "first", &[], "a").await;
     publish_unparseable(env.server().port(), "in.upper.poison");
-    let letter = wait_for(Duration::from_secs(60), "the poison's dead letter", || async {
-        env.messages(DEAD).await.pop()
-    })
+    let letter = wait_for(
+        Duration::from_secs(60),
+        "the poison's dead letter",
+        || async { env.messages(DEAD).await.pop() },
+    )
     .await;
     assert_eq!(&letter.payload[..], b"poison");
     assert_eq!(header(&letter, headers::SUBJECT), "in.upper.poison");
@@ -284,7 +297,10 @@ allowed_outputs = ["in.upper.*.done"]
         "{:?}",
         letter.headers
     );
-    assert!(letter.headers.get("X-Bad").is_some(), "the header survives, cleaned");
+    assert!(
+        letter.headers.get("X-Bad").is_some(),
+        "the header survives, cleaned"
+    );
     // The host is still serving.
     env.publish("in.upper.after", "after", &[], "b").await;
     wait_for(Duration::from_secs(30), "both good outputs", || async {

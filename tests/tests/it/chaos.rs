@@ -56,7 +56,10 @@ async fn exactly_once_through_host_kills_pauses_and_a_node_restart() {
     let timing = timing();
     let mut hosts: Vec<Child> = Vec::new();
     for i in 0..3 {
-        hosts.push(env.host_process(&timing, ROUTES, &format!("chaos-{i}")).await);
+        hosts.push(
+            env.host_process(&timing, ROUTES, &format!("chaos-{i}"))
+                .await,
+        );
     }
 
     // Publishing runs through the faults: a key, and 30 % repeats of earlier keys.
@@ -82,7 +85,7 @@ async fn exactly_once_through_host_kills_pauses_and_a_node_restart() {
                 env.publish(&key, &format!("p{published}")).await;
                 published += 1;
                 // About 20 s of publishing, so the faults below hit work in flight.
-                if published % 100 == 0 {
+                if published.is_multiple_of(100) {
                     tokio::time::sleep(Duration::from_millis(700)).await;
                 }
             }
@@ -205,7 +208,11 @@ impl PublishOnly {
         loop {
             let sent = env
                 .js
-                .publish_with_headers(format!("in.chaos.{key}"), headers.clone(), "sleep:200".into())
+                .publish_with_headers(
+                    format!("in.chaos.{key}"),
+                    headers.clone(),
+                    "sleep:200".into(),
+                )
                 .await;
             if let Ok(ack) = sent {
                 if ack.await.is_ok() {

@@ -25,7 +25,13 @@ async fn a_host_with_every_url_serves_while_the_first_node_is_down() {
     let timing = Timing::default();
     // Set-up while every node is up: everything at three replicas.
     let host = env.host(&timing, ROUTES, "setup").await;
-    for stream in [SOURCE, DEAD, OUTPUTS, &format!("KV_{BUCKET}"), "KV_dedup-hosts"] {
+    for stream in [
+        SOURCE,
+        DEAD,
+        OUTPUTS,
+        &format!("KV_{BUCKET}"),
+        "KV_dedup-hosts",
+    ] {
         assert_eq!(replicas(&env, stream).await, 3, "stream `{stream}`");
     }
     host.shutdown().await.unwrap();
@@ -36,15 +42,19 @@ async fn a_host_with_every_url_serves_while_the_first_node_is_down() {
         env.publish(&format!("in.upper.m{i}"), &format!("m{i}"), &[], "abc")
             .await;
     }
-    wait_for(Duration::from_secs(60), "every message completed", || async {
-        for i in 0..20 {
-            let record = env.claim("upper", &format!("m{i}")).await?;
-            if record.state != ClaimState::Completed {
-                return None;
+    wait_for(
+        Duration::from_secs(60),
+        "every message completed",
+        || async {
+            for i in 0..20 {
+                let record = env.claim("upper", &format!("m{i}")).await?;
+                if record.state != ClaimState::Completed {
+                    return None;
+                }
             }
-        }
-        Some(())
-    })
+            Some(())
+        },
+    )
     .await;
     assert_eq!(env.messages(OUTPUTS).await.len(), 20);
     let _ = child.kill();

@@ -34,18 +34,22 @@ async fn dead_of(env: &TestEnv, route: &str) -> usize {
 }
 
 async fn all_completed(env: &TestEnv, route: &str, keys: &[String], within: Duration) {
-    wait_for(within, &format!("every `{route}` key completed"), || async {
-        for key in keys {
-            let done = env
-                .claim(route, key)
-                .await
-                .is_some_and(|r| r.state == ClaimState::Completed);
-            if !done {
-                return None;
+    wait_for(
+        within,
+        &format!("every `{route}` key completed"),
+        || async {
+            for key in keys {
+                let done = env
+                    .claim(route, key)
+                    .await
+                    .is_some_and(|r| r.state == ClaimState::Completed);
+                if !done {
+                    return None;
+                }
             }
-        }
-        Some(())
-    })
+            Some(())
+        },
+    )
     .await;
 }
 
@@ -118,7 +122,8 @@ limits = { deadline = "2s" }
     // 50 ms of computing each, with a 2 s deadline: they need the lane while 64 others sleep.
     let workers: Vec<String> = (0..10).map(|i| format!("w-{i}")).collect();
     for key in &workers {
-        env.publish("in.worker.x", key, &[], "spin-sleep:50:0").await;
+        env.publish("in.worker.x", key, &[], "spin-sleep:50:0")
+            .await;
     }
     all_completed(&env, "worker", &workers, Duration::from_secs(30)).await;
     for key in &workers {
@@ -127,6 +132,9 @@ limits = { deadline = "2s" }
     }
     // Sleeping at once, not one after another on the lane (64 x 3 s).
     all_completed(&env, "sleepers", &sleepers, Duration::from_secs(40)).await;
-    assert_eq!(dead_of(&env, "worker").await + dead_of(&env, "sleepers").await, 0);
+    assert_eq!(
+        dead_of(&env, "worker").await + dead_of(&env, "sleepers").await,
+        0
+    );
     host.shutdown().await.unwrap();
 }

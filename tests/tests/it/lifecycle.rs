@@ -106,12 +106,19 @@ max_in_flight = 1
 "#;
     let first = env.host(&timing, routes, "first").await;
     for i in 0..3 {
-        env.publish(&format!("in.slow.m{i}"), &format!("m{i}"), &[], "sleep:1500")
-            .await;
+        env.publish(
+            &format!("in.slow.m{i}"),
+            &format!("m{i}"),
+            &[],
+            "sleep:1500",
+        )
+        .await;
     }
-    wait_for(Duration::from_secs(20), "the first message running", || async {
-        env.claim("slow", "m0").await
-    })
+    wait_for(
+        Duration::from_secs(20),
+        "the first message running",
+        || async { env.claim("slow", "m0").await },
+    )
     .await;
     first.shutdown().await.unwrap();
     let second = env.host(&timing, routes, "second").await;

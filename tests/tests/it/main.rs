@@ -2,8 +2,8 @@
 
 mod attempts;
 mod auth;
-mod chaos;
 mod boundary;
+mod chaos;
 mod cli_invoke;
 mod cluster;
 mod config;

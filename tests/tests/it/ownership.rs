@@ -73,7 +73,8 @@ component = "{guest:hostile}"
     let host = env.host(&timing, routes, "a").await;
     // The dead-letter stream is gone: the rejection's dead letter fails for now.
     env.js.delete_stream(DEAD).await.unwrap();
-    env.publish("in.late.x", "k", &[], "sleep-reject:1000").await;
+    env.publish("in.late.x", "k", &[], "sleep-reject:1000")
+        .await;
     let kv = env.js.get_key_value(BUCKET).await.unwrap();
     let claim_key = key::encode("late", "k");
     let (record, revision) = wait_for(Duration::from_secs(10), "the claim", || async {
