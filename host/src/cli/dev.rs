@@ -140,6 +140,12 @@ const EVENTS: &[DemoEvent] = &[
         "fails on attempt 1, retried, succeeds on attempt 2",
     ),
     ev(
+        "demo.sandbox.purge",
+        "s-1",
+        "emit:demo.sandbox.purge.done\u{1f}Nats-Rollup\u{1f}all",
+        "a guest tries to purge the output stream: refused, dead-lettered",
+    ),
+    ev(
         "demo.unrouted.x",
         "x-1",
         "nobody handles me",
