@@ -28,6 +28,15 @@ pub const DEAD: &str = "DEAD";
 /// The dead-letter subject.
 pub const DEAD_SUBJECT: &str = "dead.letters";
 
+/// A well-behaved route: `uppercase` on `in.upper.*`, outputs on `in.upper.*.done`.
+pub const UPPER_ROUTE: &str = r#"
+[[routes]]
+name = "upper"
+subject = "in.upper.*"
+component = "{guest:uppercase}"
+allowed_outputs = ["in.upper.*.done"]
+"#;
+
 /// Timing of a test host: short leases so takeovers happen within seconds.
 #[derive(Debug, Clone)]
 pub struct Timing {
@@ -277,6 +286,24 @@ replicas = {replicas}
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+    }
+
+    /// Waits until every key of `route` is completed, or panics after `within`.
+    pub async fn wait_completed(&self, route: &str, keys: &[&str], within: Duration) {
+        wait_for(
+            within,
+            &format!("{keys:?} of `{route}` completed"),
+            || async {
+                for key in keys {
+                    let record = self.claim(route, key).await?;
+                    if record.state != dedup_host::claim::ClaimState::Completed {
+                        return None;
+                    }
+                }
+                Some(())
+            },
+        )
+        .await;
     }
 
     /// The path of a scratch file.

@@ -9,7 +9,9 @@ use async_nats::jetstream::message::StreamMessage;
 use dedup_host::claim::ClaimState;
 use dedup_host::pipeline::effects::headers;
 use dedup_host_tests::guests::host_binary;
-use dedup_host_tests::harness::{wait_for, TestEnv, Timing, DEAD, DEAD_SUBJECT, OUTPUTS};
+use dedup_host_tests::harness::{
+    wait_for, TestEnv, Timing, DEAD, DEAD_SUBJECT, OUTPUTS, UPPER_ROUTE,
+};
 
 const ROUTES: &str = r#"
 [[routes]]
@@ -271,14 +273,7 @@ fn publish_unparseable(port: u16, subject: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_the_client_cannot_parse_ends_as_a_dead_letter() {
     let env = TestEnv::start().await;
-    let routes = r#"
-[[routes]]
-name = "upper"
-subject = "in.upper.*"
-component = "{guest:uppercase}"
-allowed_outputs = ["in.upper.*.done"]
-"#;
-    let mut config = env.config(&timing(), routes);
+    let mut config = env.config(&timing(), UPPER_ROUTE);
     config.source.server_max_deliver = 3;
     config.host.instance_id = Some("h".into());
     let host = dedup_host::pipeline::start(config).await.unwrap();

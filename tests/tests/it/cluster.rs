@@ -3,16 +3,9 @@
 
 use std::time::Duration;
 
-use dedup_host::claim::ClaimState;
-use dedup_host_tests::harness::{wait_for, TestEnv, Timing, BUCKET, DEAD, OUTPUTS, SOURCE};
+use dedup_host_tests::harness::{TestEnv, Timing, BUCKET, DEAD, OUTPUTS, SOURCE, UPPER_ROUTE};
 
-const ROUTES: &str = r#"
-[[routes]]
-name = "upper"
-subject = "in.upper.*"
-component = "{guest:uppercase}"
-allowed_outputs = ["in.upper.*.done"]
-"#;
+const ROUTES: &str = UPPER_ROUTE;
 
 async fn replicas(env: &TestEnv, stream: &str) -> usize {
     let mut s = env.js.get_stream(stream).await.unwrap();
@@ -42,20 +35,10 @@ async fn a_host_with_every_url_serves_while_the_first_node_is_down() {
         env.publish(&format!("in.upper.m{i}"), &format!("m{i}"), &[], "abc")
             .await;
     }
-    wait_for(
-        Duration::from_secs(60),
-        "every message completed",
-        || async {
-            for i in 0..20 {
-                let record = env.claim("upper", &format!("m{i}")).await?;
-                if record.state != ClaimState::Completed {
-                    return None;
-                }
-            }
-            Some(())
-        },
-    )
-    .await;
+    let keys: Vec<String> = (0..20).map(|i| format!("m{i}")).collect();
+    let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+    env.wait_completed("upper", &keys, Duration::from_secs(60))
+        .await;
     assert_eq!(env.messages(OUTPUTS).await.len(), 20);
     let _ = child.kill();
     let _ = child.wait();

@@ -4,10 +4,9 @@
 
 use std::time::Duration;
 
-use dedup_host::claim::ClaimState;
 use dedup_host::pipeline::effects::headers;
 use dedup_host::pipeline::{self, RunningHost};
-use dedup_host_tests::harness::{wait_for, TestEnv, Timing, DEAD, OUTPUTS};
+use dedup_host_tests::harness::{wait_for, TestEnv, Timing, DEAD, OUTPUTS, UPPER_ROUTE};
 
 fn timing() -> Timing {
     Timing {
@@ -33,26 +32,6 @@ async fn dead_of(env: &TestEnv, route: &str) -> usize {
         .count()
 }
 
-async fn all_completed(env: &TestEnv, route: &str, keys: &[String], within: Duration) {
-    wait_for(
-        within,
-        &format!("every `{route}` key completed"),
-        || async {
-            for key in keys {
-                let done = env
-                    .claim(route, key)
-                    .await
-                    .is_some_and(|r| r.state == ClaimState::Completed);
-                if !done {
-                    return None;
-                }
-            }
-            Some(())
-        },
-    )
-    .await;
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_route_holding_its_whole_pool_share_leaves_the_neighbours_theirs() {
     let env = TestEnv::start().await;
@@ -64,13 +43,10 @@ component = "{guest:pool-hog}"
 concurrency = 16
 limits = { deadline = "3s" }
 
-[[routes]]
-name = "upper"
-subject = "in.upper.*"
-component = "{guest:uppercase}"
-allowed_outputs = ["in.upper.*.done"]
-"#;
-    let host = host(&env, routes).await;
+"#
+    .to_string()
+        + UPPER_ROUTE;
+    let host = host(&env, &routes).await;
     for i in 0..16 {
         env.publish("in.hog.x", &format!("hog-{i}"), &[], "x").await;
     }
@@ -83,7 +59,9 @@ allowed_outputs = ["in.upper.*.done"]
     for key in &keys {
         env.publish("in.upper.x", key, &[], "abc").await;
     }
-    all_completed(&env, "upper", &keys, Duration::from_secs(30)).await;
+    let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+    env.wait_completed("upper", &keys, Duration::from_secs(30))
+        .await;
     assert_eq!(dead_of(&env, "upper").await, 0);
     assert_eq!(env.messages(OUTPUTS).await.len(), keys.len());
     host.shutdown().await.unwrap();
@@ -125,13 +103,17 @@ limits = { deadline = "2s" }
         env.publish("in.worker.x", key, &[], "spin-sleep:50:0")
             .await;
     }
-    all_completed(&env, "worker", &workers, Duration::from_secs(30)).await;
+    let workers: Vec<&str> = workers.iter().map(String::as_str).collect();
+    env.wait_completed("worker", &workers, Duration::from_secs(30))
+        .await;
     for key in &workers {
         let record = env.claim("worker", key).await.unwrap();
         assert_eq!(record.attempt, 1, "no missed deadline: {record:?}");
     }
     // Sleeping at once, not one after another on the lane (64 x 3 s).
-    all_completed(&env, "sleepers", &sleepers, Duration::from_secs(40)).await;
+    let sleepers: Vec<&str> = sleepers.iter().map(String::as_str).collect();
+    env.wait_completed("sleepers", &sleepers, Duration::from_secs(40))
+        .await;
     assert_eq!(
         dead_of(&env, "worker").await + dead_of(&env, "sleepers").await,
         0

@@ -3,26 +3,10 @@
 
 use std::time::Duration;
 
-use dedup_host::claim::ClaimState;
 use dedup_host::pipeline;
-use dedup_host_tests::harness::{wait_for, TestEnv, Timing, CONSUMER, OUTPUTS, SOURCE};
-
-const UPPER: &str = r#"
-[[routes]]
-name = "upper"
-subject = "in.upper.*"
-component = "{guest:uppercase}"
-allowed_outputs = ["in.upper.*.done"]
-"#;
-
-async fn completed(env: &TestEnv, route: &str, key: &str, within: Duration) {
-    wait_for(within, &format!("`{key}` completed"), || async {
-        env.claim(route, key)
-            .await
-            .filter(|r| r.state == ClaimState::Completed)
-    })
-    .await;
-}
+use dedup_host_tests::harness::{
+    wait_for, TestEnv, Timing, CONSUMER, OUTPUTS, SOURCE, UPPER_ROUTE,
+};
 
 #[tokio::test]
 async fn a_chained_route_needs_a_source_window_longer_than_a_rerun() {
@@ -59,7 +43,7 @@ async fn an_existing_stream_with_other_subjects_is_reported_not_bound() {
         })
         .await
         .unwrap();
-    let err = pipeline::start(env.config(&Timing::default(), UPPER))
+    let err = pipeline::start(env.config(&Timing::default(), UPPER_ROUTE))
         .await
         .err()
         .expect("refused");
@@ -73,16 +57,18 @@ async fn an_existing_stream_with_other_subjects_is_reported_not_bound() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deleted_consumer_is_re_created() {
     let env = TestEnv::start().await;
-    let host = env.host(&Timing::default(), UPPER, "h").await;
+    let host = env.host(&Timing::default(), UPPER_ROUTE, "h").await;
     env.publish("in.upper.a", "before", &[], "a").await;
-    completed(&env, "upper", "before", Duration::from_secs(20)).await;
+    env.wait_completed("upper", &["before"], Duration::from_secs(20))
+        .await;
     let stream = env.js.get_stream(SOURCE).await.unwrap();
     stream
         .delete_consumer(&format!("{CONSUMER}-upper"))
         .await
         .unwrap();
     env.publish("in.upper.b", "after", &[], "b").await;
-    completed(&env, "upper", "after", Duration::from_secs(30)).await;
+    env.wait_completed("upper", &["after"], Duration::from_secs(30))
+        .await;
     assert_eq!(env.messages(OUTPUTS).await.len(), 2);
     host.shutdown().await.unwrap();
 }
@@ -122,8 +108,7 @@ max_in_flight = 1
     .await;
     first.shutdown().await.unwrap();
     let second = env.host(&timing, routes, "second").await;
-    for key in ["m0", "m1", "m2"] {
-        completed(&env, "slow", key, Duration::from_secs(20)).await;
-    }
+    env.wait_completed("slow", &["m0", "m1", "m2"], Duration::from_secs(20))
+        .await;
     second.shutdown().await.unwrap();
 }
