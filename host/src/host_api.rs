@@ -35,19 +35,19 @@ impl log::Host for GuestState {
             .collect();
         match level {
             log::Level::Trace => {
-                tracing::trace!(target: "guest", route = %ctx.route, key = %ctx.key, attempt = ctx.attempt, fields = ?fields_shown, "{shown}")
+                tracing::trace!(target: "guest", route = %ctx.route, key = ?ctx.key, attempt = ctx.attempt, fields = ?fields_shown, "{shown}")
             }
             log::Level::Debug => {
-                tracing::debug!(target: "guest", route = %ctx.route, key = %ctx.key, attempt = ctx.attempt, fields = ?fields_shown, "{shown}")
+                tracing::debug!(target: "guest", route = %ctx.route, key = ?ctx.key, attempt = ctx.attempt, fields = ?fields_shown, "{shown}")
             }
             log::Level::Info => {
-                tracing::info!(target: "guest", route = %ctx.route, key = %ctx.key, attempt = ctx.attempt, fields = ?fields_shown, "{shown}")
+                tracing::info!(target: "guest", route = %ctx.route, key = ?ctx.key, attempt = ctx.attempt, fields = ?fields_shown, "{shown}")
             }
             log::Level::Warn => {
-                tracing::warn!(target: "guest", route = %ctx.route, key = %ctx.key, attempt = ctx.attempt, fields = ?fields_shown, "{shown}")
+                tracing::warn!(target: "guest", route = %ctx.route, key = ?ctx.key, attempt = ctx.attempt, fields = ?fields_shown, "{shown}")
             }
             log::Level::Error => {
-                tracing::error!(target: "guest", route = %ctx.route, key = %ctx.key, attempt = ctx.attempt, fields = ?fields_shown, "{shown}")
+                tracing::error!(target: "guest", route = %ctx.route, key = ?ctx.key, attempt = ctx.attempt, fields = ?fields_shown, "{shown}")
             }
         }
         self.logs.push(LogLine {

@@ -120,3 +120,69 @@ limits = { deadline = "2s" }
     );
     host.shutdown().await.unwrap();
 }
+
+/// Why each route's component was refused, as the host reports it in the status bucket.
+async fn refusals(env: &TestEnv) -> Vec<(String, String)> {
+    let Ok(store) = env.js.get_key_value("dedup-hosts").await else {
+        return Vec::new();
+    };
+    let hosts = dedup_host::components::status::read_all(&store)
+        .await
+        .unwrap_or_default();
+    hosts
+        .into_iter()
+        .flat_map(|h| h.routes.into_iter())
+        .filter_map(|(route, s)| Some((route, s.refused?)))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compiling_is_bounded_per_route_and_never_holds_up_the_others() {
+    let env = TestEnv::start().await;
+    let routes = r#"
+[[routes]]
+name = "huge"
+subject = "in.huge.*"
+component = "{guest:uppercase}"
+allowed_outputs = ["in.huge.*.done"]
+max_component_bytes = 1000
+
+[[routes]]
+name = "slow"
+subject = "in.slow.*"
+component = "{guest:conformance-python}"
+allowed_outputs = ["in.slow.*.done"]
+compile_timeout = "1us"
+"#
+    .to_string()
+        + UPPER_ROUTE;
+    let host = host(&env, &routes).await;
+    env.publish("in.upper.x", "served", &[], "abc").await;
+    env.publish("in.huge.x", "waits", &[], "abc").await;
+    env.wait_completed("upper", &["served"], Duration::from_secs(30))
+        .await;
+    let refused = wait_for(Duration::from_secs(30), "both refusals", || async {
+        let r = refusals(&env).await;
+        (r.len() == 2).then_some(r)
+    })
+    .await;
+    let reason = |route: &str| {
+        refused
+            .iter()
+            .find(|(r, _)| r == route)
+            .map(|(_, why)| why.clone())
+            .unwrap_or_default()
+    };
+    assert!(
+        reason("huge").contains("over route `huge`'s max_component_bytes of 1000"),
+        "{refused:?}"
+    );
+    assert!(
+        reason("slow").contains("took longer than route `slow`'s compile_timeout"),
+        "{refused:?}"
+    );
+    // A refused route is not served: its message waits in the stream, nothing is lost.
+    assert!(env.claim("huge", "waits").await.is_none());
+    assert_eq!(dead_of(&env, "huge").await, 0);
+    host.shutdown().await.unwrap();
+}
