@@ -6,6 +6,10 @@
 //! - [`host_api`]: the imports guests may call (logging, route configuration).
 //! - [`limits`]: per-invocation resource limits.
 //! - [`cli`]: the `dedup-host` command line.
+//! - [`serve`]: a host's life (connect, set up, start, drain, stop), the one module that knows
+//!   both the [`pipeline`] (processing deliveries) and the [`components`] sources (finding and
+//!   installing versions); both work on the routing table in [`routes`].
+//! - [`claim`]: the claim protocol on NATS KV; [`setup`]: streams, consumers and buckets.
 
 #![warn(missing_docs)]
 
@@ -21,7 +25,9 @@ pub mod idempotency;
 pub mod inspect;
 pub mod limits;
 pub mod pipeline;
+pub mod routes;
 pub mod runtime;
+pub mod serve;
 pub mod setup;
 pub mod stats;
 pub mod subject;

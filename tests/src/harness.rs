@@ -9,7 +9,7 @@ use async_nats::jetstream::Context;
 use async_nats::HeaderMap;
 use dedup_host::claim::{key, ClaimRecord};
 use dedup_host::config::Config;
-use dedup_host::pipeline::{self, RunningHost};
+use dedup_host::serve::{self, RunningHost};
 use futures::StreamExt;
 
 use crate::guests::{guest, host_binary};
@@ -183,7 +183,7 @@ replicas = {replicas}
     pub async fn host(&self, timing: &Timing, routes: &str, instance_id: &str) -> RunningHost {
         let mut config = self.config(timing, routes);
         config.host.instance_id = Some(instance_id.to_string());
-        pipeline::start(config).await.expect("host starts")
+        serve::start(config).await.expect("host starts")
     }
 
     /// Writes the config to a file and starts `dedup-host run` as a child process; returns once

@@ -14,8 +14,8 @@ use clap::Args;
 use crate::config::Config;
 use crate::dev::{data_dir, LocalServer};
 use crate::inspect::stream_messages;
-use crate::pipeline;
 use crate::pipeline::effects::headers;
+use crate::serve;
 
 /// The configuration used when `--config` is not given.
 const DEMO_CONFIG: &str = include_str!("../../demo.toml");
@@ -158,7 +158,7 @@ async fn demo(config: Config) -> anyhow::Result<()> {
     let dead_stream = config.dead_letter.stream.clone();
     let client = crate::connect::connect(&config, "dedup-host demo publisher").await?;
     let js = async_nats::jetstream::new(client);
-    let host = pipeline::start(config).await?;
+    let host = serve::start(config).await?;
 
     println!("Publishing {} events:", EVENTS.len());
     let mut stored = 0;

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::Args;
 
 use crate::config::Config;
-use crate::pipeline;
+use crate::serve;
 
 /// The configuration flags shared by the commands that talk to a deployment.
 #[derive(Debug, Args)]
@@ -45,7 +45,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
 
 /// Starts a host, waits for SIGINT/SIGTERM, shuts down and prints the counters.
 pub async fn serve(config: Config) -> anyhow::Result<()> {
-    let host = pipeline::start(config).await?;
+    let host = serve::start(config).await?;
     eprintln!(
         "dedup-host: running as `{}`; Ctrl-C to stop",
         host.instance_id()

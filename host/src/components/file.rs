@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 use tokio::sync::watch;
 
 use super::install;
-use crate::pipeline::Route;
+use crate::routes::Route;
 use crate::runtime::Runtime;
 
 /// What identifies a file's version cheaply, before reading it.

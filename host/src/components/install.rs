@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use crate::pipeline::{Guest, Route};
+use crate::routes::{Guest, Route};
 use crate::runtime::Runtime;
 
 /// What became of a version offered to a route.

@@ -19,7 +19,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::config::Config;
-use crate::pipeline::Routes;
+use crate::routes::Routes;
 use crate::runtime::Runtime;
 
 /// Starts watching every route's component source and reporting this host's versions.

@@ -14,7 +14,7 @@ use tokio::sync::watch;
 
 use crate::claim::record::now_ms;
 use crate::config::Config;
-use crate::pipeline::Routes;
+use crate::routes::Routes;
 
 /// How often a live host refreshes its entry.
 const REFRESH: Duration = Duration::from_secs(10);

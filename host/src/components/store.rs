@@ -12,7 +12,7 @@ use tokio::sync::watch;
 
 use super::install;
 use crate::config::Config;
-use crate::pipeline::Routes;
+use crate::routes::Routes;
 use crate::runtime::Runtime;
 
 /// The object metadata key holding the component's `sha256:` digest.

@@ -12,9 +12,9 @@ use async_nats::jetstream::AckKind;
 use futures::StreamExt;
 use tokio::sync::{watch, Semaphore};
 
-use super::routes::{Guest, Route};
 use super::Shared;
 use crate::claim::ClaimStore;
+use crate::routes::{Guest, Route};
 
 /// How long one pull request waits for messages before the server ends it.
 const PULL_EXPIRES: Duration = Duration::from_secs(2);

@@ -8,12 +8,12 @@ use async_nats::jetstream::message::Acker;
 use async_nats::jetstream::{self, AckKind};
 
 use super::heartbeat::Heartbeat;
-use super::routes::{Guest, Route};
 use super::Shared;
 use crate::bindings::{Event, Header};
 use crate::claim::{key, ClaimOutcome, ClaimStore, Lease};
 use crate::config::MissingKey;
 use crate::idempotency;
+use crate::routes::{Guest, Route};
 use crate::runtime::{Outcome, TrapKind};
 use crate::stats::Counter;
 

@@ -1,8 +1,8 @@
-//! The message loops: one per route, each pulling from the route's own durable consumer with
-//! its own budget of messages in flight and guest slots (so a slow or hostile route cannot
-//! starve another), plus one that dead-letters what no route takes; graceful shutdown.
+//! Processing deliveries: one loop per route, each pulling from the route's own durable
+//! consumer with its own budget of messages in flight and guest slots (so a slow or hostile
+//! route cannot starve another), plus one that dead-letters what no route takes. Started and
+//! stopped by [`crate::serve`].
 //!
-//! - [`routes`]: subject to handler.
 //! - `consume`: pulling a consumer's messages, re-creating it when it is deleted.
 //! - `message`: one message, from its key and claim to the guest's outcome.
 //! - `undeliverable`: dead-letters what the server gave up delivering.
@@ -14,22 +14,19 @@ mod consume;
 pub mod effects;
 pub mod heartbeat;
 mod message;
-pub mod routes;
 mod settle;
 mod undeliverable;
 
 use std::sync::Arc;
 
-use anyhow::Context as _;
+use async_nats::jetstream::consumer::PullConsumer;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::claim::kv::KvClaimStore;
 use crate::claim::{ClaimStore, Claimer};
 use crate::config::Config;
-use crate::runtime::{EngineSettings, Runtime};
-use crate::stats::{Stats, StatsSnapshot};
-pub use routes::{Guest, Route, Routes};
+use crate::routes::{Route, Routes};
+use crate::stats::Stats;
 
 /// State shared by every in-flight message of one host.
 pub(crate) struct Shared<S: ClaimStore> {
@@ -41,159 +38,36 @@ pub(crate) struct Shared<S: ClaimStore> {
     guest_runtime: tokio::runtime::Handle,
 }
 
-/// Guests run on their own threads so that CPU-bound guests cannot starve NATS I/O,
-/// heartbeats and acks, which stay on the caller's runtime.
-struct GuestThreads(Option<tokio::runtime::Runtime>);
-
-impl GuestThreads {
-    fn new() -> anyhow::Result<Self> {
-        let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(threads)
-            .thread_name("guest")
-            .enable_time()
-            .build()?;
-        Ok(Self(Some(rt)))
-    }
-
-    fn handle(&self) -> tokio::runtime::Handle {
-        self.0
-            .as_ref()
-            .expect("guest runtime alive")
-            .handle()
-            .clone()
-    }
-}
-
-impl Drop for GuestThreads {
-    fn drop(&mut self) {
-        if let Some(rt) = self.0.take() {
-            rt.shutdown_background();
+impl<S: ClaimStore> Shared<S> {
+    /// Everything the message loops of one host share.
+    pub(crate) fn new(
+        js: async_nats::jetstream::Context,
+        config: Arc<Config>,
+        routes: Arc<Routes>,
+        claimer: Claimer<S>,
+        stats: Arc<Stats>,
+        guest_runtime: tokio::runtime::Handle,
+    ) -> Self {
+        Self {
+            js,
+            config,
+            routes,
+            claimer,
+            stats,
+            guest_runtime,
         }
     }
 }
 
-/// A host that is consuming. Stop it with [`RunningHost::shutdown`].
-pub struct RunningHost {
-    instance_id: String,
-    stats: Arc<Stats>,
-    stop: watch::Sender<bool>,
-    task: JoinHandle<anyhow::Result<()>>,
-    client: async_nats::Client,
-}
-
-impl RunningHost {
-    /// This process's instance id, as written into claim records.
-    pub fn instance_id(&self) -> &str {
-        &self.instance_id
-    }
-
-    /// The counters so far.
-    pub fn stats(&self) -> StatsSnapshot {
-        self.stats.snapshot()
-    }
-
-    /// Stops pulling, waits up to `host.shutdown_grace` for in-flight messages, flushes.
-    pub async fn shutdown(self) -> anyhow::Result<StatsSnapshot> {
-        let _ = self.stop.send(true);
-        self.task.await.context("host task panicked")??;
-        self.client
-            .flush()
-            .await
-            .context("flushing NATS connection")?;
-        Ok(self.stats.snapshot())
-    }
-}
-
-/// A new instance id: unique per process start.
-pub fn new_instance_id() -> String {
-    let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "host".into());
-    format!(
-        "{host}-{}-{:08x}",
-        std::process::id(),
-        rand::random::<u32>()
-    )
-}
-
-/// Connects, sets up streams, consumer and bucket, loads every route's component and starts
-/// consuming.
-pub async fn start(config: Config) -> anyhow::Result<RunningHost> {
-    let mut runtime = Runtime::new(&EngineSettings {
-        pool: config.pool(),
-        long_running_lanes: config.lanes(),
-        ..EngineSettings::default()
-    })?;
-    if let Some(dir) = &config.components.cache_dir {
-        let dir = config.resolve(dir);
-        runtime = runtime.with_cache(&dir).with_context(|| {
-            format!(
-                "cannot use `{}` as the compile cache (`components.cache_dir`)",
-                dir.display()
-            )
-        })?;
-    }
-    let routes = Routes::unloaded(&config);
-    start_with_routes(config, routes, Some(runtime)).await
-}
-
-/// Like [`start`], with routes built by the caller (benchmarks use [`Guest::Noop`]). With a
-/// `runtime`, component files and the object store are watched for new versions; without
-/// one, the routes keep the guests they were given.
-pub async fn start_with_routes(
-    config: Config,
-    routes: Routes,
-    runtime: Option<Runtime>,
-) -> anyhow::Result<RunningHost> {
-    let instance_id = config
-        .host
-        .instance_id
-        .clone()
-        .unwrap_or_else(new_instance_id);
-    let client = crate::connect::connect(&config, &format!("dedup-host {instance_id}")).await?;
-    let js = async_nats::jetstream::new(client.clone());
-    let setup = crate::setup::ensure_patiently(&js, &config).await?;
-    let claimer = Claimer::new(
-        Arc::new(KvClaimStore::new(setup.claims)),
-        instance_id.clone(),
-        config.claims.lease,
-        config.claims.clock_skew,
-    );
-    let stats = Arc::new(Stats::default());
-    let guest_threads = GuestThreads::new()?;
-    let mut consumers = Vec::new();
-    for route in routes.iter() {
-        let consumer =
-            crate::setup::route_consumer(&setup.source, &config, &route.name, &route.subject)
-                .await?;
-        consumers.push((consumer, Some(route.clone())));
-    }
-    if let Some(consumer) = crate::setup::unrouted_consumer(&setup.source, &config).await? {
-        consumers.push((consumer, None));
-    }
-    let routes = Arc::new(routes);
-    let (stop, stopped) = watch::channel(false);
-    let loaders = match runtime {
-        Some(runtime) => {
-            crate::components::spawn(
-                &js,
-                runtime,
-                &config,
-                routes.clone(),
-                &instance_id,
-                stopped.clone(),
-            )
-            .await?
-        }
-        None => Vec::new(),
-    };
-    let shared = Arc::new(Shared {
-        js,
-        config: Arc::new(config),
-        routes,
-        claimer,
-        stats: stats.clone(),
-        guest_runtime: guest_threads.handle(),
-    });
+/// Starts one loop per consumer (a route's, or with no route the one for unrouted subjects)
+/// and the handler of undeliverable messages; they end when `stopped` turns true, after
+/// draining.
+pub(crate) fn spawn<S: ClaimStore>(
+    shared: Arc<Shared<S>>,
+    consumers: Vec<(PullConsumer, Option<Arc<Route>>)>,
+    client: &async_nats::Client,
+    stopped: &watch::Receiver<bool>,
+) -> Vec<JoinHandle<()>> {
     let mut loops: Vec<_> = consumers
         .into_iter()
         .map(|(consumer, route)| {
@@ -206,26 +80,9 @@ pub async fn start_with_routes(
         })
         .collect();
     loops.push(tokio::spawn(undeliverable::run(
-        shared.clone(),
+        shared,
         client.clone(),
         stopped.clone(),
     )));
-    let task = tokio::spawn(async move {
-        for result in futures::future::join_all(loops).await {
-            result.context("consumer loop panicked")?;
-        }
-        for result in futures::future::join_all(loaders).await {
-            result.context("component watcher panicked")?;
-        }
-        drop(guest_threads);
-        Ok(())
-    });
-    tracing::info!(instance_id, "host started");
-    Ok(RunningHost {
-        instance_id,
-        stats,
-        stop,
-        task,
-        client,
-    })
+    loops
 }

@@ -1,7 +1,5 @@
 //! Running one event through a handler in a fresh store.
 
-use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -12,30 +10,11 @@ use super::engine::FAST_SLICE;
 
 use super::outcome::{Invocation, Outcome, Trap, TrapKind};
 use super::outputs::check_outputs;
-use super::state::{GuestState, LogContext};
+use super::state::{GuestState, InvokeOptions, LogContext};
 use super::Handler;
 use crate::bindings::{Event, Failure};
 use crate::limits::Limits;
 use crate::text;
-
-/// Per-route settings for an invocation: its limits and its grants.
-#[derive(Debug, Clone, Default)]
-pub struct InvokeOptions {
-    /// Resource limits.
-    pub limits: Limits,
-    /// The route's configuration values, visible through the `config` import.
-    pub config: Arc<BTreeMap<String, String>>,
-    /// Subject filters the outputs must match; an output outside them is a
-    /// [`TrapKind::ForbiddenOutput`]. `None` allows any subject (local runs that publish
-    /// nothing); the pipeline always sets it, empty by default.
-    pub allowed_outputs: Option<Arc<[String]>>,
-    /// A host directory the guest may read, mounted at [`super::state::GUEST_DIR`].
-    pub read_only_dir: Option<Arc<PathBuf>>,
-    /// The route's own share of the long-running lanes: a long runner needs one of these
-    /// before one of the process's, so one route's long runners cannot queue every lane.
-    /// `None`: only the process's lanes (local runs).
-    pub route_lanes: Option<Arc<Semaphore>>,
-}
 
 impl Handler {
     /// Runs `event` in a fresh instance. Never fails: guest misbehaviour is an [`Outcome`].

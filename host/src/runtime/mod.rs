@@ -20,10 +20,10 @@ use wasmtime::Engine;
 use crate::bindings::HandlerGuestPre;
 pub use cache::{CompileCache, Compiled};
 pub use engine::EngineSettings;
-pub use invoke::InvokeOptions;
 pub use load::LoadError;
 pub use outcome::{Invocation, LogLine, Outcome, Trap, TrapKind};
 use state::GuestState;
+pub use state::InvokeOptions;
 
 /// The process's wasmtime engine and the linker holding every host import.
 #[derive(Clone)]

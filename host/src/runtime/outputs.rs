@@ -11,8 +11,8 @@ use std::str::FromStr;
 
 use async_nats::{HeaderMap, HeaderName, HeaderValue};
 
-use super::invoke::InvokeOptions;
 use super::outcome::{Outcome, Trap, TrapKind};
+use super::state::InvokeOptions;
 use crate::bindings::{Header, Output};
 use crate::subject;
 

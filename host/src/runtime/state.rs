@@ -1,16 +1,16 @@
 //! The per-invocation store data: WASI context, limits, log buffer and route configuration.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-use tokio::sync::OwnedSemaphorePermit;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use wasmtime::component::ResourceTable;
 use wasmtime::ResourceLimiter;
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
-use super::invoke::InvokeOptions;
 use super::outcome::{LogLine, TrapKind};
 use crate::limits::Limits;
 
@@ -19,6 +19,25 @@ const STDERR_CAPACITY: usize = 8 << 10;
 
 /// Where a route's read-only directory appears inside the guest.
 pub const GUEST_DIR: &str = "/data";
+
+/// Per-route settings for an invocation: its limits and its grants.
+#[derive(Debug, Clone, Default)]
+pub struct InvokeOptions {
+    /// Resource limits.
+    pub limits: Limits,
+    /// The route's configuration values, visible through the `config` import.
+    pub config: Arc<BTreeMap<String, String>>,
+    /// Subject filters the outputs must match; an output outside them is a
+    /// [`TrapKind::ForbiddenOutput`]. `None` allows any subject (local runs that publish
+    /// nothing); the pipeline always sets it, empty by default.
+    pub allowed_outputs: Option<Arc<[String]>>,
+    /// A host directory the guest may read, mounted at [`super::state::GUEST_DIR`].
+    pub read_only_dir: Option<Arc<PathBuf>>,
+    /// The route's own share of the long-running lanes: a long runner needs one of these
+    /// before one of the process's, so one route's long runners cannot queue every lane.
+    /// `None`: only the process's lanes (local runs).
+    pub route_lanes: Option<Arc<Semaphore>>,
+}
 
 /// Identifies the invocation in the host's logs.
 #[derive(Debug, Clone, Default)]

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, Context};
 use dedup_host::config::Config;
-use dedup_host::pipeline::{self, RunningHost};
+use dedup_host::serve::{self, RunningHost};
 
 use super::{bench_config, publish_many};
 use crate::guests::guest;
@@ -95,7 +95,7 @@ async fn measure(
         &[b'a'; 1024],
     )
     .await?;
-    let host = pipeline::start(config).await?;
+    let host = serve::start(config).await?;
     settle(&host, WARM_UP as u64).await;
     let failed_before = host.stats().dead_lettered;
     let started = Instant::now();

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use async_nats::jetstream;
 use dedup_host::components::store;
 use dedup_host::config::Config;
-use dedup_host::pipeline;
 use dedup_host::runtime::{Compiled, EngineSettings, Runtime};
+use dedup_host::serve;
 use futures::StreamExt;
 
 use super::{bench_config, ms, percentiles, us};
@@ -29,7 +29,7 @@ pub async fn deploy_latency(deploys: usize) -> anyhow::Result<()> {
     let upper = std::fs::read(guest("uppercase"))?;
     let echo = std::fs::read(guest("hostile"))?;
     store::deploy(&bucket, "swap", &upper).await?;
-    let host = pipeline::start(config).await?;
+    let host = serve::start(config).await?;
     let mut outputs = client.subscribe("hl.in.*.done").await?;
 
     let mut samples = Vec::new();

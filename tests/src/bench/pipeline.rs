@@ -11,7 +11,8 @@ use async_nats::jetstream::consumer::{pull, AckPolicy};
 use async_nats::jetstream::{self, stream, Context};
 use async_nats::HeaderMap;
 use dedup_host::config::Config;
-use dedup_host::pipeline::{self, Guest, Routes, RunningHost};
+use dedup_host::routes::{Guest, Routes};
+use dedup_host::serve::{self, RunningHost};
 use futures::StreamExt;
 
 use super::{bench_config, percentiles, us, Percentiles};
@@ -166,10 +167,10 @@ async fn guarded(
 ) -> anyhow::Result<Figures> {
     let config = guarded_config(server, name)?;
     let host = match wasm {
-        Some(_) => pipeline::start(config).await?,
+        Some(_) => serve::start(config).await?,
         None => {
             let routes = Routes::with_guest(&config, Guest::Noop);
-            pipeline::start_with_routes(config, routes, None).await?
+            serve::start_with_routes(config, routes, None).await?
         }
     };
     // Warm up (stream, consumer and guest caches), then publish the batch and time its drain.

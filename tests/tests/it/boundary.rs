@@ -276,7 +276,7 @@ async fn a_message_the_client_cannot_parse_ends_as_a_dead_letter() {
     let mut config = env.config(&timing(), UPPER_ROUTE);
     config.source.server_max_deliver = 3;
     config.host.instance_id = Some("h".into());
-    let host = dedup_host::pipeline::start(config).await.unwrap();
+    let host = dedup_host::serve::start(config).await.unwrap();
     env.publish("in.upper.first", "first", &[], "a").await;
     publish_unparseable(env.server().port(), "in.upper.poison");
     let letter = wait_for(

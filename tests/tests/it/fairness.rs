@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use dedup_host::pipeline::effects::headers;
-use dedup_host::pipeline::{self, RunningHost};
+use dedup_host::serve::{self, RunningHost};
 use dedup_host_tests::harness::{wait_for, TestEnv, Timing, DEAD, OUTPUTS, UPPER_ROUTE};
 
 fn timing() -> Timing {
@@ -20,7 +20,7 @@ async fn host(env: &TestEnv, routes: &str) -> RunningHost {
     let mut config = env.config(&timing(), routes);
     config.host.instance_id = Some("h".into());
     config.host.long_running_lanes = Some(1);
-    pipeline::start(config).await.expect("host starts")
+    serve::start(config).await.expect("host starts")
 }
 
 /// Dead letters of `route`.

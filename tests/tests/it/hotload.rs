@@ -236,7 +236,7 @@ allowed_outputs = ["in.swap.*.done"]
     let config =
         dedup_host::config::Config::parse(&text, Path::new("t.toml"), env.dir.path().into())
             .unwrap();
-    let host = dedup_host::pipeline::start(config).await.unwrap();
+    let host = dedup_host::serve::start(config).await.unwrap();
 
     std::fs::write(&file, BROKEN).unwrap();
     let refused = wait_for(

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use dedup_host::pipeline;
+use dedup_host::serve;
 use dedup_host_tests::harness::{
     wait_for, TestEnv, Timing, CONSUMER, OUTPUTS, SOURCE, UPPER_ROUTE,
 };
@@ -21,7 +21,7 @@ component = "{guest:uppercase}"
 allowed_outputs = ["in.second.*"]
 limits = { deadline = "60s" }
 "#;
-    let err = pipeline::start(env.config(&Timing::default(), routes))
+    let err = serve::start(env.config(&Timing::default(), routes))
         .await
         .err()
         .expect("refused");
@@ -43,7 +43,7 @@ async fn an_existing_stream_with_other_subjects_is_reported_not_bound() {
         })
         .await
         .unwrap();
-    let err = pipeline::start(env.config(&Timing::default(), UPPER_ROUTE))
+    let err = serve::start(env.config(&Timing::default(), UPPER_ROUTE))
         .await
         .err()
         .expect("refused");

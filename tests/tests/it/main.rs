@@ -17,4 +17,5 @@ mod limits;
 mod ownership;
 mod runtime;
 mod sandbox;
+mod structure;
 mod takeover;
