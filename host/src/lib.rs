@@ -25,6 +25,7 @@ pub mod idempotency;
 pub mod inspect;
 pub mod limits;
 pub mod pipeline;
+pub mod provision;
 pub mod routes;
 pub mod runtime;
 pub mod serve;

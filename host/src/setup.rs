@@ -24,41 +24,75 @@ pub struct Setup {
 }
 
 /// What the host needs of one stream.
-struct StreamSpec<'a> {
-    name: &'a str,
-    subjects: Vec<String>,
-    duplicate_window: Duration,
-    replicas: usize,
+pub(crate) struct StreamSpec {
+    pub(crate) name: String,
+    pub(crate) subjects: Vec<String>,
+    pub(crate) duplicate_window: Duration,
+    pub(crate) replicas: usize,
     /// The config field that names the stream, for messages.
-    field: String,
+    pub(crate) field: String,
 }
 
-/// Creates what is missing and checks what exists: an existing stream or bucket with the
-/// wrong subjects or settings is reported, never silently bound.
-pub async fn ensure(js: &Context, config: &Config) -> anyhow::Result<Setup> {
-    let source = ensure_stream(
-        js,
+impl StreamSpec {
+    /// The subjects this stream must capture that `have` does not.
+    pub(crate) fn uncovered(&self, have: &[String]) -> Vec<String> {
+        self.subjects
+            .iter()
+            .filter(|want| !have.iter().any(|h| subject::covers(h, want)))
+            .cloned()
+            .collect()
+    }
+
+    /// The configuration to create the stream with.
+    pub(crate) fn create_config(&self) -> stream::Config {
+        stream::Config {
+            name: self.name.clone(),
+            subjects: self.subjects.clone(),
+            duplicate_window: self.duplicate_window,
+            num_replicas: self.replicas,
+            storage: StorageType::File,
+            ..Default::default()
+        }
+    }
+}
+
+/// Every stream the config needs: the source, the dead-letter stream, the output streams.
+pub(crate) fn stream_specs(config: &Config) -> Vec<StreamSpec> {
+    let mut specs = vec![
         StreamSpec {
-            name: &config.source.stream,
+            name: config.source.stream.clone(),
             subjects: config.source_subjects(),
             duplicate_window: config.source.duplicate_window,
             replicas: config.source.replicas,
             field: "source.stream".into(),
         },
-    )
-    .await?;
-    check_covers(&source, config)?;
-    let mut dead = ensure_stream(
-        js,
         StreamSpec {
-            name: &config.dead_letter.stream,
+            name: config.dead_letter.stream.clone(),
             subjects: vec![config.dead_letter.subject.clone()],
             duplicate_window: config.dead_letter.duplicate_window,
             replicas: config.dead_letter.replicas,
             field: "dead_letter.stream".into(),
         },
-    )
-    .await?;
+    ];
+    for (i, o) in config.output_streams.iter().enumerate() {
+        specs.push(StreamSpec {
+            name: o.name.clone(),
+            subjects: o.subjects.clone(),
+            duplicate_window: o.duplicate_window,
+            replicas: o.replicas,
+            field: format!("output_streams[{i}]"),
+        });
+    }
+    specs
+}
+
+/// Creates what is missing and checks what exists: an existing stream or bucket with the
+/// wrong subjects or settings is reported, never silently bound.
+pub async fn ensure(js: &Context, config: &Config) -> anyhow::Result<Setup> {
+    let mut specs = stream_specs(config).into_iter();
+    let source = ensure_stream(js, specs.next().expect("the source stream")).await?;
+    check_covers(&source, config)?;
+    let mut dead = ensure_stream(js, specs.next().expect("the dead-letter stream")).await?;
     let window = dead.info().await?.config.duplicate_window;
     let gap = config.dead_letter_gap();
     anyhow::ensure!(
@@ -66,18 +100,8 @@ pub async fn ensure(js: &Context, config: &Config) -> anyhow::Result<Setup> {
         "dead-letter stream `{}` has a duplicate window of {window:?}, not longer than lease + clock_skew + largest backoff ({gap:?}): a dead letter could be stored twice; raise its duplicate window",
         config.dead_letter.stream
     );
-    for (i, o) in config.output_streams.iter().enumerate() {
-        ensure_stream(
-            js,
-            StreamSpec {
-                name: &o.name,
-                subjects: o.subjects.clone(),
-                duplicate_window: o.duplicate_window,
-                replicas: o.replicas,
-                field: format!("output_streams[{i}]"),
-            },
-        )
-        .await?;
+    for output in specs {
+        ensure_stream(js, output).await?;
     }
     check_output_windows(js, config).await?;
     let claims = ensure_bucket(js, config).await?;
@@ -175,11 +199,7 @@ pub async fn unrouted_consumer(
     config: &Config,
 ) -> anyhow::Result<Option<PullConsumer>> {
     let name = &config.source.consumer;
-    let covered = config
-        .source_subjects()
-        .iter()
-        .all(|s| config.routes.iter().any(|r| subject::covers(&r.subject, s)));
-    if covered {
+    if routes_cover_source(config) {
         if source.consumer_info(name).await.is_ok() {
             source
                 .delete_consumer(name)
@@ -192,7 +212,34 @@ pub async fn unrouted_consumer(
     Ok(Some(consumer))
 }
 
-async fn create_consumer(
+/// Whether the routes take every source subject (then no consumer for unrouted ones exists).
+fn routes_cover_source(config: &Config) -> bool {
+    config
+        .source_subjects()
+        .iter()
+        .all(|s| config.routes.iter().any(|r| subject::covers(&r.subject, s)))
+}
+
+/// Every durable consumer the config needs, as (name, filter subjects): one per route, and
+/// the one for unrouted subjects when the routes do not cover every source subject.
+pub(crate) fn consumer_specs(config: &Config) -> Vec<(String, Vec<String>)> {
+    let mut specs: Vec<(String, Vec<String>)> = config
+        .routes
+        .iter()
+        .map(|r| {
+            (
+                route_consumer_name(config, &r.name),
+                vec![r.subject.clone()],
+            )
+        })
+        .collect();
+    if !routes_cover_source(config) {
+        specs.push((config.source.consumer.clone(), config.source_subjects()));
+    }
+    specs
+}
+
+pub(crate) async fn create_consumer(
     source: &stream::Stream,
     config: &Config,
     name: &str,
@@ -220,48 +267,35 @@ async fn create_consumer(
         })
 }
 
-async fn ensure_stream(js: &Context, spec: StreamSpec<'_>) -> anyhow::Result<stream::Stream> {
-    let StreamSpec {
-        name,
-        subjects,
-        duplicate_window,
-        replicas,
-        field,
-    } = spec;
+async fn ensure_stream(js: &Context, spec: StreamSpec) -> anyhow::Result<stream::Stream> {
+    let (name, field) = (&spec.name, &spec.field);
     if let Ok(mut existing) = js.get_stream(name).await {
         let info = existing
             .info()
             .await
             .with_context(|| format!("cannot read stream `{name}` (`{field}`)"))?;
         let have = &info.config.subjects;
-        for want in &subjects {
-            anyhow::ensure!(
-                have.iter().any(|h| subject::covers(h, want)),
-                "stream `{name}` (`{field}`) exists but captures {have:?}, not `{want}`: fix its subjects or name another stream"
-            );
-        }
+        let uncovered = spec.uncovered(have);
         anyhow::ensure!(
-            info.config.retention == stream::RetentionPolicy::Limits
-                || field != "source.stream",
-            "stream `{name}` (`{field}`) exists with {:?} retention; the host needs limits retention (one consumer per route)",
-            info.config.retention
+            uncovered.is_empty(),
+            "stream `{name}` (`{field}`) exists but captures {have:?}, not {uncovered:?}: fix its subjects or name another stream"
         );
         return Ok(existing);
     }
-    js.create_stream(stream::Config {
-        name: name.to_string(),
-        subjects,
-        duplicate_window,
-        num_replicas: replicas,
-        storage: StorageType::File,
-        ..Default::default()
-    })
-    .await
-    .with_context(|| format!("cannot create stream `{name}` (`{field}`)"))
+    js.create_stream(spec.create_config())
+        .await
+        .with_context(|| format!("cannot create stream `{name}` (`{field}`)"))
 }
 
-/// An existing source stream must capture every route's subjects.
+/// An existing source stream must capture every route's subjects, and keep its messages for
+/// several consumers (one per route).
 fn check_covers(stream: &stream::Stream, config: &Config) -> anyhow::Result<()> {
+    let retention = stream.cached_info().config.retention;
+    anyhow::ensure!(
+        retention == stream::RetentionPolicy::Limits,
+        "stream `{}` (`source.stream`) has {retention:?} retention; the host needs limits retention (one consumer per route)",
+        config.source.stream
+    );
     let subjects = &stream.cached_info().config.subjects;
     for r in &config.routes {
         anyhow::ensure!(
@@ -271,6 +305,23 @@ fn check_covers(stream: &stream::Stream, config: &Config) -> anyhow::Result<()> 
         );
     }
     Ok(())
+}
+
+/// The configuration to create the claim bucket with: history 1, the configured max age,
+/// replicas and storage.
+pub(crate) fn claim_bucket_config(config: &Config) -> kv::Config {
+    let c = &config.claims;
+    kv::Config {
+        bucket: c.bucket.clone(),
+        history: 1,
+        max_age: c.max_age,
+        num_replicas: c.replicas,
+        storage: match c.storage {
+            Storage::File => StorageType::File,
+            Storage::Memory => StorageType::Memory,
+        },
+        ..Default::default()
+    }
 }
 
 async fn ensure_bucket(js: &Context, config: &Config) -> anyhow::Result<Store> {
@@ -289,22 +340,12 @@ async fn ensure_bucket(js: &Context, config: &Config) -> anyhow::Result<Store> {
         let _ = &mut status;
         return Ok(store);
     }
-    js.create_key_value(kv::Config {
-        bucket: c.bucket.clone(),
-        history: 1,
-        max_age: c.max_age,
-        num_replicas: c.replicas,
-        storage: match c.storage {
-            Storage::File => StorageType::File,
-            Storage::Memory => StorageType::Memory,
-        },
-        ..Default::default()
-    })
-    .await
-    .with_context(|| {
-        format!(
-            "cannot create claim bucket `{}` (`claims.bucket`)",
-            c.bucket
-        )
-    })
+    js.create_key_value(claim_bucket_config(config))
+        .await
+        .with_context(|| {
+            format!(
+                "cannot create claim bucket `{}` (`claims.bucket`)",
+                c.bucket
+            )
+        })
 }

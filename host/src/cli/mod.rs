@@ -6,6 +6,7 @@ mod invoke;
 mod payload;
 mod publish;
 mod run;
+mod setup;
 
 use clap::{Parser, Subcommand};
 
@@ -36,6 +37,8 @@ pub enum Command {
     Undeploy(deploy::UndeployArgs),
     /// List routes with the version deployed and the version each live host serves.
     Routes(deploy::RoutesArgs),
+    /// Create or verify every stream, bucket and consumer the config needs, then exit.
+    Setup(setup::SetupArgs),
 }
 
 impl Cli {
@@ -49,6 +52,7 @@ impl Cli {
             Command::Deploy(args) => deploy::deploy(args).await,
             Command::Undeploy(args) => deploy::undeploy(args).await,
             Command::Routes(args) => deploy::routes(args).await,
+            Command::Setup(args) => setup::run(args).await,
         }
     }
 }

@@ -15,6 +15,7 @@ mod hotload;
 mod lifecycle;
 mod limits;
 mod ownership;
+mod provision;
 mod runtime;
 mod sandbox;
 mod structure;

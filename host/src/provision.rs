@@ -1,0 +1,223 @@
+//! `dedup-host setup`: create or verify everything a config needs on the server (streams,
+//! the claim bucket, the component store and status bucket, every route's consumer), with the
+//! configured replicas, and say per item what was created, what matched and what differs.
+//! Existing streams and buckets are never changed: a difference is reported for the operator.
+
+use async_nats::jetstream::{self, Context};
+use serde::Serialize;
+
+use crate::config::Config;
+use crate::setup::{self, StreamSpec};
+
+/// What became of one item.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "state", content = "differences")]
+pub enum Found {
+    /// It did not exist and was created.
+    Created,
+    /// It does not exist (a dry run changes nothing).
+    WouldCreate,
+    /// It exists as the config needs it.
+    Matches,
+    /// A consumer that existed with other settings and was updated (consumers are the host's
+    /// own; every host start updates them the same way).
+    Updated,
+    /// It exists with other settings, which `setup` does not change.
+    Differs(Vec<String>),
+}
+
+/// One stream, bucket or consumer.
+#[derive(Debug, Clone, Serialize)]
+pub struct Item {
+    /// `stream`, `kv bucket`, `object store` or `consumer`.
+    pub kind: &'static str,
+    /// Its name on the server.
+    pub name: String,
+    /// The config field it comes from.
+    pub field: String,
+    /// What was found or done.
+    pub found: Found,
+}
+
+/// Creates what is missing (unless `dry_run`) and compares what exists.
+pub async fn provision(js: &Context, config: &Config, dry_run: bool) -> anyhow::Result<Vec<Item>> {
+    let mut items = Vec::new();
+    for spec in setup::stream_specs(config) {
+        let found = stream(js, &spec, dry_run).await?;
+        items.push(Item {
+            kind: "stream",
+            name: spec.name,
+            field: spec.field,
+            found,
+        });
+    }
+    items.push(Item {
+        kind: "kv bucket",
+        name: config.claims.bucket.clone(),
+        field: "claims.bucket".into(),
+        found: claim_bucket(js, config, dry_run).await?,
+    });
+    let c = &config.components;
+    let store_exists = js.get_object_store(&c.bucket).await.is_ok();
+    let status_exists = js.get_key_value(&c.status_bucket).await.is_ok();
+    for (kind, name, field, exists) in [
+        ("object store", &c.bucket, "components.bucket", store_exists),
+        (
+            "kv bucket",
+            &c.status_bucket,
+            "components.status_bucket",
+            status_exists,
+        ),
+    ] {
+        let backing = match kind {
+            "object store" => format!("OBJ_{name}"),
+            _ => format!("KV_{name}"),
+        };
+        let found = if exists {
+            replicas_differ(js, &backing, c.replicas).await?
+        } else if dry_run {
+            Found::WouldCreate
+        } else {
+            if kind == "object store" {
+                crate::components::store::open(js, config).await?;
+            } else {
+                crate::components::status::open(js, config).await?;
+            }
+            Found::Created
+        };
+        items.push(Item {
+            kind,
+            name: name.clone(),
+            field: field.into(),
+            found,
+        });
+    }
+    let source = js.get_stream(&config.source.stream).await.ok();
+    for (name, filters) in setup::consumer_specs(config) {
+        let found = match &source {
+            None => Found::WouldCreate,
+            Some(source) => consumer(source, config, &name, filters, dry_run).await?,
+        };
+        items.push(Item {
+            kind: "consumer",
+            name,
+            field: "source.consumer".into(),
+            found,
+        });
+    }
+    Ok(items)
+}
+
+async fn stream(js: &Context, spec: &StreamSpec, dry_run: bool) -> anyhow::Result<Found> {
+    let Ok(mut existing) = js.get_stream(&spec.name).await else {
+        if dry_run {
+            return Ok(Found::WouldCreate);
+        }
+        js.create_stream(spec.create_config()).await?;
+        return Ok(Found::Created);
+    };
+    let have = existing.info().await?.config.clone();
+    let mut differences = Vec::new();
+    let uncovered = spec.uncovered(&have.subjects);
+    if !uncovered.is_empty() {
+        differences.push(format!("captures {:?}, not {uncovered:?}", have.subjects));
+    }
+    if have.num_replicas != spec.replicas {
+        differences.push(format!(
+            "{} replicas, the config says {}",
+            have.num_replicas, spec.replicas
+        ));
+    }
+    if have.duplicate_window != spec.duplicate_window {
+        differences.push(format!(
+            "duplicate window {:?}, the config says {:?}",
+            have.duplicate_window, spec.duplicate_window
+        ));
+    }
+    Ok(differ_or_match(differences))
+}
+
+async fn claim_bucket(js: &Context, config: &Config, dry_run: bool) -> anyhow::Result<Found> {
+    let want = setup::claim_bucket_config(config);
+    let Ok(mut stream) = js.get_stream(format!("KV_{}", want.bucket)).await else {
+        if dry_run {
+            return Ok(Found::WouldCreate);
+        }
+        js.create_key_value(want).await?;
+        return Ok(Found::Created);
+    };
+    let have = stream.info().await?.config.clone();
+    let mut differences = Vec::new();
+    if have.max_messages_per_subject != 1 {
+        differences.push(format!(
+            "history {}, claims need 1",
+            have.max_messages_per_subject
+        ));
+    }
+    if have.num_replicas != want.num_replicas {
+        differences.push(format!(
+            "{} replicas, the config says {}",
+            have.num_replicas, want.num_replicas
+        ));
+    }
+    if have.max_age != want.max_age {
+        differences.push(format!(
+            "max age {:?}, the config says {:?}",
+            have.max_age, want.max_age
+        ));
+    }
+    Ok(differ_or_match(differences))
+}
+
+async fn replicas_differ(js: &Context, stream: &str, replicas: usize) -> anyhow::Result<Found> {
+    let mut s = js.get_stream(stream).await?;
+    let have = s.info().await?.config.num_replicas;
+    Ok(differ_or_match(if have == replicas {
+        Vec::new()
+    } else {
+        vec![format!("{have} replicas, the config says {replicas}")]
+    }))
+}
+
+async fn consumer(
+    source: &jetstream::stream::Stream,
+    config: &Config,
+    name: &str,
+    filters: Vec<String>,
+    dry_run: bool,
+) -> anyhow::Result<Found> {
+    let existing = source.consumer_info(name).await.ok();
+    let same = existing.as_ref().is_some_and(|info| {
+        let c = &info.config;
+        let mut have = c.filter_subjects.clone();
+        if !c.filter_subject.is_empty() {
+            have.push(c.filter_subject.clone());
+        }
+        have == filters
+            && c.ack_wait == config.source.ack_wait
+            && c.max_deliver == config.source.server_max_deliver
+            && c.max_ack_pending == config.source.max_ack_pending
+    });
+    if same {
+        return Ok(Found::Matches);
+    }
+    if dry_run {
+        return Ok(match existing {
+            None => Found::WouldCreate,
+            Some(_) => Found::Differs(vec!["settings differ; a host start updates them".into()]),
+        });
+    }
+    setup::create_consumer(source, config, name, filters).await?;
+    Ok(match existing {
+        None => Found::Created,
+        Some(_) => Found::Updated,
+    })
+}
+
+fn differ_or_match(differences: Vec<String>) -> Found {
+    if differences.is_empty() {
+        Found::Matches
+    } else {
+        Found::Differs(differences)
+    }
+}
