@@ -10,7 +10,7 @@ use async_nats::jetstream::{self, AckKind};
 use super::heartbeat::Heartbeat;
 use super::Shared;
 use crate::bindings::{Event, Header};
-use crate::claim::{key, ClaimOutcome, ClaimStore, Lease};
+use crate::claim::{key, ClaimError, ClaimOutcome, ClaimStore, Lease};
 use crate::config::MissingKey;
 use crate::idempotency;
 use crate::routes::{Guest, Route};
@@ -120,6 +120,12 @@ impl<S: ClaimStore> Shared<S> {
                 // Never ack: if the owner dies, this delivery may be the only copy left.
                 self.stats.bump(Counter::Busy);
                 self.settle(&d, AckKind::Nak(Some(retry_in))).await;
+            }
+            Err(e @ ClaimError::Corrupt { .. }) => {
+                // Not a record this host wrote: retrying would loop for as long as it stays.
+                let reason = format!("{e}; delete the key from the claim bucket to run it again");
+                self.dead_letter_unclaimed(&d, &route.name, &key, &reason)
+                    .await;
             }
             Err(e) => {
                 tracing::warn!(route = %route.name, key, "claim failed, will retry: {e}");

@@ -305,3 +305,25 @@ async fn a_message_the_client_cannot_parse_ends_as_a_dead_letter() {
     env.wait_drained(Duration::from_secs(30)).await;
     host.shutdown().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_corrupt_claim_record_dead_letters_instead_of_looping() {
+    let env = TestEnv::start().await;
+    let host = env.host(&timing(), UPPER_ROUTE, "h").await;
+    let kv = env.js.get_key_value("claims").await.unwrap();
+    kv.put(
+        dedup_host::claim::key::encode("upper", "garbled"),
+        "not json".into(),
+    )
+    .await
+    .unwrap();
+    env.publish("in.upper.x", "garbled", &[], "abc").await;
+    let letter = dead_letter(&env, "garbled").await;
+    let reason = header(&letter, headers::REASON);
+    assert!(
+        reason.contains("corrupt") && reason.contains("delete the key"),
+        "{reason}"
+    );
+    env.wait_drained(Duration::from_secs(10)).await;
+    host.shutdown().await.unwrap();
+}
