@@ -231,14 +231,28 @@ replicas = {replicas}
             h.insert(*k, *v);
         }
         h.insert("Nats-Msg-Id", msg_id);
-        let ack = self
-            .js
-            .publish_with_headers(subject.to_string(), h, payload.into())
-            .await
-            .expect("publish")
-            .await
-            .expect("stored");
-        ack.duplicate
+        let payload = payload.into();
+        // On a cluster a stream may be between leaders for a moment (a node was killed);
+        // the message id makes a repeat harmless.
+        let started = Instant::now();
+        loop {
+            let stored = match self
+                .js
+                .publish_with_headers(subject.to_string(), h.clone(), payload.clone())
+                .await
+            {
+                Ok(ack) => ack.await.map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
+            };
+            match stored {
+                Ok(ack) => return ack.duplicate,
+                Err(e) if started.elapsed() < Duration::from_secs(20) => {
+                    tracing::debug!("publish on `{subject}` not stored yet, retrying: {e}");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Err(e) => panic!("publish on `{subject}` not stored: {e}"),
+            }
+        }
     }
 
     /// Every message in a stream (empty if the stream does not exist yet).
