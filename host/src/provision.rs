@@ -122,18 +122,18 @@ async fn stream(js: &Context, spec: &StreamSpec, dry_run: bool) -> anyhow::Resul
     if !uncovered.is_empty() {
         differences.push(format!("captures {:?}, not {uncovered:?}", have.subjects));
     }
-    if have.num_replicas != spec.replicas {
-        differences.push(format!(
-            "{} replicas, the config says {}",
-            have.num_replicas, spec.replicas
-        ));
-    }
-    if have.duplicate_window != spec.duplicate_window {
-        differences.push(format!(
-            "duplicate window {:?}, the config says {:?}",
-            have.duplicate_window, spec.duplicate_window
-        ));
-    }
+    compare(
+        &mut differences,
+        "replicas",
+        have.num_replicas,
+        spec.replicas,
+    );
+    compare(
+        &mut differences,
+        "duplicate window",
+        have.duplicate_window,
+        spec.duplicate_window,
+    );
     Ok(differ_or_match(differences))
 }
 
@@ -148,35 +148,32 @@ async fn claim_bucket(js: &Context, config: &Config, dry_run: bool) -> anyhow::R
     };
     let have = stream.info().await?.config.clone();
     let mut differences = Vec::new();
-    if have.max_messages_per_subject != 1 {
-        differences.push(format!(
-            "history {}, claims need 1",
-            have.max_messages_per_subject
-        ));
-    }
-    if have.num_replicas != want.num_replicas {
-        differences.push(format!(
-            "{} replicas, the config says {}",
-            have.num_replicas, want.num_replicas
-        ));
-    }
-    if have.max_age != want.max_age {
-        differences.push(format!(
-            "max age {:?}, the config says {:?}",
-            have.max_age, want.max_age
-        ));
-    }
+    compare(
+        &mut differences,
+        "history",
+        have.max_messages_per_subject,
+        1,
+    );
+    compare(
+        &mut differences,
+        "replicas",
+        have.num_replicas,
+        want.num_replicas,
+    );
+    compare(&mut differences, "max age", have.max_age, want.max_age);
     Ok(differ_or_match(differences))
 }
 
 async fn replicas_differ(js: &Context, stream: &str, replicas: usize) -> anyhow::Result<Found> {
     let mut s = js.get_stream(stream).await?;
-    let have = s.info().await?.config.num_replicas;
-    Ok(differ_or_match(if have == replicas {
-        Vec::new()
-    } else {
-        vec![format!("{have} replicas, the config says {replicas}")]
-    }))
+    let mut differences = Vec::new();
+    compare(
+        &mut differences,
+        "replicas",
+        s.info().await?.config.num_replicas,
+        replicas,
+    );
+    Ok(differ_or_match(differences))
 }
 
 async fn consumer(
@@ -212,6 +209,18 @@ async fn consumer(
         None => Found::Created,
         Some(_) => Found::Updated,
     })
+}
+
+/// Notes `what` when the server's value is not the config's.
+fn compare<T: PartialEq + std::fmt::Debug>(
+    differences: &mut Vec<String>,
+    what: &str,
+    have: T,
+    want: T,
+) {
+    if have != want {
+        differences.push(format!("{what} {have:?}, the config says {want:?}"));
+    }
 }
 
 fn differ_or_match(differences: Vec<String>) -> Found {
