@@ -255,6 +255,18 @@ replicas = {replicas}
         }
     }
 
+    /// Creates a stream as an operator would, before any host: `name` capturing `subjects`.
+    pub async fn create_stream(&self, name: &str, subjects: &[&str]) {
+        self.js
+            .create_stream(async_nats::jetstream::stream::Config {
+                name: name.into(),
+                subjects: subjects.iter().map(|s| s.to_string()).collect(),
+                ..Default::default()
+            })
+            .await
+            .expect("create stream");
+    }
+
     /// Every message in a stream (empty if the stream does not exist yet).
     pub async fn messages(
         &self,

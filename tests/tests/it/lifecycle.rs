@@ -35,14 +35,7 @@ limits = { deadline = "60s" }
 #[tokio::test]
 async fn an_existing_stream_with_other_subjects_is_reported_not_bound() {
     let env = TestEnv::start().await;
-    env.js
-        .create_stream(async_nats::jetstream::stream::Config {
-            name: OUTPUTS.into(),
-            subjects: vec!["elsewhere.>".into()],
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    env.create_stream(OUTPUTS, &["elsewhere.>"]).await;
     let err = serve::start(env.config(&Timing::default(), UPPER_ROUTE))
         .await
         .err()

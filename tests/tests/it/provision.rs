@@ -82,14 +82,7 @@ async fn setup_creates_everything_then_finds_it_all_matching() {
 #[tokio::test]
 async fn setup_reports_a_stream_that_differs_and_exits_non_zero() {
     let env = TestEnv::start().await;
-    env.js
-        .create_stream(async_nats::jetstream::stream::Config {
-            name: OUTPUTS.into(),
-            subjects: vec!["elsewhere.>".into()],
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    env.create_stream(OUTPUTS, &["elsewhere.>"]).await;
     let (code, items) = setup(&env, &[]);
     assert_eq!(code, 1, "{items:?}");
     let outputs = items.iter().find(|(_, n, _)| n == OUTPUTS).unwrap();
