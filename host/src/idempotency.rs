@@ -24,6 +24,13 @@ pub enum MissingKey {
     JsonPointer(String),
 }
 
+/// The header publishers deduplicate with, and the default key source.
+pub const MSG_ID: &str = "Nats-Msg-Id";
+
+/// Set by `dedup-host dead-letters replay`: the replayed message's first `Nats-Msg-Id`, used
+/// as its key instead of the replay's own message id, so the replay runs the same key.
+pub const REPLAYED_MSG_ID: &str = "Dedup-Replayed-Msg-Id";
+
 /// The key of a message according to `source`.
 pub fn derive(
     source: &KeySource,
@@ -32,6 +39,12 @@ pub fn derive(
     payload: &[u8],
 ) -> Result<String, MissingKey> {
     match source {
+        // A replayed dead letter carries its first message id, which stays its key.
+        KeySource::Header(name) if name.eq_ignore_ascii_case(MSG_ID) => headers
+            .and_then(|h| h.get(REPLAYED_MSG_ID).or_else(|| h.get(MSG_ID)))
+            .map(|v| v.as_str().trim().to_string())
+            .filter(|v| !v.is_empty())
+            .ok_or_else(|| MissingKey::Header(name.clone())),
         KeySource::Header(name) => headers
             .and_then(|h| h.get(name.as_str()))
             .map(|v| v.as_str().trim().to_string())

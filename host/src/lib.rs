@@ -10,6 +10,9 @@
 //!   both the [`pipeline`] (processing deliveries) and the [`components`] sources (finding and
 //!   installing versions); both work on the routing table in [`routes`].
 //! - [`claim`]: the claim protocol on NATS KV; [`setup`]: streams, consumers and buckets.
+//! - [`metrics`], [`health`], [`logging`]: what a running host tells operators; [`ops`]: the
+//!   endpoints that serve it and the commands that read a deployment (inspect, dead letters,
+//!   audit).
 
 #![warn(missing_docs)]
 
@@ -20,16 +23,20 @@ pub mod components;
 pub mod config;
 pub mod connect;
 pub mod dev;
+pub mod health;
 pub mod host_api;
 pub mod idempotency;
 pub mod inspect;
 pub mod limits;
+pub mod logging;
+pub mod metrics;
+pub mod ops;
 pub mod pipeline;
 pub mod provision;
 pub mod routes;
 pub mod runtime;
 pub mod serve;
 pub mod setup;
-pub mod stats;
+
 pub mod subject;
 pub mod text;

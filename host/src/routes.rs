@@ -10,6 +10,7 @@ use tokio::sync::{watch, Semaphore};
 
 use crate::bindings::Event;
 use crate::config::{Config, KeySource, MissingKey, RouteConfig};
+use crate::metrics::{Metrics, RouteMetrics};
 use crate::runtime::{Handler, Invocation, InvokeOptions, Outcome, TrapKind};
 use crate::subject;
 
@@ -75,6 +76,11 @@ pub struct Route {
     guest: watch::Sender<Option<Guest>>,
     /// Why the last version offered was refused, if it was.
     refused: std::sync::Mutex<Option<String>>,
+    /// Whether the route's component source has decided: a version served or refused, or
+    /// none deployed (withdrawn). Until then the host is not ready.
+    decided: std::sync::atomic::AtomicBool,
+    /// This route's series.
+    pub metrics: Arc<RouteMetrics>,
 }
 
 impl Route {
@@ -87,11 +93,29 @@ impl Route {
     /// Messages already running keep the version they started with.
     pub fn serve(&self, guest: Option<Guest>) -> Option<Guest> {
         *self.refused.lock().expect("refused lock") = None;
+        self.metrics.serving(guest.as_ref().map(Guest::digest));
+        self.decide();
         self.guest.send_replace(guest)
+    }
+
+    /// Records that the source has nothing for this route (withdrawn, never deployed).
+    pub fn decide(&self) {
+        self.decided
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether the route is served, or deliberately not served (withdrawn or never
+    /// deployed). False while its first version loads, or after that version was refused.
+    pub fn settled(&self) -> bool {
+        self.guest.borrow().is_some()
+            || (self.decided.load(std::sync::atomic::Ordering::Relaxed)
+                && self.refused().is_none())
     }
 
     /// Records that a new version was refused; the current one keeps serving.
     pub fn refuse(&self, reason: String) {
+        self.metrics.refusal();
+        self.decide();
         *self.refused.lock().expect("refused lock") = Some(reason);
         // Wake status reporters; the guest itself is unchanged.
         self.guest.send_modify(|_| {});
@@ -117,6 +141,7 @@ impl Route {
 #[derive(Debug, Default)]
 pub struct Routes {
     routes: Vec<Arc<Route>>,
+    metrics: Arc<Metrics>,
 }
 
 impl Routes {
@@ -124,27 +149,37 @@ impl Routes {
     /// compiled by its source ([`crate::components`]) off the start-up path, so one route's
     /// slow compile never delays the others.
     pub fn unloaded(config: &Config) -> Self {
-        Self {
-            routes: config
-                .routes
-                .iter()
-                .map(|r| Self::route(config, r, None))
-                .collect(),
-        }
+        Self::build(config, None)
     }
 
     /// Builds routes from the config with the given guest for every route (benchmarks).
     pub fn with_guest(config: &Config, guest: Guest) -> Self {
-        Self {
-            routes: config
-                .routes
-                .iter()
-                .map(|r| Self::route(config, r, Some(guest.clone())))
-                .collect(),
-        }
+        Self::build(config, Some(guest))
     }
 
-    fn route(config: &Config, r: &RouteConfig, guest: Option<Guest>) -> Arc<Route> {
+    fn build(config: &Config, guest: Option<Guest>) -> Self {
+        let metrics = Arc::new(Metrics::new());
+        let routes = config
+            .routes
+            .iter()
+            .map(|r| Self::route(config, r, guest.clone(), &metrics))
+            .collect();
+        Self { routes, metrics }
+    }
+
+    /// The series of this host (every route's, and those of messages no route takes).
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    fn route(
+        config: &Config,
+        r: &RouteConfig,
+        guest: Option<Guest>,
+        metrics: &Metrics,
+    ) -> Arc<Route> {
+        let route_metrics = metrics.route(&r.name);
+        route_metrics.serving(guest.as_ref().map(Guest::digest));
         Arc::new(Route {
             name: r.name.clone(),
             subject: r.subject.clone(),
@@ -169,6 +204,8 @@ impl Routes {
             compile_timeout: r.compile_timeout,
             guest: watch::Sender::new(guest),
             refused: std::sync::Mutex::new(None),
+            decided: std::sync::atomic::AtomicBool::new(false),
+            metrics: route_metrics,
         })
     }
 

@@ -15,7 +15,8 @@ use crate::config::Config;
 use crate::pipeline::{self, Shared};
 use crate::routes::Routes;
 use crate::runtime::{EngineSettings, Runtime};
-use crate::stats::{Stats, StatsSnapshot};
+use crate::health::Health;
+use crate::metrics::{Metrics, StatsSnapshot};
 
 /// Guests run on their own threads so that CPU-bound guests cannot starve NATS I/O,
 /// heartbeats and acks, which stay on the caller's runtime.
@@ -52,7 +53,9 @@ impl Drop for GuestThreads {
 /// A host that is consuming. Stop it with [`RunningHost::shutdown`].
 pub struct RunningHost {
     instance_id: String,
-    stats: Arc<Stats>,
+    metrics: Arc<Metrics>,
+    health: Arc<Health>,
+    metrics_addr: Option<std::net::SocketAddr>,
     stop: watch::Sender<bool>,
     task: JoinHandle<anyhow::Result<()>>,
     client: async_nats::Client,
@@ -66,18 +69,30 @@ impl RunningHost {
 
     /// The counters so far.
     pub fn stats(&self) -> StatsSnapshot {
-        self.stats.snapshot()
+        self.metrics.snapshot()
     }
 
-    /// Stops pulling, waits up to `host.shutdown_grace` for in-flight messages, flushes.
+    /// This host's series.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// Where `/metrics`, `/healthz` and `/readyz` are served, if they are.
+    pub fn metrics_addr(&self) -> Option<std::net::SocketAddr> {
+        self.metrics_addr
+    }
+
+    /// Turns `/readyz` to 503, stops pulling, waits up to `host.shutdown_grace` for in-flight
+    /// messages, flushes.
     pub async fn shutdown(self) -> anyhow::Result<StatsSnapshot> {
+        self.health.drain();
         let _ = self.stop.send(true);
         self.task.await.context("host task panicked")??;
         self.client
             .flush()
             .await
             .context("flushing NATS connection")?;
-        Ok(self.stats.snapshot())
+        Ok(self.metrics.snapshot())
     }
 }
 
@@ -125,7 +140,21 @@ pub async fn start_with_routes(
         .instance_id
         .clone()
         .unwrap_or_else(new_instance_id);
+    let routes = Arc::new(routes);
+    let metrics = routes.metrics().clone();
+    let health = Arc::new(Health::default());
+    let (stop, stopped) = watch::channel(false);
+    // The endpoints outlive the drain, so `/readyz` answers 503 until the host is gone.
+    let (endpoints_stop, endpoints_stopped) = watch::channel(false);
+    let mut endpoints = None;
+    if let Some(addr) = config.host.metrics_addr {
+        let served =
+            crate::ops::endpoints::serve(addr, routes.clone(), health.clone(), endpoints_stopped)
+                .await?;
+        endpoints = Some(served);
+    }
     let client = crate::connect::connect(&config, &format!("dedup-host {instance_id}")).await?;
+    health.connected(client.clone());
     let js = async_nats::jetstream::new(client.clone());
     let setup = crate::setup::ensure_patiently(&js, &config).await?;
     let claimer = Claimer::new(
@@ -134,7 +163,6 @@ pub async fn start_with_routes(
         config.claims.lease,
         config.claims.clock_skew,
     );
-    let stats = Arc::new(Stats::default());
     let guest_threads = GuestThreads::new()?;
     let mut consumers = Vec::new();
     for route in routes.iter() {
@@ -146,8 +174,6 @@ pub async fn start_with_routes(
     if let Some(consumer) = crate::setup::unrouted_consumer(&setup.source, &config).await? {
         consumers.push((consumer, None));
     }
-    let routes = Arc::new(routes);
-    let (stop, stopped) = watch::channel(false);
     let loaders = match runtime {
         Some(runtime) => {
             crate::components::spawn(
@@ -162,12 +188,23 @@ pub async fn start_with_routes(
         }
         None => Vec::new(),
     };
+    let config = Arc::new(config);
+    let metrics_addr = endpoints.as_ref().map(|(addr, _)| *addr);
+    let mut tasks: Vec<JoinHandle<()>> = endpoints.into_iter().map(|(_, task)| task).collect();
+    if metrics_addr.is_some() {
+        tasks.push(crate::ops::endpoints::poll_consumers(
+            js.clone(),
+            config.clone(),
+            routes.clone(),
+            stopped.clone(),
+        ));
+    }
+    health.set_up(routes.clone());
     let shared = Shared::new(
         js,
-        Arc::new(config),
+        config,
         routes,
         claimer,
-        stats.clone(),
         guest_threads.handle(),
     );
     let loops = pipeline::spawn(Arc::new(shared), consumers, &client, &stopped);
@@ -178,13 +215,19 @@ pub async fn start_with_routes(
         for result in futures::future::join_all(loaders).await {
             result.context("component watcher panicked")?;
         }
+        let _ = endpoints_stop.send(true);
+        for result in futures::future::join_all(tasks).await {
+            result.context("metrics endpoint panicked")?;
+        }
         drop(guest_threads);
         Ok(())
     });
     tracing::info!(instance_id, "host started");
     Ok(RunningHost {
         instance_id,
-        stats,
+        metrics,
+        health,
+        metrics_addr,
         stop,
         task,
         client,

@@ -14,5 +14,5 @@ pub mod record;
 pub mod store;
 
 pub use protocol::{ClaimOutcome, Claimer, Lease, LeaseLost};
-pub use record::{ClaimRecord, ClaimState};
+pub use record::{ClaimRecord, ClaimState, OutputRef};
 pub use store::{ClaimError, ClaimStore};

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use thiserror::Error;
 use tokio::sync::Mutex;
 
-use super::record::{now_ms, ClaimRecord, ClaimState};
+use super::record::{OutputRef, now_ms, ClaimRecord, ClaimState};
 use super::store::{ClaimError, ClaimStore};
 
 /// How many create/read/update rounds one claim tries before giving up for now.
@@ -77,6 +77,8 @@ impl<S: ClaimStore> Claimer<S> {
             reason: previous.and_then(|p| p.reason.clone()),
             permanent: false,
             retry_at_ms: None,
+            fencing_token: None,
+            outputs: Vec::new(),
             created_ms: previous.map_or(now, |p| p.created_ms),
             updated_ms: now,
         }
@@ -254,6 +256,7 @@ impl<S: ClaimStore> Lease<S> {
         }
         let mut next = state.record.clone();
         change(&mut next);
+        next.fencing_token = Some(self.fencing_token);
         next.updated_ms = now_ms();
         let started = Instant::now();
         match self.store.update(&self.key, &next, state.revision).await {
@@ -305,12 +308,14 @@ impl<S: ClaimStore> Lease<S> {
         self.renew().await
     }
 
-    /// Records success. After this the key is done forever (within the bucket's max age).
-    pub async fn complete(&self) -> Result<(), LeaseLost> {
+    /// Records success, with where its outputs were stored. After this the key is done
+    /// forever (within the bucket's max age).
+    pub async fn complete(&self, outputs: Vec<OutputRef>) -> Result<(), LeaseLost> {
         self.write(
             |r| {
                 r.state = ClaimState::Completed;
                 r.reason = None;
+                r.outputs = outputs;
             },
             true,
         )
@@ -386,7 +391,7 @@ mod tests {
             b.claim("k", "d").await.unwrap(),
             ClaimOutcome::Busy { .. }
         ));
-        lease.complete().await.unwrap();
+        lease.complete(Vec::new()).await.unwrap();
         assert!(matches!(
             b.claim("k", "d").await.unwrap(),
             ClaimOutcome::Completed
@@ -407,8 +412,8 @@ mod tests {
         assert_eq!(fresh.attempt(), 2);
         assert!(fresh.fencing_token() > stale.fencing_token());
         assert!(matches!(stale.confirm().await, Err(LeaseLost::Reclaimed)));
-        assert!(matches!(stale.complete().await, Err(LeaseLost::Reclaimed)));
-        fresh.complete().await.unwrap();
+        assert!(matches!(stale.complete(Vec::new()).await, Err(LeaseLost::Reclaimed)));
+        fresh.complete(Vec::new()).await.unwrap();
     }
 
     #[tokio::test]
@@ -486,7 +491,7 @@ mod tests {
             .await
             .expect("and the next one uses its revision");
         store.lose.store(true, std::sync::atomic::Ordering::SeqCst);
-        lease.complete().await.unwrap();
+        lease.complete(Vec::new()).await.unwrap();
         assert!(matches!(
             a.claim("k", "d").await.unwrap(),
             ClaimOutcome::Completed

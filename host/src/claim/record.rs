@@ -16,6 +16,18 @@ pub enum ClaimState {
     Failed,
 }
 
+/// Where one output was stored, as its publish acknowledgement said.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutputRef {
+    /// The stream that captured it.
+    pub stream: String,
+    /// Its sequence there (for a duplicate, the sequence of the copy stored first).
+    pub sequence: u64,
+    /// Whether the stream reported it as a duplicate of one already stored.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub duplicate: bool,
+}
+
 /// The value of one claim key.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClaimRecord {
@@ -41,6 +53,12 @@ pub struct ClaimRecord {
     /// delivery of the key meanwhile is answered Busy instead of running at once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_at_ms: Option<u64>,
+    /// The fencing token of the claim that wrote this record (the revision that won it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fencing_token: Option<u64>,
+    /// Where each output of a completed key was stored, in output order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub outputs: Vec<OutputRef>,
     /// Unix milliseconds of the first claim.
     pub created_ms: u64,
     /// Unix milliseconds of this write.

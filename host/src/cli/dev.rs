@@ -15,6 +15,7 @@ use crate::config::Config;
 use crate::dev::{data_dir, LocalServer};
 use crate::inspect::stream_messages;
 use crate::pipeline::effects::headers;
+use crate::ops::story::Target;
 use crate::serve;
 
 /// The configuration used when `--config` is not given.
@@ -31,6 +32,8 @@ pub struct DevArgs {
     /// Publish example events (duplicates, a retry, a rejection), print the outcome, exit.
     #[arg(long)]
     demo: bool,
+    #[command(flatten)]
+    serve: super::run::ServeFlags,
 }
 
 /// Runs the host against a local server (started when the config names none).
@@ -43,6 +46,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
             PathBuf::from(env!("CARGO_MANIFEST_DIR")),
         )?,
     };
+    let _log = args.serve.apply(&mut config);
     let store = data_dir().join(if args.demo { "demo" } else { "nats" });
     if args.demo {
         // A fresh store, so every demo run shows first-time processing.
@@ -158,6 +162,7 @@ async fn demo(config: Config) -> anyhow::Result<()> {
     let dead_stream = config.dead_letter.stream.clone();
     let client = crate::connect::connect(&config, "dedup-host demo publisher").await?;
     let js = async_nats::jetstream::new(client);
+    let audit_config = config.clone();
     let host = serve::start(config).await?;
 
     println!("Publishing {} events:", EVENTS.len());
@@ -190,6 +195,7 @@ async fn demo(config: Config) -> anyhow::Result<()> {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    let hits = dedup_hits(&host.metrics().encode());
     let stats = host.shutdown().await?;
 
     println!(
@@ -205,6 +211,7 @@ async fn demo(config: Config) -> anyhow::Result<()> {
     println!("  retried              {}", stats.retried);
     println!("  dead-lettered        {}", stats.dead_lettered);
     println!("  outputs published    {}", stats.outputs_published);
+    println!("  metric dedup_hits    {hits} (scrape it with `dev --metrics-addr 127.0.0.1:9464`)");
     if let Some(name) = outputs_stream {
         println!("\nOutputs in stream {name}:");
         print_stream(&js, &name, |m| {
@@ -227,7 +234,39 @@ async fn demo(config: Config) -> anyhow::Result<()> {
         format!("from {subject}: {reason}")
     })
     .await?;
+
+    let story = crate::ops::story::tell(&js, &audit_config, "flaky", Target::Key("f-1".into())).await?;
+    println!("\n`dedup-host inspect --route flaky --key f-1`: {}", story.verdict);
+    let report = crate::ops::audit::run(&js, &audit_config, None).await?;
+    println!(
+        "`dedup-host audit`: {} messages, {} keys: {} completed, {} dead-lettered, {} pending, {} anomalies",
+        report.messages,
+        report.keys,
+        report.completed,
+        report.dead_lettered,
+        report.pending,
+        report.anomalies.len()
+    );
+    anyhow::ensure!(report.anomalies.is_empty(), "the audit found anomalies: {:?}", report.anomalies);
     Ok(())
+}
+
+/// The host's `dedup_hits_total` series of a scrape, summed per layer: `claim=.. output=..`
+/// (the publisher's stream duplicates are counted above, from its publish acks).
+fn dedup_hits(scrape: &str) -> String {
+    ["claim", "output"]
+        .iter()
+        .map(|layer| {
+            let needle = format!("layer=\"{layer}\"}} ");
+            let n: u64 = scrape
+                .lines()
+                .filter(|l| l.starts_with("dedup_hits_total{") && l.contains(&needle))
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+                .sum();
+            format!("{layer}={n}")
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 async fn print_stream(

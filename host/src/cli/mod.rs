@@ -3,6 +3,7 @@
 mod deploy;
 mod dev;
 mod invoke;
+mod ops;
 mod payload;
 mod publish;
 mod run;
@@ -39,11 +40,22 @@ pub enum Command {
     Routes(deploy::RoutesArgs),
     /// Create or verify every stream, bucket and consumer the config needs, then exit.
     Setup(setup::SetupArgs),
+    /// Print one key's story: claim record, outputs, dead letters, source messages.
+    Inspect(ops::InspectArgs),
+    /// List, replay or purge dead letters.
+    DeadLetters(ops::LettersArgs),
+    /// Reconcile source, claims, outputs and dead letters; exit 1 on any anomaly.
+    Audit(ops::AuditArgs),
 }
 
 impl Cli {
     /// Runs the chosen subcommand; the returned code is the process's exit code.
     pub async fn run(self) -> anyhow::Result<std::process::ExitCode> {
+        // `run` and `dev` choose their log format from their config; the rest log as text.
+        let _log = match &self.command {
+            Command::Run(_) | Command::Dev(_) => None,
+            _ => Some(crate::logging::init(crate::config::LogFormat::Text)),
+        };
         match self.command {
             Command::Invoke(args) => invoke::run(args).await,
             Command::Run(args) => run::run(args).await,
@@ -53,6 +65,9 @@ impl Cli {
             Command::Undeploy(args) => deploy::undeploy(args).await,
             Command::Routes(args) => deploy::routes(args).await,
             Command::Setup(args) => setup::run(args).await,
+            Command::Inspect(args) => ops::inspect(args).await,
+            Command::DeadLetters(args) => ops::dead_letters(args).await,
+            Command::Audit(args) => ops::audit(args).await,
         }
     }
 }

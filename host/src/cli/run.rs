@@ -5,7 +5,9 @@ use std::process::ExitCode;
 
 use clap::Args;
 
-use crate::config::Config;
+use tracing_appender::non_blocking::WorkerGuard;
+
+use crate::config::{Config, LogFormat};
 use crate::serve;
 
 /// The configuration flags shared by the commands that talk to a deployment.
@@ -30,16 +32,44 @@ impl ConfigArgs {
     }
 }
 
+/// Flags of the commands that run a host (`run`, `dev`), overriding the config.
+#[derive(Debug, Args)]
+pub struct ServeFlags {
+    /// Serve `/metrics`, `/healthz` and `/readyz` here (overrides `host.metrics_addr`).
+    #[arg(long, value_name = "ADDR", env = "DEDUP_HOST_METRICS_ADDR")]
+    metrics_addr: Option<std::net::SocketAddr>,
+    /// `text` or `json` log lines on stderr (overrides `host.log_format`).
+    #[arg(long, value_name = "FORMAT", env = "DEDUP_HOST_LOG_FORMAT")]
+    log_format: Option<LogFormat>,
+}
+
+impl ServeFlags {
+    /// Applies the overrides and installs the log subscriber; keep the guard to the end.
+    pub fn apply(&self, config: &mut Config) -> WorkerGuard {
+        if let Some(addr) = self.metrics_addr {
+            config.host.metrics_addr = Some(addr);
+        }
+        if let Some(format) = self.log_format {
+            config.host.log_format = format;
+        }
+        crate::logging::init(config.host.log_format)
+    }
+}
+
 /// Flags of `dedup-host run`.
 #[derive(Debug, Args)]
 pub struct RunArgs {
     #[command(flatten)]
     config: ConfigArgs,
+    #[command(flatten)]
+    serve: ServeFlags,
 }
 
 /// Runs the host until a shutdown signal; prints the final counters as JSON.
 pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
-    serve(args.config.load()?).await?;
+    let mut config = args.config.load()?;
+    let _log = args.serve.apply(&mut config);
+    serve(config).await?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -50,6 +80,9 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         "dedup-host: running as `{}`; Ctrl-C to stop",
         host.instance_id()
     );
+    if let Some(addr) = host.metrics_addr() {
+        eprintln!("dedup-host: metrics, health and readiness on http://{addr}/metrics /healthz /readyz");
+    }
     shutdown_signal().await;
     eprintln!("dedup-host: shutting down");
     let stats = host.shutdown().await?;

@@ -84,6 +84,12 @@ pub async fn watch(
     routes: Arc<Routes>,
     mut stopped: watch::Receiver<bool>,
 ) {
+    // A route with nothing deployed is deliberately not served: that is settled, not loading.
+    for route in routes.iter().filter(|r| r.component_file.is_none()) {
+        if deployed(&store, &route.name).await.is_none() {
+            route.decide();
+        }
+    }
     loop {
         let mut changes = match store.watch_with_history().await {
             Ok(changes) => changes,

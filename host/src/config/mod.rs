@@ -167,6 +167,23 @@ pub struct HostConfig {
     /// How long shutdown waits for in-flight work.
     #[serde(with = "humantime_serde")]
     pub shutdown_grace: Duration,
+    /// Where to serve `/metrics`, `/healthz` and `/readyz` (for example `0.0.0.0:9464`);
+    /// nothing is served when unset.
+    pub metrics_addr: Option<std::net::SocketAddr>,
+    /// How log lines are written to stderr: `text` for people, `json` for log shippers.
+    pub log_format: LogFormat,
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum LogFormat {
+    /// One human-readable line per event.
+    #[default]
+    Text,
+    /// One JSON object per line, with the message's route, key, attempt, fencing token,
+    /// digest and trace id.
+    Json,
 }
 
 impl Default for HostConfig {
@@ -177,6 +194,8 @@ impl Default for HostConfig {
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
             long_running_lanes: None,
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
+            metrics_addr: None,
+            log_format: LogFormat::Text,
         }
     }
 }

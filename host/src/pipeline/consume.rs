@@ -66,6 +66,13 @@ pub(super) async fn consume<S: ClaimStore>(
     let name = route.as_ref().map_or("(unrouted)", |r| r.name.as_str());
     let permits = Arc::new(Semaphore::new(in_flight));
     let mut serving = route.as_ref().map(|r| r.subscribe());
+    let metrics = route.as_ref().map(|r| r.metrics.clone());
+    let bound = |b: bool| {
+        if let Some(m) = &metrics {
+            m.set_bound(b);
+        }
+    };
+    bound(true);
     let mut retry = RETRY_FIRST;
     let mut rebind = false;
     'pull: while !*stopped.borrow() {
@@ -90,8 +97,12 @@ pub(super) async fn consume<S: ClaimStore>(
             }
         }
         let mut messages = match pull(&consumer, in_flight).await {
-            Ok(m) => m,
+            Ok(m) => {
+                bound(true);
+                m
+            }
             Err(e) => {
+                bound(false);
                 tracing::warn!(
                     route = name,
                     "cannot pull messages, retrying in {retry:?}: {e}"
@@ -143,6 +154,9 @@ pub(super) async fn consume<S: ClaimStore>(
                             | MessagesErrorKind::NoResponders
                             | MessagesErrorKind::MissingHeartbeat
                     );
+                    if rebind {
+                        bound(false);
+                    }
                     tokio::select! { _ = tokio::time::sleep(retry) => {}, _ = stopped.changed() => break 'pull }
                     retry = (retry * 2).min(RETRY_MAX);
                     continue 'pull;

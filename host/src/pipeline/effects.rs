@@ -8,6 +8,7 @@ use futures::future::try_join_all;
 use thiserror::Error;
 
 use crate::bindings::Output;
+use crate::claim::OutputRef;
 use crate::runtime::outputs::{header_map, CONTROL_HEADER_PREFIX};
 use crate::text;
 
@@ -41,17 +42,24 @@ pub fn output_id(claim_key: &str, index: usize) -> String {
     format!("{claim_key}#{index}")
 }
 
-/// Publishes outputs in order, pipelined, and waits for every stream ack. Returns how many
-/// the streams reported as duplicates.
+/// Publishes outputs in order, pipelined, and waits for every stream ack. Returns where each
+/// was stored (a duplicate's sequence is the copy stored first). `trace` (the event's
+/// `traceparent` and `tracestate`) is added to outputs that do not set their own.
 pub async fn publish_outputs(
     js: &Context,
     claim_key: &str,
     outputs: &[Output],
-) -> anyhow::Result<usize> {
+    trace: Vec<(&str, &str)>,
+) -> anyhow::Result<Vec<OutputRef>> {
     let mut acks = Vec::with_capacity(outputs.len());
     for (i, o) in outputs.iter().enumerate() {
         // Outputs were checked at the sandbox boundary (`runtime::outputs`).
         let mut h = header_map(&o.headers);
+        for (name, value) in &trace {
+            if h.get(*name).is_none() {
+                h.insert(*name, *value);
+            }
+        }
         h.insert("Nats-Msg-Id", output_id(claim_key, i).as_str());
         let ack = js
             .publish_with_headers(o.subject.clone(), h, o.payload.clone().into())
@@ -64,7 +72,14 @@ pub async fn publish_outputs(
         });
     }
     let acks = try_join_all(acks).await?;
-    Ok(acks.iter().filter(|a| a.duplicate).count())
+    Ok(acks
+        .into_iter()
+        .map(|a| OutputRef {
+            stream: a.stream,
+            sequence: a.sequence,
+            duplicate: a.duplicate,
+        })
+        .collect())
 }
 
 /// What a dead letter says about the original message.
@@ -106,13 +121,14 @@ pub enum DeadLetterError {
 /// The letter is made storable first: the original's `Nats-*` headers are kept under
 /// [`headers::ORIGINAL_PREFIX`], and a letter over the server's max payload is cut, with
 /// [`headers::TRUNCATED`] set and [`headers::SEQUENCE`] pointing at the whole message.
+/// Returns whether the stream already held it (a repeat inside its duplicate window).
 pub async fn publish_dead_letter(
     js: &Context,
     subject: &str,
     original: &async_nats::Message,
     sequence: u64,
     letter: DeadLetter<'_>,
-) -> Result<(), DeadLetterError> {
+) -> Result<bool, DeadLetterError> {
     let mut h = HeaderMap::new();
     for (name, values) in original.headers.iter().flat_map(|h| h.iter()) {
         let name: &str = name.as_ref();
@@ -161,12 +177,13 @@ pub async fn publish_dead_letter(
             _ => DeadLetterError::Refused { subject, source },
         }
     };
-    js.publish_with_headers(subject.to_string(), h, payload)
+    let ack = js
+        .publish_with_headers(subject.to_string(), h, payload)
         .await
         .map_err(refused)?
         .await
         .map_err(refused)?;
-    Ok(())
+    Ok(ack.duplicate)
 }
 
 /// Bytes a header block takes on the wire: `NATS/1.0\r\n`, `name: value\r\n` each, `\r\n`.

@@ -15,7 +15,11 @@ use crate::config::MissingKey;
 use crate::idempotency;
 use crate::routes::{Guest, Route};
 use crate::runtime::{Outcome, TrapKind};
-use crate::stats::Counter;
+use crate::metrics::MessageOutcome;
+use tracing::Instrument as _;
+
+/// The W3C trace-context header: carried from an event to its outputs and dead letters.
+pub(super) const TRACEPARENT: &str = "traceparent";
 
 /// Nak delay after an infrastructure error (NATS unavailable).
 pub(super) const ERROR_RETRY: Duration = Duration::from_secs(1);
@@ -41,28 +45,60 @@ impl<S: ClaimStore> Shared<S> {
     /// Processes one delivery of `route`'s consumer to its end, or, with no route, one of the
     /// consumer of subjects no route takes. Never panics on a message's content.
     pub(crate) async fn process(&self, message: jetstream::Message, route: Option<Arc<Route>>) {
-        let sequence = match message.info() {
-            Ok(info) => info.stream_sequence,
+        let (sequence, published) = match message.info() {
+            Ok(info) => (info.stream_sequence, info.published),
             Err(e) => {
                 tracing::error!("delivery without JetStream metadata, terminating it: {e}");
                 let _ = message.ack_with(AckKind::Term).await;
                 return;
             }
         };
+        let metrics = route
+            .as_ref()
+            .map_or_else(|| self.metrics(""), |r| r.metrics.clone());
+        let in_flight = metrics.in_flight();
         let (message, acker) = message.split();
         let d = Delivery {
             message,
             acker: Arc::new(acker),
             sequence,
         };
+        let trace_id = d
+            .message
+            .headers
+            .as_ref()
+            .and_then(|h| h.get(TRACEPARENT))
+            .and_then(|v| crate::logging::trace_id(v.as_str()));
+        // Every line of this message's life carries these fields (WARN, so that the span is
+        // enabled whenever the warnings inside it are).
+        let span = tracing::warn_span!(
+            "message",
+            route = route.as_ref().map_or(crate::metrics::UNROUTED, |r| r.name.as_str()),
+            sequence,
+            key = tracing::field::Empty,
+            attempt = tracing::field::Empty,
+            fencing_token = tracing::field::Empty,
+            digest = tracing::field::Empty,
+            trace_id,
+        );
+        self.route_and_run(&d, route).instrument(span).await;
+        let published_ns = u64::try_from(published.unix_timestamp_nanos()).unwrap_or(0);
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+        let age = now.unwrap_or_default().saturating_sub(Duration::from_nanos(published_ns));
+        metrics.end_to_end(age);
+        drop(in_flight);
+    }
+
+    /// Routes, keys, claims and runs one delivery.
+    async fn route_and_run(&self, d: &Delivery, route: Option<Arc<Route>>) {
 
         let Some(route) = route else {
             if self.routes.find(&d.message.subject).is_some() {
                 // The route's own consumer has it.
-                return self.settle(&d, AckKind::Ack).await;
+                return self.settle(d, AckKind::Ack).await;
             }
             let reason = format!("no route for subject `{}`", d.message.subject);
-            return self.dead_letter_unclaimed(&d, "", "", &reason).await;
+            return self.dead_letter_unclaimed(d, "", "", &reason).await;
         };
         if d.message.payload.len() > route.max_payload_bytes {
             let reason = format!(
@@ -72,7 +108,7 @@ impl<S: ClaimStore> Shared<S> {
                 route.max_payload_bytes
             );
             return self
-                .dead_letter_unclaimed(&d, &route.name, "", &reason)
+                .dead_letter_unclaimed(d, &route.name, "", &reason)
                 .await;
         }
         let key = match idempotency::derive(
@@ -85,7 +121,7 @@ impl<S: ClaimStore> Shared<S> {
             Err(missing) => match route.missing_key {
                 MissingKey::DeadLetter => {
                     return self
-                        .dead_letter_unclaimed(&d, &route.name, "", &missing.to_string())
+                        .dead_letter_unclaimed(d, &route.name, "", &missing.to_string())
                         .await;
                 }
                 MissingKey::StreamSequence => format!("seq-{}", d.sequence),
@@ -94,13 +130,21 @@ impl<S: ClaimStore> Shared<S> {
         // The version now served runs this message to its end, whatever is swapped meanwhile.
         let Some(guest) = route.guest() else {
             // The route stopped being served after this message was pulled: leave it for later.
-            return self.settle(&d, AckKind::Nak(Some(ERROR_RETRY))).await;
+            return self.settle(d, AckKind::Nak(Some(ERROR_RETRY))).await;
         };
+        tracing::Span::current().record("key", key.as_str());
         let claim_key = key::encode(&route.name, &key);
-        match self.claimer.claim(&claim_key, guest.digest()).await {
+        let started = std::time::Instant::now();
+        let claimed = self.claimer.claim(&claim_key, guest.digest()).await;
+        route.metrics.claim_write(started.elapsed());
+        match claimed {
             Ok(ClaimOutcome::Acquired(lease)) => {
+                let span = tracing::Span::current();
+                span.record("attempt", lease.attempt());
+                span.record("fencing_token", lease.fencing_token());
+                span.record("digest", guest.digest());
                 let claimed = Claimed {
-                    d: &d,
+                    d,
                     route: &route,
                     guest,
                     key: &key,
@@ -109,28 +153,28 @@ impl<S: ClaimStore> Shared<S> {
                 self.run(&claimed).await
             }
             Ok(ClaimOutcome::Completed) => {
-                self.stats.bump(Counter::Duplicate);
-                self.settle(&d, AckKind::Ack).await;
+                route.metrics.outcome(MessageOutcome::Duplicate);
+                self.settle(d, AckKind::Ack).await;
             }
             Ok(ClaimOutcome::DeadLettered) => {
-                self.stats.bump(Counter::Duplicate);
-                self.settle(&d, AckKind::Term).await;
+                route.metrics.outcome(MessageOutcome::Duplicate);
+                self.settle(d, AckKind::Term).await;
             }
             Ok(ClaimOutcome::Busy { retry_in }) => {
                 // Never ack: if the owner dies, this delivery may be the only copy left.
-                self.stats.bump(Counter::Busy);
-                self.settle(&d, AckKind::Nak(Some(retry_in))).await;
+                route.metrics.outcome(MessageOutcome::Busy);
+                self.settle(d, AckKind::Nak(Some(retry_in))).await;
             }
             Err(e @ ClaimError::Corrupt { .. }) => {
                 // Not a record this host wrote: retrying would loop for as long as it stays.
                 let reason = format!("{e}; delete the key from the claim bucket to run it again");
-                self.dead_letter_unclaimed(&d, &route.name, &key, &reason)
+                self.dead_letter_unclaimed(d, &route.name, &key, &reason)
                     .await;
             }
             Err(e) => {
                 tracing::warn!(route = %route.name, key, "claim failed, will retry: {e}");
-                self.stats.bump(Counter::Error);
-                self.settle(&d, AckKind::Nak(Some(ERROR_RETRY))).await;
+                route.metrics.outcome(MessageOutcome::Error);
+                self.settle(d, AckKind::Nak(Some(ERROR_RETRY))).await;
             }
         }
     }
@@ -189,6 +233,10 @@ impl<S: ClaimStore> Shared<S> {
             }
         };
         tracing::debug!(route = %c.route.name, key = c.key, digest = c.guest.digest(), outcome = invocation.outcome.kind(), elapsed_us = invocation.elapsed.as_micros() as u64, "invoked");
+        c.route.metrics.guest_time(invocation.elapsed);
+        if let Outcome::Trap(trap) = &invocation.outcome {
+            c.route.metrics.trap(trap.kind.as_str());
+        }
         match invocation.outcome {
             Outcome::Success(outputs) => self.succeed(c, &outputs, &mut heartbeat).await,
             Outcome::Retry { reason, delay } => self.retry_or_give_up(c, &reason, delay).await,

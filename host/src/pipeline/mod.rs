@@ -26,7 +26,6 @@ use tokio::task::JoinHandle;
 use crate::claim::{ClaimStore, Claimer};
 use crate::config::Config;
 use crate::routes::{Route, Routes};
-use crate::stats::Stats;
 
 /// State shared by every in-flight message of one host.
 pub(crate) struct Shared<S: ClaimStore> {
@@ -34,7 +33,6 @@ pub(crate) struct Shared<S: ClaimStore> {
     config: Arc<Config>,
     routes: Arc<Routes>,
     claimer: Claimer<S>,
-    stats: Arc<Stats>,
     guest_runtime: tokio::runtime::Handle,
 }
 
@@ -45,7 +43,6 @@ impl<S: ClaimStore> Shared<S> {
         config: Arc<Config>,
         routes: Arc<Routes>,
         claimer: Claimer<S>,
-        stats: Arc<Stats>,
         guest_runtime: tokio::runtime::Handle,
     ) -> Self {
         Self {
@@ -53,9 +50,13 @@ impl<S: ClaimStore> Shared<S> {
             config,
             routes,
             claimer,
-            stats,
             guest_runtime,
         }
+    }
+
+    /// The series of route `name` (of unrouted messages when empty).
+    fn metrics(&self, name: &str) -> Arc<crate::metrics::RouteMetrics> {
+        self.routes.metrics().route(name)
     }
 }
 

@@ -14,7 +14,7 @@ use super::message::{Claimed, Delivery, ERROR_RETRY};
 use super::Shared;
 use crate::bindings::Output;
 use crate::claim::{ClaimStore, LeaseLost};
-use crate::stats::Counter;
+use crate::metrics::{DedupLayer, MessageOutcome, RouteMetrics};
 
 impl<S: ClaimStore> Shared<S> {
     /// Success: publish outputs (raced against losing the lease), record completion, then
@@ -29,19 +29,25 @@ impl<S: ClaimStore> Shared<S> {
             return self.write_failed(c, e, false).await;
         }
         let published = tokio::select! {
-            published = effects::publish_outputs(&self.js, c.lease.key(), outputs) => published,
+            published = effects::publish_outputs(&self.js, c.lease.key(), outputs, trace_context(c.d)) => published,
             _ = heartbeat.lost() => return self.lost(c, !outputs.is_empty()),
         };
-        if let Err(e) = published {
-            tracing::warn!(route = %c.route.name, key = c.key, "{e:#}");
-            self.stats.bump(Counter::Error);
-            return self.release(c, &format!("{e:#}")).await;
-        }
-        self.stats.add_outputs(outputs.len() as u64);
-        if let Err(e) = c.lease.complete().await {
+        let published = match published {
+            Ok(published) => published,
+            Err(e) => {
+                tracing::warn!(route = %c.route.name, key = c.key, "{e:#}");
+                return self.release(c, &format!("{e:#}")).await;
+            }
+        };
+        c.route.metrics.outputs(outputs.len() as u64);
+        let duplicates = published.iter().filter(|o| o.duplicate).count();
+        c.route.metrics.hit(DedupLayer::Output, duplicates as u64);
+        let started = std::time::Instant::now();
+        if let Err(e) = c.lease.complete(published).await {
             return self.write_failed(c, e, !outputs.is_empty()).await;
         }
-        self.stats.bump(Counter::Processed);
+        c.route.metrics.claim_write(started.elapsed());
+        c.route.metrics.outcome(MessageOutcome::Processed);
         if let Err(e) = c.d.acker.double_ack().await {
             // Completed is recorded: a redelivery finds it and acks.
             tracing::warn!(route = %c.route.name, key = c.key, "ack not confirmed: {e}");
@@ -68,7 +74,7 @@ impl<S: ClaimStore> Shared<S> {
         if let Err(e) = c.lease.fail(reason, delay).await {
             return self.write_failed(c, e, false).await;
         }
-        self.stats.bump(Counter::Retried);
+        c.route.metrics.outcome(MessageOutcome::Retried);
         self.settle(c.d, AckKind::Nak(Some(delay))).await;
     }
 
@@ -86,9 +92,9 @@ impl<S: ClaimStore> Shared<S> {
             key: c.key,
             id: format!("dl:{}", c.lease.key()),
         };
-        let recorded = match self.publish_dead_letter(c.d, letter).await {
+        let recorded = match self.publish_dead_letter(c.d, letter, &c.route.metrics).await {
             Ok(()) => {
-                self.stats.bump(Counter::DeadLettered);
+                c.route.metrics.outcome(MessageOutcome::DeadLettered);
                 reason.to_string()
             }
             Err(e @ DeadLetterError::Transient { .. }) => {
@@ -109,7 +115,7 @@ impl<S: ClaimStore> Shared<S> {
     /// back once the lease lapses.
     pub(super) async fn release(&self, c: &Claimed<'_, S>, reason: &str) {
         tracing::warn!(route = %c.route.name, key = c.key, "not the guest's fault, will retry without counting an attempt: {reason}");
-        self.stats.bump(Counter::Error);
+        c.route.metrics.outcome(MessageOutcome::Error);
         match c.lease.release(reason, ERROR_RETRY).await {
             Ok(()) => self.settle(c.d, AckKind::Nak(Some(ERROR_RETRY))).await,
             Err(e) => self.write_failed(c, e, false).await,
@@ -132,9 +138,10 @@ impl<S: ClaimStore> Shared<S> {
             key,
             id: format!("dl:seq:{}", d.sequence),
         };
-        match self.publish_dead_letter(d, letter).await {
+        let metrics = self.metrics(route);
+        match self.publish_dead_letter(d, letter, &metrics).await {
             Ok(()) => {
-                self.stats.bump(Counter::DeadLettered);
+                metrics.outcome(MessageOutcome::DeadLettered);
                 self.settle(d, AckKind::Term).await;
             }
             Err(DeadLetterError::Transient { .. }) => {
@@ -152,15 +159,19 @@ impl<S: ClaimStore> Shared<S> {
         &self,
         d: &Delivery,
         letter: DeadLetter<'_>,
+        metrics: &RouteMetrics,
     ) -> Result<(), DeadLetterError> {
         let subject = &self.config.dead_letter.subject;
         let result =
             effects::publish_dead_letter(&self.js, subject, &d.message, d.sequence, letter).await;
-        if let Err(e) = &result {
-            tracing::error!(sequence = d.sequence, "{e}");
-            self.stats.bump(Counter::Error);
+        match &result {
+            Ok(duplicate) => metrics.hit(DedupLayer::Stream, *duplicate as u64),
+            Err(e) => {
+                tracing::error!(sequence = d.sequence, "{e}");
+                metrics.outcome(MessageOutcome::Error);
+            }
         }
-        result
+        result.map(|_| ())
     }
 
     /// A write through the lease failed: if the key was reclaimed, touch nothing; if the
@@ -170,7 +181,7 @@ impl<S: ClaimStore> Shared<S> {
             LeaseLost::Reclaimed => self.lost(c, published),
             LeaseLost::Unavailable(e) => {
                 tracing::warn!(route = %c.route.name, key = c.key, "claim write failed, will retry: {e}");
-                self.stats.bump(Counter::Error);
+                c.route.metrics.outcome(MessageOutcome::Error);
                 self.settle(c.d, AckKind::Nak(Some(self.config.claims.lease)))
                     .await;
             }
@@ -185,7 +196,7 @@ impl<S: ClaimStore> Shared<S> {
         } else {
             tracing::warn!(route = %c.route.name, key = c.key, "claim taken over by another owner; dropping this attempt's effects");
         }
-        self.stats.bump(Counter::LostClaim);
+        c.route.metrics.outcome(MessageOutcome::LostClaim);
     }
 
     /// Acks, naks or terms a delivery; a failure is logged (the server redelivers).
@@ -194,4 +205,15 @@ impl<S: ClaimStore> Shared<S> {
             tracing::warn!(sequence = d.sequence, "ack ({kind:?}) failed: {e}");
         }
     }
+}
+
+/// The event's W3C trace-context headers, carried to its outputs.
+fn trace_context(d: &Delivery) -> Vec<(&'static str, &str)> {
+    let Some(headers) = &d.message.headers else {
+        return Vec::new();
+    };
+    [super::message::TRACEPARENT, "tracestate"]
+        .into_iter()
+        .filter_map(|name| headers.get(name).map(|v| (name, v.as_str())))
+        .collect()
 }

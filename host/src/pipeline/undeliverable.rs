@@ -18,7 +18,7 @@ use tokio::sync::watch;
 use super::effects::{self, DeadLetter};
 use super::Shared;
 use crate::claim::{key, ClaimState, ClaimStore};
-use crate::stats::Counter;
+use crate::metrics::MessageOutcome;
 
 /// The queue group hosts share, so one of them handles each advisory.
 const QUEUE: &str = "dedup-host-undeliverable";
@@ -90,7 +90,8 @@ impl<S: ClaimStore> Shared<S> {
         let stored: Stored = serde_json::from_slice(&reply.payload)
             .map_err(|e| anyhow::anyhow!("message {sequence} not readable from the stream: {e}"))?;
         let message = decode(stored.message)?;
-        if let Some(route) = self.routes.find(&message.subject) {
+        let route = self.routes.find(&message.subject);
+        if let Some(route) = &route {
             let id = crate::idempotency::derive(
                 &route.key,
                 &message.subject,
@@ -124,7 +125,8 @@ impl<S: ClaimStore> Shared<S> {
         };
         let subject = &self.config.dead_letter.subject;
         effects::publish_dead_letter(&self.js, subject, &message, sequence, letter).await?;
-        self.stats.bump(Counter::DeadLettered);
+        let metrics = route.map_or_else(|| self.metrics(""), |r| r.metrics.clone());
+        metrics.outcome(MessageOutcome::DeadLettered);
         Ok(())
     }
 }

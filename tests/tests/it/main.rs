@@ -14,6 +14,7 @@ mod fairness;
 mod hotload;
 mod lifecycle;
 mod limits;
+mod operations;
 mod ownership;
 mod provision;
 mod runtime;

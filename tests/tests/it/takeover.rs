@@ -6,7 +6,7 @@ use std::process::{Child, Command};
 use std::time::Duration;
 
 use dedup_host::claim::{key, ClaimRecord, ClaimState};
-use dedup_host::stats::StatsSnapshot;
+use dedup_host::metrics::StatsSnapshot;
 use dedup_host_tests::harness::{wait_for, TestEnv, Timing, BUCKET, OUTPUTS};
 
 const SLEEPY: &str = r#"
@@ -72,6 +72,8 @@ async fn a_claim_left_by_a_dead_owner_is_taken_over_after_its_lease() {
         reason: None,
         permanent: false,
         retry_at_ms: None,
+        fencing_token: None,
+        outputs: Vec::new(),
         created_ms: now,
         updated_ms: now,
     };

@@ -1,0 +1,260 @@
+//! The operator's read and repair commands: `inspect` (one key's story), `dead-letters`
+//! (`list`, `replay`, `purge`) and `audit` (the cross-layer reconciliation).
+
+use std::process::ExitCode;
+use std::time::{Duration, SystemTime};
+
+use clap::{Args, Subcommand};
+
+use super::run::ConfigArgs;
+use crate::ops::letters::{self, Action, Selection};
+use crate::ops::story::{self, Target};
+
+/// Connects with the config's settings for a one-off command.
+async fn jetstream(
+    config: &crate::config::Config,
+    what: &str,
+) -> anyhow::Result<async_nats::jetstream::Context> {
+    let client = crate::connect::connect(config, &format!("dedup-host {what}")).await?;
+    Ok(async_nats::jetstream::new(client))
+}
+
+/// Parses `--since`: a duration back from now (`1h`, `30m`, `7d`).
+fn since(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s).map_err(|e| format!("`{s}` is not a duration such as 1h, 30m or 7d: {e}"))
+}
+
+fn ago(d: Option<Duration>) -> Option<SystemTime> {
+    d.map(|d| SystemTime::now() - d)
+}
+
+/// Flags of `dedup-host inspect`.
+#[derive(Debug, Args)]
+#[command(group = clap::ArgGroup::new("target").required(true).args(["key", "sequence"]))]
+pub struct InspectArgs {
+    #[command(flatten)]
+    config: ConfigArgs,
+    /// The route.
+    #[arg(long)]
+    route: String,
+    /// The idempotency key.
+    #[arg(long)]
+    key: Option<String>,
+    /// A source stream sequence (its key is derived as the pipeline would).
+    #[arg(long)]
+    sequence: Option<u64>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Prints one key's story.
+pub async fn inspect(args: InspectArgs) -> anyhow::Result<ExitCode> {
+    let config = args.config.load()?;
+    let js = jetstream(&config, "inspect").await?;
+    let target = match (args.key, args.sequence) {
+        (Some(k), _) => Target::Key(k),
+        (None, Some(s)) => Target::Sequence(s),
+        (None, None) => unreachable!("clap requires one"),
+    };
+    let s = story::tell(&js, &config, &args.route, target).await?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&s)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("route             {}", s.route);
+    println!("key               {}", s.key);
+    println!("claim key         {}", s.claim_key);
+    println!("verdict           {}", s.verdict);
+    if let Some(c) = &s.claim {
+        println!("claim record      revision {}", s.revision.unwrap_or(0));
+        println!("  state           {:?}{}", c.state, if c.permanent { " (permanent)" } else { "" });
+        println!("  owner           {}", c.owner);
+        println!("  attempt         {}", c.attempt);
+        println!("  fencing token   {}", c.fencing_token.map_or("-".into(), |t| t.to_string()));
+        println!("  lease expires   {} ms", c.lease_expires_ms);
+        println!("  digest          {}", c.digest);
+        println!("  reason          {}", c.reason.as_deref().unwrap_or("-"));
+        println!("  created/updated {} / {} ms", c.created_ms, c.updated_ms);
+    } else {
+        println!("claim record      none");
+    }
+    for o in &s.outputs {
+        let state = if o.present { "present" } else { "MISSING" };
+        println!("output            {} in {}:{} {state}", o.id, o.stream, o.sequence);
+    }
+    for l in &s.dead_letters {
+        println!("dead letter       {} (attempt {}): {}", l.sequence, l.attempt, l.reason);
+    }
+    println!("source sequences  {:?}", s.source_sequences);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Flags of `dedup-host dead-letters`.
+#[derive(Debug, Args)]
+pub struct LettersArgs {
+    #[command(flatten)]
+    config: ConfigArgs,
+    #[command(subcommand)]
+    command: LettersCommand,
+}
+
+/// What to do with dead letters.
+#[derive(Debug, Subcommand)]
+pub enum LettersCommand {
+    /// List dead letters.
+    List {
+        /// Only this route's.
+        #[arg(long)]
+        route: Option<String>,
+        /// Only letters newer than this (1h, 7d).
+        #[arg(long, value_parser = since)]
+        since: Option<Duration>,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Put letters back on their original subject, after resetting their key, so they run
+    /// once more on the version deployed now.
+    Replay {
+        #[command(flatten)]
+        which: Which,
+        /// Only say what would be done.
+        #[arg(long)]
+        dry_run: bool,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete letters whose key has completed since (their replay ran).
+    Purge {
+        #[command(flatten)]
+        which: Which,
+        /// Only say what would be done.
+        #[arg(long)]
+        dry_run: bool,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Which letters `replay` and `purge` act on.
+#[derive(Debug, Args)]
+#[command(group = clap::ArgGroup::new("which").required(true).multiple(true).args(["sequence", "all"]))]
+pub struct Which {
+    /// Letter sequences in the dead-letter stream (repeat the flag for several).
+    #[arg(long)]
+    sequence: Vec<u64>,
+    /// Every letter (of `--route`, when given).
+    #[arg(long)]
+    all: bool,
+    /// Only this route's letters.
+    #[arg(long)]
+    route: Option<String>,
+}
+
+impl Which {
+    fn selection(&self) -> Selection {
+        Selection {
+            route: self.route.clone(),
+            since: None,
+            sequences: self.sequence.clone(),
+        }
+    }
+}
+
+/// Lists, replays or purges dead letters.
+pub async fn dead_letters(args: LettersArgs) -> anyhow::Result<ExitCode> {
+    let config = args.config.load()?;
+    let js = jetstream(&config, "dead-letters").await?;
+    let (actions, json) = match args.command {
+        LettersCommand::List { route, since, json } => {
+            let selection = Selection {
+                route,
+                since: ago(since),
+                sequences: Vec::new(),
+            };
+            let list = letters::list(&js, &config, &selection).await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&list)?);
+            } else {
+                for l in &list {
+                    println!(
+                        "{:>8}  {:<12} {:<24} attempt {:<3} {}: {}",
+                        l.sequence, l.route, l.key, l.attempt, l.subject, l.reason
+                    );
+                }
+                eprintln!("{} dead letter(s)", list.len());
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
+        LettersCommand::Replay { which, dry_run, json } => {
+            let list = letters::list(&js, &config, &which.selection()).await?;
+            (letters::replay(&js, &config, list, dry_run).await?, json)
+        }
+        LettersCommand::Purge { which, dry_run, json } => {
+            let list = letters::list(&js, &config, &which.selection()).await?;
+            let named = !which.sequence.is_empty();
+            (letters::purge(&js, &config, list, named, dry_run).await?, json)
+        }
+    };
+    js.client().flush().await?;
+    print_actions(&actions, json)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_actions(actions: &[Action], json: bool) -> anyhow::Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(actions)?);
+        return Ok(());
+    }
+    for a in actions {
+        println!("{:>8}  {:<12} {:<12} {:<24} {}", a.sequence, a.action, a.route, a.key, a.detail);
+    }
+    eprintln!("{} letter(s)", actions.len());
+    Ok(())
+}
+
+/// Flags of `dedup-host audit`.
+#[derive(Debug, Args)]
+pub struct AuditArgs {
+    #[command(flatten)]
+    config: ConfigArgs,
+    /// Only source messages newer than this (1h, 7d); keep it within the claim bucket's
+    /// `max_age`, or aged-out records show up as lost.
+    #[arg(long, value_parser = since)]
+    since: Option<Duration>,
+    /// Print JSON instead of a summary.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Runs the audit; exits 1 on any anomaly.
+pub async fn audit(args: AuditArgs) -> anyhow::Result<ExitCode> {
+    let config = args.config.load()?;
+    let js = jetstream(&config, "audit").await?;
+    let started = std::time::Instant::now();
+    let report = crate::ops::audit::run(&js, &config, ago(args.since)).await?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!("messages        {}", report.messages);
+        println!("keys            {}", report.keys);
+        println!("completed       {}", report.completed);
+        println!("dead-lettered   {}", report.dead_lettered);
+        println!("pending         {}", report.pending);
+        println!("duplicates      {}", report.duplicates);
+        println!("outputs         {}", report.outputs);
+        println!("anomalies       {}", report.anomalies.len());
+        for a in &report.anomalies {
+            println!("  {:<34} {:<24} {}", a.class, a.key, a.detail);
+        }
+    }
+    eprintln!("dedup-host audit: done in {:.2?}", started.elapsed());
+    Ok(if report.anomalies.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}

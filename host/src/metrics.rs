@@ -1,0 +1,468 @@
+//! What a host did, as Prometheus series: the one source of truth for counters (the demo's
+//! summary, [`RunningHost::stats`](crate::serve::RunningHost::stats) and `/metrics` all read
+//! these). Labels are bounded: `route`, `outcome`, `trap`, `layer`, and `digest` only on the
+//! `dedup_serving_info` gauge. Never a subject or a key.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+use serde::{Deserialize, Serialize};
+
+/// The `route` label of messages no route takes.
+pub const UNROUTED: &str = "_unrouted";
+
+/// How a message's delivery ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MessageOutcome {
+    /// The handler succeeded; outputs published, completion recorded, acked.
+    Processed,
+    /// Acked or termed without running: the key was completed or dead-lettered already.
+    Duplicate,
+    /// Naked because another owner held a live claim.
+    Busy,
+    /// A failed attempt naked for a later retry.
+    Retried,
+    /// Published to the dead-letter subject and termed.
+    DeadLettered,
+    /// The claim was taken over mid-flight; this attempt's work was dropped.
+    LostClaim,
+    /// An infrastructure error (NATS unavailable, a publish failed) that led to a nak.
+    Error,
+}
+
+impl MessageOutcome {
+    const ALL: [MessageOutcome; 7] = [
+        Self::Processed,
+        Self::Duplicate,
+        Self::Busy,
+        Self::Retried,
+        Self::DeadLettered,
+        Self::LostClaim,
+        Self::Error,
+    ];
+
+    /// The `outcome` label value.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Processed => "processed",
+            Self::Duplicate => "duplicate",
+            Self::Busy => "busy",
+            Self::Retried => "retried",
+            Self::DeadLettered => "dead_lettered",
+            Self::LostClaim => "lost_claim",
+            Self::Error => "error",
+        }
+    }
+}
+
+/// Where a repeat was caught.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DedupLayer {
+    /// A publish the receiving stream dropped inside its duplicate window.
+    Stream,
+    /// A delivery whose key was already completed or dead-lettered.
+    Claim,
+    /// An output the output stream reported as a duplicate.
+    Output,
+}
+
+impl DedupLayer {
+    const ALL: [DedupLayer; 3] = [Self::Stream, Self::Claim, Self::Output];
+
+    /// The `layer` label value.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Stream => "stream",
+            Self::Claim => "claim",
+            Self::Output => "output",
+        }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RouteLabel {
+    route: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    route: String,
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LayerLabels {
+    route: String,
+    layer: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TrapLabels {
+    route: String,
+    trap: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ServingLabels {
+    route: String,
+    digest: String,
+}
+
+type Histograms = Family<RouteLabel, Histogram, fn() -> Histogram>;
+
+/// Latency buckets from 10 µs to about 84 s.
+fn latency_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.00001, 2.0, 24))
+}
+
+/// Every series of one host, registered in its own registry (no global state, so several
+/// hosts in one process keep separate counts).
+pub struct Metrics {
+    registry: Registry,
+    messages: Family<OutcomeLabels, Counter>,
+    hits: Family<LayerLabels, Counter>,
+    outputs: Family<RouteLabel, Counter>,
+    traps: Family<TrapLabels, Counter>,
+    deploys: Family<RouteLabel, Counter>,
+    refusals: Family<RouteLabel, Counter>,
+    guest_seconds: Histograms,
+    claim_write_seconds: Histograms,
+    end_to_end_seconds: Histograms,
+    in_flight: Family<RouteLabel, Gauge>,
+    free_slots: Family<RouteLabel, Gauge>,
+    pending: Family<RouteLabel, Gauge>,
+    ack_pending: Family<RouteLabel, Gauge>,
+    bound: Family<RouteLabel, Gauge>,
+    serving: Family<ServingLabels, Gauge>,
+    routes: Mutex<HashMap<String, Arc<RouteMetrics>>>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// A fresh registry with every family registered.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("dedup");
+        let histograms = || Histograms::new_with_constructor(latency_histogram as fn() -> _);
+        let m = Self {
+            messages: Family::default(),
+            hits: Family::default(),
+            outputs: Family::default(),
+            traps: Family::default(),
+            deploys: Family::default(),
+            refusals: Family::default(),
+            guest_seconds: histograms(),
+            claim_write_seconds: histograms(),
+            end_to_end_seconds: histograms(),
+            in_flight: Family::default(),
+            free_slots: Family::default(),
+            pending: Family::default(),
+            ack_pending: Family::default(),
+            bound: Family::default(),
+            serving: Family::default(),
+            routes: Mutex::default(),
+            registry: Registry::default(),
+        };
+        let r = &mut registry;
+        r.register("messages", "Deliveries by how they ended", m.messages.clone());
+        r.register("hits", "Repeats caught, by dedup layer", m.hits.clone());
+        r.register("outputs", "Outputs published (including ones deduplicated)", m.outputs.clone());
+        r.register("traps", "Guest traps by kind", m.traps.clone());
+        r.register("deploys", "New component versions served", m.deploys.clone());
+        r.register("refusals", "Component versions refused", m.refusals.clone());
+        r.register("guest_seconds", "Time a guest ran per message", m.guest_seconds.clone());
+        r.register("claim_write_seconds", "Latency of claim writes (claim and completion)", m.claim_write_seconds.clone());
+        r.register("end_to_end_seconds", "From the event's publish to its settlement", m.end_to_end_seconds.clone());
+        r.register("in_flight", "Messages of a route being processed", m.in_flight.clone());
+        r.register("free_guest_slots", "Guest slots of a route not in use", m.free_slots.clone());
+        r.register("consumer_pending", "Messages the route's consumer has not delivered yet", m.pending.clone());
+        r.register("consumer_ack_pending", "Messages delivered and not yet acknowledged", m.ack_pending.clone());
+        r.register("consumer_bound", "1 while the route's consumer is bound, 0 while it is being re-created", m.bound.clone());
+        r.register("serving_info", "The component version a route serves (value 1)", m.serving.clone());
+        Self { registry, ..m }
+    }
+
+    /// The handles of one route's series, created on first use.
+    pub fn route(&self, route: &str) -> Arc<RouteMetrics> {
+        let route = if route.is_empty() { UNROUTED } else { route };
+        let mut routes = self.routes.lock().expect("metrics lock");
+        routes
+            .entry(route.to_string())
+            .or_insert_with(|| Arc::new(RouteMetrics::new(self, route)))
+            .clone()
+    }
+
+    /// The registry in the OpenMetrics text format.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            .expect("writing to a String cannot fail");
+        out
+    }
+
+    /// Sums every route's counters.
+    pub fn snapshot(&self) -> StatsSnapshot {
+        let routes = self.routes.lock().expect("metrics lock");
+        let mut s = StatsSnapshot::default();
+        for r in routes.values() {
+            let n = |o: MessageOutcome| r.outcomes[o as usize].get();
+            s.processed += n(MessageOutcome::Processed);
+            s.duplicates += n(MessageOutcome::Duplicate);
+            s.retried += n(MessageOutcome::Retried);
+            s.dead_lettered += n(MessageOutcome::DeadLettered);
+            s.busy += n(MessageOutcome::Busy);
+            s.lost_claims += n(MessageOutcome::LostClaim);
+            s.errors += n(MessageOutcome::Error);
+            s.outputs_published += r.outputs.get();
+        }
+        s
+    }
+}
+
+/// One route's series, resolved once so the message path does no label lookups.
+pub struct RouteMetrics {
+    route: String,
+    outcomes: Vec<Counter>,
+    hits: Vec<Counter>,
+    outputs: Counter,
+    traps: Family<TrapLabels, Counter>,
+    deploys: Counter,
+    refusals: Counter,
+    guest_seconds: Histogram,
+    claim_write_seconds: Histogram,
+    end_to_end_seconds: Histogram,
+    in_flight: Gauge,
+    free_slots: Gauge,
+    pending: Gauge,
+    ack_pending: Gauge,
+    bound: Gauge,
+    serving: Family<ServingLabels, Gauge>,
+    serving_digest: Mutex<Option<String>>,
+}
+
+impl std::fmt::Debug for RouteMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RouteMetrics")
+            .field("route", &self.route)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RouteMetrics {
+    fn new(m: &Metrics, route: &str) -> Self {
+        let label = RouteLabel {
+            route: route.to_string(),
+        };
+        let outcomes = MessageOutcome::ALL
+            .iter()
+            .map(|o| {
+                m.messages
+                    .get_or_create(&OutcomeLabels {
+                        route: route.to_string(),
+                        outcome: o.label(),
+                    })
+                    .clone()
+            })
+            .collect();
+        let hits = DedupLayer::ALL
+            .iter()
+            .map(|l| {
+                m.hits
+                    .get_or_create(&LayerLabels {
+                        route: route.to_string(),
+                        layer: l.label(),
+                    })
+                    .clone()
+            })
+            .collect();
+        Self {
+            route: route.to_string(),
+            outcomes,
+            hits,
+            outputs: m.outputs.get_or_create(&label).clone(),
+            traps: m.traps.clone(),
+            deploys: m.deploys.get_or_create(&label).clone(),
+            refusals: m.refusals.get_or_create(&label).clone(),
+            guest_seconds: m.guest_seconds.get_or_create(&label).clone(),
+            claim_write_seconds: m.claim_write_seconds.get_or_create(&label).clone(),
+            end_to_end_seconds: m.end_to_end_seconds.get_or_create(&label).clone(),
+            in_flight: m.in_flight.get_or_create(&label).clone(),
+            free_slots: m.free_slots.get_or_create(&label).clone(),
+            pending: m.pending.get_or_create(&label).clone(),
+            ack_pending: m.ack_pending.get_or_create(&label).clone(),
+            bound: m.bound.get_or_create(&label).clone(),
+            serving: m.serving.clone(),
+            serving_digest: Mutex::new(None),
+        }
+    }
+
+    /// Counts a delivery's end; a duplicate is also a hit of the claim layer.
+    pub fn outcome(&self, outcome: MessageOutcome) {
+        self.outcomes[outcome as usize].inc();
+        if outcome == MessageOutcome::Duplicate {
+            self.hit(DedupLayer::Claim, 1);
+        }
+    }
+
+    /// Counts `n` repeats caught by `layer`.
+    pub fn hit(&self, layer: DedupLayer, n: u64) {
+        if n > 0 {
+            self.hits[layer as usize].inc_by(n);
+        }
+    }
+
+    /// Counts published outputs.
+    pub fn outputs(&self, n: u64) {
+        self.outputs.inc_by(n);
+    }
+
+    /// Counts a guest trap of `kind` (a bounded set of names).
+    pub fn trap(&self, kind: &str) {
+        self.traps
+            .get_or_create(&TrapLabels {
+                route: self.route.clone(),
+                trap: kind.to_string(),
+            })
+            .inc();
+    }
+
+    /// Records how long a guest ran.
+    pub fn guest_time(&self, elapsed: Duration) {
+        self.guest_seconds.observe(elapsed.as_secs_f64());
+    }
+
+    /// Records one claim write's latency.
+    pub fn claim_write(&self, elapsed: Duration) {
+        self.claim_write_seconds.observe(elapsed.as_secs_f64());
+    }
+
+    /// Records the time from an event's publish to its settlement.
+    pub fn end_to_end(&self, elapsed: Duration) {
+        self.end_to_end_seconds.observe(elapsed.as_secs_f64());
+    }
+
+    /// One more message in flight until the guard is dropped.
+    pub fn in_flight(self: &Arc<Self>) -> InFlight {
+        self.in_flight.inc();
+        InFlight(self.clone())
+    }
+
+    /// Sets the free guest slots (read at scrape time).
+    pub fn set_free_slots(&self, n: usize) {
+        self.free_slots.set(n as i64);
+    }
+
+    /// Sets the consumer's pending and ack-pending counts.
+    pub fn set_consumer(&self, pending: u64, ack_pending: usize) {
+        self.pending.set(pending as i64);
+        self.ack_pending.set(ack_pending as i64);
+    }
+
+    /// Records whether the route's consumer is bound (pulling works).
+    pub fn set_bound(&self, bound: bool) {
+        self.bound.set(bound as i64);
+    }
+
+    /// Whether the route's consumer is bound.
+    pub fn bound(&self) -> bool {
+        self.bound.get() == 1
+    }
+
+    /// A new version is served (`Some`) or none is (`None`): counts a deploy and moves the
+    /// `dedup_serving_info` series to the new digest.
+    pub fn serving(&self, digest: Option<&str>) {
+        let mut current = self.serving_digest.lock().expect("metrics lock");
+        if let Some(old) = current.take() {
+            self.serving.remove(&ServingLabels {
+                route: self.route.clone(),
+                digest: old,
+            });
+        }
+        if let Some(digest) = digest {
+            self.deploys.inc();
+            self.serving
+                .get_or_create(&ServingLabels {
+                    route: self.route.clone(),
+                    digest: digest.to_string(),
+                })
+                .set(1);
+            *current = Some(digest.to_string());
+        }
+    }
+
+    /// Counts a refused version.
+    pub fn refusal(&self) {
+        self.refusals.inc();
+    }
+}
+
+/// Holds one in-flight message of a route; dropping it counts the message as finished.
+pub struct InFlight(Arc<RouteMetrics>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.dec();
+    }
+}
+
+/// A copy of the host's counters summed over routes (the demo summary, tests).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatsSnapshot {
+    /// Messages whose handler succeeded and that were acked.
+    pub processed: u64,
+    /// Messages acked (or termed) without running: their key was completed or dead-lettered.
+    pub duplicates: u64,
+    /// Failed attempts that were naked for a later retry.
+    pub retried: u64,
+    /// Messages published to the dead-letter subject and termed.
+    pub dead_lettered: u64,
+    /// Outputs published (including ones the output stream deduplicated).
+    pub outputs_published: u64,
+    /// Messages naked because another owner held a live claim.
+    pub busy: u64,
+    /// Claims lost to another owner mid-flight (their work was dropped).
+    pub lost_claims: u64,
+    /// Infrastructure errors (NATS unavailable, publish failures) that led to a nak.
+    pub errors: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_per_route_and_sums_them() {
+        let m = Metrics::new();
+        let a = m.route("a");
+        a.outcome(MessageOutcome::Processed);
+        a.outcome(MessageOutcome::Duplicate);
+        m.route("b").outcome(MessageOutcome::Processed);
+        a.serving(Some("d1"));
+        a.serving(Some("d2"));
+        let s = m.snapshot();
+        assert_eq!((s.processed, s.duplicates), (2, 1));
+        let text = m.encode();
+        assert!(text.contains(r#"dedup_messages_total{route="a",outcome="processed"} 1"#));
+        assert!(text.contains(r#"dedup_hits_total{route="a",layer="claim"} 1"#));
+        assert!(text.contains(r#"dedup_serving_info{route="a",digest="d2"} 1"#));
+        assert!(!text.contains("d1"));
+        assert!(text.contains(r#"dedup_deploys_total{route="a"} 2"#));
+    }
+}

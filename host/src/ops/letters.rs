@@ -1,0 +1,285 @@
+//! Dead letters: listing them, replaying them once the handler is fixed, and purging the ones
+//! whose replay has completed.
+//!
+//! A replay puts the original payload and headers back on the original subject with the
+//! message id `replay:<letter sequence>`, after resetting the key's permanent failure with a
+//! revision-checked write, so the key runs again (attempt 1) on the version deployed now. A
+//! replay run twice by mistake runs the key once: the second run finds the key completed (or
+//! in progress) and skips it, and its publish would repeat the first's message id. A route
+//! keyed by `Nats-Msg-Id` keeps its key: the replay carries the first message id in
+//! [`REPLAYED_MSG_ID`], which key derivation prefers.
+
+use std::time::SystemTime;
+
+use async_nats::jetstream::Context;
+use async_nats::HeaderMap;
+use bytes::Bytes;
+use serde::Serialize;
+
+use super::scan::{self, Stored};
+use crate::claim::{key, ClaimRecord, ClaimState};
+use crate::config::Config;
+use crate::idempotency::{MSG_ID, REPLAYED_MSG_ID};
+use crate::pipeline::effects::headers;
+use crate::runtime::outputs::CONTROL_HEADER_PREFIX;
+
+/// The reason a replay writes into the claim record it resets.
+pub const REPLAY_REASON: &str = "replay of dead letter";
+
+/// One dead letter, as `dead-letters list` shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Letter {
+    /// Its sequence in the dead-letter stream.
+    pub sequence: u64,
+    /// When it was stored (Unix milliseconds).
+    pub time_ms: u64,
+    /// The route that matched (empty when none did).
+    pub route: String,
+    /// The idempotency key (empty when there was none).
+    pub key: String,
+    /// The last attempt (0 when the message never ran).
+    pub attempt: u32,
+    /// Why it was dead-lettered.
+    pub reason: String,
+    /// The subject the original was published on.
+    pub subject: String,
+    /// The original's sequence in the source stream.
+    pub source_sequence: Option<u64>,
+    /// The original payload's size when the letter's copy was cut short.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub truncated: Option<u64>,
+    #[serde(skip)]
+    stored: Option<Stored>,
+}
+
+impl Letter {
+    fn from_stored(m: Stored) -> Self {
+        let num = |name| m.header(name).and_then(|v: &str| v.parse().ok());
+        Self {
+            sequence: m.sequence,
+            time_ms: millis(m.time),
+            route: m.header(headers::ROUTE).unwrap_or_default().to_string(),
+            key: m.header(headers::KEY).unwrap_or_default().to_string(),
+            attempt: num(headers::ATTEMPT).unwrap_or(0) as u32,
+            reason: m.header(headers::REASON).unwrap_or_default().to_string(),
+            subject: m.header(headers::SUBJECT).unwrap_or_default().to_string(),
+            source_sequence: num(headers::SEQUENCE),
+            truncated: num(headers::TRUNCATED),
+            stored: Some(m),
+        }
+    }
+
+    /// The claim key of a letter that had a route and a key.
+    pub fn claim_key(&self) -> Option<String> {
+        (!self.route.is_empty() && !self.key.is_empty())
+            .then(|| key::encode(&self.route, &self.key))
+    }
+}
+
+fn millis(t: SystemTime) -> u64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Which letters a command works on.
+#[derive(Debug, Default, Clone)]
+pub struct Selection {
+    /// Only this route's.
+    pub route: Option<String>,
+    /// Only letters stored at or after this time.
+    pub since: Option<SystemTime>,
+    /// Only these letter sequences (all when empty).
+    pub sequences: Vec<u64>,
+}
+
+/// The dead letters the selection names, oldest first.
+pub async fn list(js: &Context, config: &Config, selection: &Selection) -> anyhow::Result<Vec<Letter>> {
+    let stored = scan::stream(js, &config.dead_letter.stream, "", selection.since).await?;
+    Ok(stored
+        .into_iter()
+        .map(Letter::from_stored)
+        .filter(|l| selection.route.as_ref().is_none_or(|r| *r == l.route))
+        .filter(|l| selection.sequences.is_empty() || selection.sequences.contains(&l.sequence))
+        .collect())
+}
+
+/// What a replay or purge did (or, dry, would do) with one letter.
+#[derive(Debug, Clone, Serialize)]
+pub struct Action {
+    /// The letter's sequence.
+    pub sequence: u64,
+    /// Its route and key.
+    pub route: String,
+    /// Its key.
+    pub key: String,
+    /// `replayed`, `purged`, or `skipped`.
+    pub action: &'static str,
+    /// Details: why skipped, or what was written.
+    pub detail: String,
+}
+
+/// Replays each letter (see the module documentation). With `dry_run`, only says what it
+/// would do.
+pub async fn replay(
+    js: &Context,
+    config: &Config,
+    letters: Vec<Letter>,
+    dry_run: bool,
+) -> anyhow::Result<Vec<Action>> {
+    let kv = js.get_key_value(&config.claims.bucket).await?;
+    let mut actions = Vec::with_capacity(letters.len());
+    for letter in letters {
+        let action = |action, detail: String| Action {
+            sequence: letter.sequence,
+            route: letter.route.clone(),
+            key: letter.key.clone(),
+            action,
+            detail,
+        };
+        if letter.subject.is_empty() {
+            actions.push(action("skipped", "not a dead letter: no Dedup-Original-Subject".into()));
+            continue;
+        }
+        let (payload, original_headers) = match original(js, config, &letter).await {
+            Ok(found) => found,
+            Err(e) => {
+                actions.push(action("skipped", format!("{e:#}")));
+                continue;
+            }
+        };
+        let mut reset = None;
+        if let Some(claim_key) = letter.claim_key() {
+            match kv.entry(&claim_key).await? {
+                Some(entry) if entry.operation == async_nats::jetstream::kv::Operation::Put => {
+                    let record = ClaimRecord::from_bytes(&entry.value)?;
+                    if !resettable(&record) {
+                        let state = format!("{:?}", record.state).to_lowercase();
+                        actions.push(action("skipped", format!("key is {state} (attempt {}): replayed already, or retried by the pipeline", record.attempt)));
+                        continue;
+                    }
+                    reset = Some((claim_key, record, entry.revision));
+                }
+                _ => {} // no record (aged out or never claimed): the replay claims afresh
+            }
+        }
+        let detail = format!(
+            "on `{}` as message id `replay:{}`{}",
+            letter.subject,
+            letter.sequence,
+            if reset.is_some() { ", key reset to run again" } else { "" }
+        );
+        if dry_run {
+            actions.push(action("would replay", detail));
+            continue;
+        }
+        if let Some((claim_key, mut record, revision)) = reset {
+            record.state = ClaimState::Failed;
+            record.permanent = false;
+            record.attempt = 0;
+            record.retry_at_ms = None;
+            record.reason = Some(format!("{REPLAY_REASON} {}", letter.sequence));
+            record.updated_ms = crate::claim::record::now_ms();
+            if let Err(e) = kv.update(&claim_key, record.to_bytes(), revision).await {
+                actions.push(action("skipped", format!("key changed meanwhile, not reset: {e}")));
+                continue;
+            }
+        }
+        let mut h = original_headers;
+        let first_id = letter.stored.as_ref().and_then(|m| m.header(&format!("{}{MSG_ID}", headers::ORIGINAL_PREFIX)).map(str::to_string));
+        if let Some(id) = first_id {
+            h.insert(REPLAYED_MSG_ID, id.as_str());
+        }
+        h.insert(MSG_ID, format!("replay:{}", letter.sequence).as_str());
+        js.publish_with_headers(letter.subject.clone(), h, payload)
+            .await?
+            .await
+            .map_err(|e| anyhow::anyhow!("replaying letter {} on `{}`: {e}", letter.sequence, letter.subject))?;
+        actions.push(action("replayed", detail));
+    }
+    Ok(actions)
+}
+
+/// Whether a replay may reset this record: failed for good, or reset by an earlier replay
+/// whose publish did not happen.
+fn resettable(record: &ClaimRecord) -> bool {
+    record.state == ClaimState::Failed
+        && (record.permanent
+            || record
+                .reason
+                .as_deref()
+                .is_some_and(|r| r.starts_with(REPLAY_REASON)))
+}
+
+/// The original payload and headers: the letter's own copy, or the source stream's message
+/// when the letter was cut short. The host's `Dedup-*` headers and every `Nats-*` control
+/// header are left out (kept copies included): they belong to the first delivery.
+async fn original(
+    js: &Context,
+    config: &Config,
+    letter: &Letter,
+) -> anyhow::Result<(Bytes, HeaderMap)> {
+    let stored = letter.stored.as_ref().expect("listed letters carry their message");
+    let (payload, source_headers) = match (letter.truncated, letter.source_sequence) {
+        (None, _) => (stored.payload.clone(), stored.headers.clone()),
+        (Some(_), Some(seq)) => {
+            let stream = js.get_stream(&config.source.stream).await?;
+            let m = stream.get_raw_message(seq).await.map_err(|e| {
+                anyhow::anyhow!("the letter holds a cut payload and source message {seq} is gone ({e}): nothing whole to replay")
+            })?;
+            (m.payload, Some(m.headers))
+        }
+        (Some(_), None) => anyhow::bail!("the letter holds a cut payload and names no source message"),
+    };
+    let mut h = HeaderMap::new();
+    for (name, values) in source_headers.iter().flat_map(|h| h.iter()) {
+        let n: &str = name.as_ref();
+        let lower = n.to_ascii_lowercase();
+        if lower.starts_with("dedup-") || lower.starts_with(&CONTROL_HEADER_PREFIX.to_ascii_lowercase()) {
+            continue;
+        }
+        for v in values {
+            h.append(name.clone(), v.clone());
+        }
+    }
+    Ok((payload, h))
+}
+
+/// Deletes the letters whose key has completed since (their replay ran). A letter without a
+/// key is deleted only when named by sequence: nothing else can tell that it was handled.
+pub async fn purge(
+    js: &Context,
+    config: &Config,
+    letters: Vec<Letter>,
+    named: bool,
+    dry_run: bool,
+) -> anyhow::Result<Vec<Action>> {
+    let kv = js.get_key_value(&config.claims.bucket).await?;
+    let stream = js.get_stream(&config.dead_letter.stream).await?;
+    let mut actions = Vec::new();
+    for letter in letters {
+        let done = match letter.claim_key() {
+            Some(claim_key) => match kv.get(&claim_key).await? {
+                Some(bytes) => ClaimRecord::from_bytes(&bytes)
+                    .is_ok_and(|r| r.state == ClaimState::Completed),
+                None => false,
+            },
+            None => named,
+        };
+        let (action, detail) = match (done, dry_run) {
+            (false, _) => ("skipped", "its key has not completed since: replay it first".to_string()),
+            (true, true) => ("would purge", String::new()),
+            (true, false) => {
+                stream.delete_message(letter.sequence).await?;
+                ("purged", String::new())
+            }
+        };
+        actions.push(Action {
+            sequence: letter.sequence,
+            route: letter.route,
+            key: letter.key,
+            action,
+            detail,
+        });
+    }
+    Ok(actions)
+}

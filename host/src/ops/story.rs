@@ -1,0 +1,182 @@
+//! One key's whole story, for `dedup-host inspect`: its claim record, the outputs it
+//! published and whether each is still in its stream, its dead letters, and the source
+//! messages that carry it.
+
+use async_nats::jetstream::Context;
+use serde::Serialize;
+
+use super::letters::{self, Letter, Selection};
+use super::scan;
+use crate::claim::{key, ClaimRecord};
+use crate::config::Config;
+use crate::idempotency;
+use crate::pipeline::effects::output_id;
+use crate::routes::Routes;
+
+/// Which key to tell about.
+#[derive(Debug, Clone)]
+pub enum Target {
+    /// An idempotency key of the route.
+    Key(String),
+    /// A source stream sequence: its key is derived as the pipeline would.
+    Sequence(u64),
+}
+
+/// Everything known about one key.
+#[derive(Debug, Serialize)]
+pub struct Story {
+    /// The route.
+    pub route: String,
+    /// The idempotency key.
+    pub key: String,
+    /// The key in the claim bucket.
+    pub claim_key: String,
+    /// One line: what became of the key.
+    pub verdict: String,
+    /// The claim record, if the bucket holds one.
+    pub claim: Option<ClaimRecord>,
+    /// The record's revision in the bucket.
+    pub revision: Option<u64>,
+    /// The outputs the completed record lists.
+    pub outputs: Vec<OutputState>,
+    /// Dead letters of this key.
+    pub dead_letters: Vec<Letter>,
+    /// Sequences in the source stream whose message carries this key.
+    pub source_sequences: Vec<u64>,
+}
+
+/// One output of a completed key.
+#[derive(Debug, Serialize)]
+pub struct OutputState {
+    /// Its `Nats-Msg-Id`.
+    pub id: String,
+    /// The stream that stored it.
+    pub stream: String,
+    /// Its sequence there.
+    pub sequence: u64,
+    /// Whether that sequence still holds it.
+    pub present: bool,
+}
+
+/// Tells `target`'s story on `route`.
+pub async fn tell(js: &Context, config: &Config, route: &str, target: Target) -> anyhow::Result<Story> {
+    let routes = Routes::unloaded(config);
+    let Some(r) = routes.iter().find(|r| r.name == route) else {
+        let names: Vec<_> = routes.iter().map(|r| r.name.as_str()).collect();
+        anyhow::bail!("no route `{route}` in the config (routes: {})", names.join(", "));
+    };
+    let source = js.get_stream(&config.source.stream).await?;
+    let key = match target {
+        Target::Key(k) => k,
+        Target::Sequence(seq) => {
+            let m = source
+                .get_raw_message(seq)
+                .await
+                .map_err(|e| anyhow::anyhow!("source message {seq}: {e}"))?;
+            if !crate::subject::matches(&r.subject, &m.subject) {
+                anyhow::bail!("source message {seq} is on `{}`, not route `{route}`'s `{}`", m.subject, r.subject);
+            }
+            idempotency::derive(&r.key, &m.subject, Some(&m.headers), &m.payload)
+                .map_err(|e| anyhow::anyhow!("source message {seq} has no key: {e}"))?
+        }
+    };
+    let claim_key = key::encode(route, &key);
+    let kv = js.get_key_value(&config.claims.bucket).await?;
+    let (claim, revision) = match kv.entry(&claim_key).await? {
+        Some(e) if e.operation == async_nats::jetstream::kv::Operation::Put => {
+            (Some(ClaimRecord::from_bytes(&e.value)?), Some(e.revision))
+        }
+        _ => (None, None),
+    };
+    let mut outputs = Vec::new();
+    for (i, o) in claim.iter().flat_map(|c| c.outputs.iter()).enumerate() {
+        let id = output_id(&claim_key, i);
+        let present = match js.get_stream(&o.stream).await {
+            Ok(s) => s.get_raw_message(o.sequence).await.is_ok_and(|m| {
+                m.headers.get("Nats-Msg-Id").is_some_and(|v| v.as_str() == id)
+            }),
+            Err(_) => false,
+        };
+        outputs.push(OutputState {
+            id,
+            stream: o.stream.clone(),
+            sequence: o.sequence,
+            present,
+        });
+    }
+    let selection = Selection {
+        route: Some(route.to_string()),
+        ..Selection::default()
+    };
+    let dead_letters: Vec<Letter> = letters::list(js, config, &selection)
+        .await?
+        .into_iter()
+        .filter(|l| l.key == key)
+        .collect();
+    let source_sequences = scan::stream(js, &config.source.stream, &r.subject, None)
+        .await?
+        .into_iter()
+        .filter(|m| {
+            idempotency::derive(&r.key, &m.subject, m.headers.as_ref(), &m.payload)
+                .is_ok_and(|k| k == key)
+        })
+        .map(|m| m.sequence)
+        .collect();
+    let mut story = Story {
+        route: route.to_string(),
+        key,
+        claim_key,
+        verdict: String::new(),
+        claim,
+        revision,
+        outputs,
+        dead_letters,
+        source_sequences,
+    };
+    story.verdict = verdict(&story);
+    Ok(story)
+}
+
+fn verdict(s: &Story) -> String {
+    use crate::claim::ClaimState::*;
+    let now = crate::claim::record::now_ms();
+    match &s.claim {
+        None if s.source_sequences.is_empty() && s.dead_letters.is_empty() => {
+            "unknown: no claim record, no dead letter, no source message carries this key".into()
+        }
+        None if !s.dead_letters.is_empty() => "dead-lettered before it was claimed".into(),
+        None => "not claimed yet (waiting in the stream, or its record aged out)".into(),
+        Some(c) => match c.state {
+            Completed => {
+                let missing = s.outputs.iter().filter(|o| !o.present).count();
+                let outputs = s.outputs.len();
+                if missing == 0 {
+                    format!("completed on attempt {} with {outputs} output(s), all present", c.attempt)
+                } else {
+                    format!("completed on attempt {} with {outputs} output(s); {missing} no longer in their stream", c.attempt)
+                }
+            }
+            Failed if c.permanent => format!(
+                "dead-lettered after attempt {}: {}",
+                c.attempt,
+                c.reason.as_deref().unwrap_or("")
+            ),
+            Failed => format!(
+                "attempt {} failed, will be retried{}: {}",
+                c.attempt,
+                c.retry_at_ms
+                    .filter(|t| *t > now)
+                    .map(|t| format!(" in {} ms", t - now))
+                    .unwrap_or_default(),
+                c.reason.as_deref().unwrap_or("")
+            ),
+            InProgress if c.lease_expires_ms < now => format!(
+                "in progress on attempt {} by `{}`, lease lapsed {} ms ago: another host will take it over",
+                c.attempt,
+                c.owner,
+                now - c.lease_expires_ms
+            ),
+            InProgress => format!("in progress on attempt {} by `{}`", c.attempt, c.owner),
+        },
+    }
+}
