@@ -41,7 +41,10 @@ mod tests {
     #[test]
     fn reads_the_trace_id_of_a_traceparent() {
         let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
-        assert_eq!(super::trace_id(tp), Some("4bf92f3577b34da6a3ce929d0e0e4736"));
+        assert_eq!(
+            super::trace_id(tp),
+            Some("4bf92f3577b34da6a3ce929d0e0e4736")
+        );
         assert_eq!(super::trace_id("garbage"), None);
         assert_eq!(super::trace_id("00-xyz-1-01"), None);
     }

@@ -108,8 +108,7 @@ impl Route {
     /// deployed). False while its first version loads, or after that version was refused.
     pub fn settled(&self) -> bool {
         self.guest.borrow().is_some()
-            || (self.decided.load(std::sync::atomic::Ordering::Relaxed)
-                && self.refused().is_none())
+            || (self.decided.load(std::sync::atomic::Ordering::Relaxed) && self.refused().is_none())
     }
 
     /// Records that a new version was refused; the current one keeps serving.

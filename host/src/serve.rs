@@ -12,11 +12,11 @@ use tokio::task::JoinHandle;
 use crate::claim::kv::KvClaimStore;
 use crate::claim::Claimer;
 use crate::config::Config;
+use crate::health::Health;
+use crate::metrics::{Metrics, StatsSnapshot};
 use crate::pipeline::{self, Shared};
 use crate::routes::Routes;
 use crate::runtime::{EngineSettings, Runtime};
-use crate::health::Health;
-use crate::metrics::{Metrics, StatsSnapshot};
 
 /// Guests run on their own threads so that CPU-bound guests cannot starve NATS I/O,
 /// heartbeats and acks, which stay on the caller's runtime.
@@ -200,13 +200,7 @@ pub async fn start_with_routes(
         ));
     }
     health.set_up(routes.clone());
-    let shared = Shared::new(
-        js,
-        config,
-        routes,
-        claimer,
-        guest_threads.handle(),
-    );
+    let shared = Shared::new(js, config, routes, claimer, guest_threads.handle());
     let loops = pipeline::spawn(Arc::new(shared), consumers, &client, &stopped);
     let task = tokio::spawn(async move {
         for result in futures::future::join_all(loops).await {

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use thiserror::Error;
 use tokio::sync::Mutex;
 
-use super::record::{OutputRef, now_ms, ClaimRecord, ClaimState};
+use super::record::{now_ms, ClaimRecord, ClaimState, OutputRef};
 use super::store::{ClaimError, ClaimStore};
 
 /// How many create/read/update rounds one claim tries before giving up for now.
@@ -412,7 +412,10 @@ mod tests {
         assert_eq!(fresh.attempt(), 2);
         assert!(fresh.fencing_token() > stale.fencing_token());
         assert!(matches!(stale.confirm().await, Err(LeaseLost::Reclaimed)));
-        assert!(matches!(stale.complete(Vec::new()).await, Err(LeaseLost::Reclaimed)));
+        assert!(matches!(
+            stale.complete(Vec::new()).await,
+            Err(LeaseLost::Reclaimed)
+        ));
         fresh.complete(Vec::new()).await.unwrap();
     }
 

@@ -14,8 +14,8 @@ use clap::Args;
 use crate::config::Config;
 use crate::dev::{data_dir, LocalServer};
 use crate::inspect::stream_messages;
-use crate::pipeline::effects::headers;
 use crate::ops::story::Target;
+use crate::pipeline::effects::headers;
 use crate::serve;
 
 /// The configuration used when `--config` is not given.
@@ -235,8 +235,12 @@ async fn demo(config: Config) -> anyhow::Result<()> {
     })
     .await?;
 
-    let story = crate::ops::story::tell(&js, &audit_config, "flaky", Target::Key("f-1".into())).await?;
-    println!("\n`dedup-host inspect --route flaky --key f-1`: {}", story.verdict);
+    let story =
+        crate::ops::story::tell(&js, &audit_config, "flaky", Target::Key("f-1".into())).await?;
+    println!(
+        "\n`dedup-host inspect --route flaky --key f-1`: {}",
+        story.verdict
+    );
     let report = crate::ops::audit::run(&js, &audit_config, None).await?;
     println!(
         "`dedup-host audit`: {} messages, {} keys: {} completed, {} dead-lettered, {} pending, {} anomalies",
@@ -247,7 +251,11 @@ async fn demo(config: Config) -> anyhow::Result<()> {
         report.pending,
         report.anomalies.len()
     );
-    anyhow::ensure!(report.anomalies.is_empty(), "the audit found anomalies: {:?}", report.anomalies);
+    anyhow::ensure!(
+        report.anomalies.is_empty(),
+        "the audit found anomalies: {:?}",
+        report.anomalies
+    );
     Ok(())
 }
 

@@ -21,7 +21,8 @@ async fn jetstream(
 
 /// Parses `--since`: a duration back from now (`1h`, `30m`, `7d`).
 fn since(s: &str) -> Result<Duration, String> {
-    humantime::parse_duration(s).map_err(|e| format!("`{s}` is not a duration such as 1h, 30m or 7d: {e}"))
+    humantime::parse_duration(s)
+        .map_err(|e| format!("`{s}` is not a duration such as 1h, 30m or 7d: {e}"))
 }
 
 fn ago(d: Option<Duration>) -> Option<SystemTime> {
@@ -68,10 +69,17 @@ pub async fn inspect(args: InspectArgs) -> anyhow::Result<ExitCode> {
     println!("verdict           {}", s.verdict);
     if let Some(c) = &s.claim {
         println!("claim record      revision {}", s.revision.unwrap_or(0));
-        println!("  state           {:?}{}", c.state, if c.permanent { " (permanent)" } else { "" });
+        println!(
+            "  state           {:?}{}",
+            c.state,
+            if c.permanent { " (permanent)" } else { "" }
+        );
         println!("  owner           {}", c.owner);
         println!("  attempt         {}", c.attempt);
-        println!("  fencing token   {}", c.fencing_token.map_or("-".into(), |t| t.to_string()));
+        println!(
+            "  fencing token   {}",
+            c.fencing_token.map_or("-".into(), |t| t.to_string())
+        );
         println!("  lease expires   {} ms", c.lease_expires_ms);
         println!("  digest          {}", c.digest);
         println!("  reason          {}", c.reason.as_deref().unwrap_or("-"));
@@ -81,10 +89,16 @@ pub async fn inspect(args: InspectArgs) -> anyhow::Result<ExitCode> {
     }
     for o in &s.outputs {
         let state = if o.present { "present" } else { "MISSING" };
-        println!("output            {} in {}:{} {state}", o.id, o.stream, o.sequence);
+        println!(
+            "output            {} in {}:{} {state}",
+            o.id, o.stream, o.sequence
+        );
     }
     for l in &s.dead_letters {
-        println!("dead letter       {} (attempt {}): {}", l.sequence, l.attempt, l.reason);
+        println!(
+            "dead letter       {} (attempt {}): {}",
+            l.sequence, l.attempt, l.reason
+        );
     }
     println!("source sequences  {:?}", s.source_sequences);
     Ok(ExitCode::SUCCESS)
@@ -189,14 +203,25 @@ pub async fn dead_letters(args: LettersArgs) -> anyhow::Result<ExitCode> {
             }
             return Ok(ExitCode::SUCCESS);
         }
-        LettersCommand::Replay { which, dry_run, json } => {
+        LettersCommand::Replay {
+            which,
+            dry_run,
+            json,
+        } => {
             let list = letters::list(&js, &config, &which.selection()).await?;
             (letters::replay(&js, &config, list, dry_run).await?, json)
         }
-        LettersCommand::Purge { which, dry_run, json } => {
+        LettersCommand::Purge {
+            which,
+            dry_run,
+            json,
+        } => {
             let list = letters::list(&js, &config, &which.selection()).await?;
             let named = !which.sequence.is_empty();
-            (letters::purge(&js, &config, list, named, dry_run).await?, json)
+            (
+                letters::purge(&js, &config, list, named, dry_run).await?,
+                json,
+            )
         }
     };
     js.client().flush().await?;
@@ -210,7 +235,10 @@ fn print_actions(actions: &[Action], json: bool) -> anyhow::Result<()> {
         return Ok(());
     }
     for a in actions {
-        println!("{:>8}  {:<12} {:<12} {:<24} {}", a.sequence, a.action, a.route, a.key, a.detail);
+        println!(
+            "{:>8}  {:<12} {:<12} {:<24} {}",
+            a.sequence, a.action, a.route, a.key, a.detail
+        );
     }
     eprintln!("{} letter(s)", actions.len());
     Ok(())

@@ -81,7 +81,9 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         host.instance_id()
     );
     if let Some(addr) = host.metrics_addr() {
-        eprintln!("dedup-host: metrics, health and readiness on http://{addr}/metrics /healthz /readyz");
+        eprintln!(
+            "dedup-host: metrics, health and readiness on http://{addr}/metrics /healthz /readyz"
+        );
     }
     shutdown_signal().await;
     eprintln!("dedup-host: shutting down");

@@ -57,7 +57,11 @@ pub struct Anomaly {
 }
 
 /// Runs the audit over source messages stored since `since` (all when `None`).
-pub async fn run(js: &Context, config: &Config, since: Option<SystemTime>) -> anyhow::Result<Report> {
+pub async fn run(
+    js: &Context,
+    config: &Config,
+    since: Option<SystemTime>,
+) -> anyhow::Result<Report> {
     let routes = Routes::unloaded(config);
     let source = scan::stream(js, &config.source.stream, "", since).await?;
     let claims = scan::claims(js, &config.claims.bucket).await?;
@@ -80,7 +84,11 @@ pub async fn run(js: &Context, config: &Config, since: Option<SystemTime>) -> an
         }
     }
 
-    let audited: HashSet<&str> = config.output_streams.iter().map(|s| s.name.as_str()).collect();
+    let audited: HashSet<&str> = config
+        .output_streams
+        .iter()
+        .map(|s| s.name.as_str())
+        .collect();
     let mut report = Report {
         messages: source.len() as u64,
         outputs: outputs.values().map(|v| v.len() as u64).sum(),
@@ -115,7 +123,11 @@ pub async fn run(js: &Context, config: &Config, since: Option<SystemTime>) -> an
                 if lettered_seqs.contains(&m.sequence) {
                     dead_lettered += 1;
                 } else if m.sequence <= ack_floors[&route.name] {
-                    anomaly("lost", &format!("seq:{}", m.sequence), "keyless message acknowledged without a dead letter".into());
+                    anomaly(
+                        "lost",
+                        &format!("seq:{}", m.sequence),
+                        "keyless message acknowledged without a dead letter".into(),
+                    );
                 } else {
                     pending += 1;
                 }
@@ -123,7 +135,10 @@ pub async fn run(js: &Context, config: &Config, since: Option<SystemTime>) -> an
             }
         };
         let claim_key = key::encode(&route.name, &id);
-        if keys.insert(claim_key, (m.sequence, route.name.clone())).is_some() {
+        if keys
+            .insert(claim_key, (m.sequence, route.name.clone()))
+            .is_some()
+        {
             duplicates += 1;
         }
     }
@@ -136,7 +151,14 @@ pub async fn run(js: &Context, config: &Config, since: Option<SystemTime>) -> an
                 if missing.is_empty() {
                     completed += 1;
                 } else {
-                    anomaly("completed_without_outputs", claim_key, format!("completed, but output(s) {} are in no output stream", missing.join(", ")));
+                    anomaly(
+                        "completed_without_outputs",
+                        claim_key,
+                        format!(
+                            "completed, but output(s) {} are in no output stream",
+                            missing.join(", ")
+                        ),
+                    );
                 }
             }
             Some(r) if r.state == ClaimState::Failed && r.permanent => dead_lettered += 1,
@@ -159,21 +181,46 @@ pub async fn run(js: &Context, config: &Config, since: Option<SystemTime>) -> an
         };
         if copies.len() > 1 {
             let at: Vec<_> = copies.iter().map(|(s, q)| format!("{s}:{q}")).collect();
-            anomaly("output_published_twice", claim_key, format!("output `{id}` is stored {} times ({})", copies.len(), at.join(", ")));
+            anomaly(
+                "output_published_twice",
+                claim_key,
+                format!(
+                    "output `{id}` is stored {} times ({})",
+                    copies.len(),
+                    at.join(", ")
+                ),
+            );
         }
         match claims.get(claim_key).map(|(r, _)| r) {
             Some(r) if r.state == ClaimState::Completed => {}
             Some(r) if r.state == ClaimState::InProgress && r.lease_expires_ms >= now => {}
-            Some(r) => anomaly("outputs_without_completed_record", claim_key, format!("output `{id}` exists but the key is {:?}", r.state)),
-            None => anomaly("outputs_without_completed_record", claim_key, format!("output `{id}` exists but the key has no claim record")),
+            Some(r) => anomaly(
+                "outputs_without_completed_record",
+                claim_key,
+                format!("output `{id}` exists but the key is {:?}", r.state),
+            ),
+            None => anomaly(
+                "outputs_without_completed_record",
+                claim_key,
+                format!("output `{id}` exists but the key has no claim record"),
+            ),
         }
     }
 
     // Dead letters of a key must have its record.
     for l in &letters {
-        let Some(claim_key) = l.claim_key() else { continue };
+        let Some(claim_key) = l.claim_key() else {
+            continue;
+        };
         if l.attempt > 0 && !claims.contains_key(&claim_key) {
-            anomaly("dead_letter_without_failed_record", &claim_key, format!("dead letter {} (attempt {}) but the key has no claim record", l.sequence, l.attempt));
+            anomaly(
+                "dead_letter_without_failed_record",
+                &claim_key,
+                format!(
+                    "dead letter {} (attempt {}) but the key has no claim record",
+                    l.sequence, l.attempt
+                ),
+            );
         }
     }
 
@@ -182,7 +229,9 @@ pub async fn run(js: &Context, config: &Config, since: Option<SystemTime>) -> an
     report.dead_lettered = dead_lettered;
     report.pending = pending;
     report.duplicates = duplicates;
-    report.anomalies.sort_by(|a, b| (a.class, &a.key).cmp(&(b.class, &b.key)));
+    report
+        .anomalies
+        .sort_by(|a, b| (a.class, &a.key).cmp(&(b.class, &b.key)));
     Ok(report)
 }
 
@@ -200,7 +249,9 @@ fn missing_outputs(
         .enumerate()
         .filter_map(|(i, o)| {
             let id = output_id(claim_key, i);
-            let present = outputs.get(&id).is_some_and(|c| c.iter().any(|(s, _)| *s == o.stream));
+            let present = outputs
+                .get(&id)
+                .is_some_and(|c| c.iter().any(|(s, _)| *s == o.stream));
             (audited.contains(o.stream.as_str()) && !present).then_some(id)
         })
         .collect()

@@ -40,7 +40,9 @@ pub async fn serve(
     mut stopped: watch::Receiver<bool>,
 ) -> anyhow::Result<(SocketAddr, JoinHandle<()>)> {
     let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
-        anyhow::anyhow!("cannot serve metrics on `{addr}` (`host.metrics_addr` / --metrics-addr): {e}")
+        anyhow::anyhow!(
+            "cannot serve metrics on `{addr}` (`host.metrics_addr` / --metrics-addr): {e}"
+        )
     })?;
     let bound = listener.local_addr()?;
     let state = Endpoints {
@@ -57,7 +59,10 @@ pub async fn serve(
         let stop = async move {
             let _ = stopped.wait_for(|s| *s).await;
         };
-        if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(stop).await {
+        if let Err(e) = axum::serve(listener, app)
+            .with_graceful_shutdown(stop)
+            .await
+        {
             tracing::error!("metrics endpoint stopped: {e}");
         }
     });
@@ -66,7 +71,9 @@ pub async fn serve(
 
 async fn metrics(State(s): State<Endpoints>) -> impl IntoResponse {
     for route in s.routes.iter() {
-        route.metrics.set_free_slots(route.slots.available_permits());
+        route
+            .metrics
+            .set_free_slots(route.slots.available_permits());
     }
     ([(header::CONTENT_TYPE, OPENMETRICS)], s.metrics.encode())
 }

@@ -93,7 +93,11 @@ pub struct Selection {
 }
 
 /// The dead letters the selection names, oldest first.
-pub async fn list(js: &Context, config: &Config, selection: &Selection) -> anyhow::Result<Vec<Letter>> {
+pub async fn list(
+    js: &Context,
+    config: &Config,
+    selection: &Selection,
+) -> anyhow::Result<Vec<Letter>> {
     let stored = scan::stream(js, &config.dead_letter.stream, "", selection.since).await?;
     Ok(stored
         .into_iter()
@@ -137,7 +141,10 @@ pub async fn replay(
             detail,
         };
         if letter.subject.is_empty() {
-            actions.push(action("skipped", "not a dead letter: no Dedup-Original-Subject".into()));
+            actions.push(action(
+                "skipped",
+                "not a dead letter: no Dedup-Original-Subject".into(),
+            ));
             continue;
         }
         let (payload, original_headers) = match original(js, config, &letter).await {
@@ -166,7 +173,11 @@ pub async fn replay(
             "on `{}` as message id `replay:{}`{}",
             letter.subject,
             letter.sequence,
-            if reset.is_some() { ", key reset to run again" } else { "" }
+            if reset.is_some() {
+                ", key reset to run again"
+            } else {
+                ""
+            }
         );
         if dry_run {
             actions.push(action("would replay", detail));
@@ -180,12 +191,18 @@ pub async fn replay(
             record.reason = Some(format!("{REPLAY_REASON} {}", letter.sequence));
             record.updated_ms = crate::claim::record::now_ms();
             if let Err(e) = kv.update(&claim_key, record.to_bytes(), revision).await {
-                actions.push(action("skipped", format!("key changed meanwhile, not reset: {e}")));
+                actions.push(action(
+                    "skipped",
+                    format!("key changed meanwhile, not reset: {e}"),
+                ));
                 continue;
             }
         }
         let mut h = original_headers;
-        let first_id = letter.stored.as_ref().and_then(|m| m.header(&format!("{}{MSG_ID}", headers::ORIGINAL_PREFIX)).map(str::to_string));
+        let first_id = letter.stored.as_ref().and_then(|m| {
+            m.header(&format!("{}{MSG_ID}", headers::ORIGINAL_PREFIX))
+                .map(str::to_string)
+        });
         if let Some(id) = first_id {
             h.insert(REPLAYED_MSG_ID, id.as_str());
         }
@@ -193,7 +210,13 @@ pub async fn replay(
         js.publish_with_headers(letter.subject.clone(), h, payload)
             .await?
             .await
-            .map_err(|e| anyhow::anyhow!("replaying letter {} on `{}`: {e}", letter.sequence, letter.subject))?;
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "replaying letter {} on `{}`: {e}",
+                    letter.sequence,
+                    letter.subject
+                )
+            })?;
         actions.push(action("replayed", detail));
     }
     Ok(actions)
@@ -218,7 +241,10 @@ async fn original(
     config: &Config,
     letter: &Letter,
 ) -> anyhow::Result<(Bytes, HeaderMap)> {
-    let stored = letter.stored.as_ref().expect("listed letters carry their message");
+    let stored = letter
+        .stored
+        .as_ref()
+        .expect("listed letters carry their message");
     let (payload, source_headers) = match (letter.truncated, letter.source_sequence) {
         (None, _) => (stored.payload.clone(), stored.headers.clone()),
         (Some(_), Some(seq)) => {
@@ -228,13 +254,17 @@ async fn original(
             })?;
             (m.payload, Some(m.headers))
         }
-        (Some(_), None) => anyhow::bail!("the letter holds a cut payload and names no source message"),
+        (Some(_), None) => {
+            anyhow::bail!("the letter holds a cut payload and names no source message")
+        }
     };
     let mut h = HeaderMap::new();
     for (name, values) in source_headers.iter().flat_map(|h| h.iter()) {
         let n: &str = name.as_ref();
         let lower = n.to_ascii_lowercase();
-        if lower.starts_with("dedup-") || lower.starts_with(&CONTROL_HEADER_PREFIX.to_ascii_lowercase()) {
+        if lower.starts_with("dedup-")
+            || lower.starts_with(&CONTROL_HEADER_PREFIX.to_ascii_lowercase())
+        {
             continue;
         }
         for v in values {
@@ -259,14 +289,18 @@ pub async fn purge(
     for letter in letters {
         let done = match letter.claim_key() {
             Some(claim_key) => match kv.get(&claim_key).await? {
-                Some(bytes) => ClaimRecord::from_bytes(&bytes)
-                    .is_ok_and(|r| r.state == ClaimState::Completed),
+                Some(bytes) => {
+                    ClaimRecord::from_bytes(&bytes).is_ok_and(|r| r.state == ClaimState::Completed)
+                }
                 None => false,
             },
             None => named,
         };
         let (action, detail) = match (done, dry_run) {
-            (false, _) => ("skipped", "its key has not completed since: replay it first".to_string()),
+            (false, _) => (
+                "skipped",
+                "its key has not completed since: replay it first".to_string(),
+            ),
             (true, true) => ("would purge", String::new()),
             (true, false) => {
                 stream.delete_message(letter.sequence).await?;

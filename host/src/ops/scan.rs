@@ -68,7 +68,7 @@ pub async fn claims(
     let messages = scan(
         js,
         &format!("KV_{bucket}"),
-        "",
+        &format!("{prefix}>"),
         DeliverPolicy::LastPerSubject,
         false,
     )

@@ -59,11 +59,19 @@ pub struct OutputState {
 }
 
 /// Tells `target`'s story on `route`.
-pub async fn tell(js: &Context, config: &Config, route: &str, target: Target) -> anyhow::Result<Story> {
+pub async fn tell(
+    js: &Context,
+    config: &Config,
+    route: &str,
+    target: Target,
+) -> anyhow::Result<Story> {
     let routes = Routes::unloaded(config);
     let Some(r) = routes.iter().find(|r| r.name == route) else {
         let names: Vec<_> = routes.iter().map(|r| r.name.as_str()).collect();
-        anyhow::bail!("no route `{route}` in the config (routes: {})", names.join(", "));
+        anyhow::bail!(
+            "no route `{route}` in the config (routes: {})",
+            names.join(", ")
+        );
     };
     let source = js.get_stream(&config.source.stream).await?;
     let key = match target {
@@ -74,7 +82,11 @@ pub async fn tell(js: &Context, config: &Config, route: &str, target: Target) ->
                 .await
                 .map_err(|e| anyhow::anyhow!("source message {seq}: {e}"))?;
             if !crate::subject::matches(&r.subject, &m.subject) {
-                anyhow::bail!("source message {seq} is on `{}`, not route `{route}`'s `{}`", m.subject, r.subject);
+                anyhow::bail!(
+                    "source message {seq} is on `{}`, not route `{route}`'s `{}`",
+                    m.subject,
+                    r.subject
+                );
             }
             idempotency::derive(&r.key, &m.subject, Some(&m.headers), &m.payload)
                 .map_err(|e| anyhow::anyhow!("source message {seq} has no key: {e}"))?
@@ -93,7 +105,9 @@ pub async fn tell(js: &Context, config: &Config, route: &str, target: Target) ->
         let id = output_id(&claim_key, i);
         let present = match js.get_stream(&o.stream).await {
             Ok(s) => s.get_raw_message(o.sequence).await.is_ok_and(|m| {
-                m.headers.get("Nats-Msg-Id").is_some_and(|v| v.as_str() == id)
+                m.headers
+                    .get("Nats-Msg-Id")
+                    .is_some_and(|v| v.as_str() == id)
             }),
             Err(_) => false,
         };

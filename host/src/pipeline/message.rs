@@ -13,9 +13,9 @@ use crate::bindings::{Event, Header};
 use crate::claim::{key, ClaimError, ClaimOutcome, ClaimStore, Lease};
 use crate::config::MissingKey;
 use crate::idempotency;
+use crate::metrics::MessageOutcome;
 use crate::routes::{Guest, Route};
 use crate::runtime::{Outcome, TrapKind};
-use crate::metrics::MessageOutcome;
 use tracing::Instrument as _;
 
 /// The W3C trace-context header: carried from an event to its outputs and dead letters.
@@ -73,7 +73,9 @@ impl<S: ClaimStore> Shared<S> {
         // enabled whenever the warnings inside it are).
         let span = tracing::warn_span!(
             "message",
-            route = route.as_ref().map_or(crate::metrics::UNROUTED, |r| r.name.as_str()),
+            route = route
+                .as_ref()
+                .map_or(crate::metrics::UNROUTED, |r| r.name.as_str()),
             sequence,
             key = tracing::field::Empty,
             attempt = tracing::field::Empty,
@@ -84,14 +86,15 @@ impl<S: ClaimStore> Shared<S> {
         self.route_and_run(&d, route).instrument(span).await;
         let published_ns = u64::try_from(published.unix_timestamp_nanos()).unwrap_or(0);
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
-        let age = now.unwrap_or_default().saturating_sub(Duration::from_nanos(published_ns));
+        let age = now
+            .unwrap_or_default()
+            .saturating_sub(Duration::from_nanos(published_ns));
         metrics.end_to_end(age);
         drop(in_flight);
     }
 
     /// Routes, keys, claims and runs one delivery.
     async fn route_and_run(&self, d: &Delivery, route: Option<Arc<Route>>) {
-
         let Some(route) = route else {
             if self.routes.find(&d.message.subject).is_some() {
                 // The route's own consumer has it.

@@ -92,7 +92,10 @@ impl<S: ClaimStore> Shared<S> {
             key: c.key,
             id: format!("dl:{}", c.lease.key()),
         };
-        let recorded = match self.publish_dead_letter(c.d, letter, &c.route.metrics).await {
+        let recorded = match self
+            .publish_dead_letter(c.d, letter, &c.route.metrics)
+            .await
+        {
             Ok(()) => {
                 c.route.metrics.outcome(MessageOutcome::DeadLettered);
                 reason.to_string()

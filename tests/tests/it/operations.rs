@@ -31,7 +31,11 @@ allowed_outputs = ["in.bad.*.done"]
 fn get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(s, "GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n").ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
     let mut text = String::new();
     s.read_to_string(&mut text).ok()?;
     let status = text.split(' ').nth(1)?.parse().ok()?;
@@ -49,7 +53,10 @@ fn value(e: &Exposition, family: &str, labels: &[(&str, &str)]) -> f64 {
         .unwrap_or_else(|| panic!("no family `{family}`"));
     for s in family.iter_samples() {
         let set = s.get_labelset().expect("labels");
-        if labels.iter().all(|(k, v)| set.get_label_value(k) == Some(*v)) {
+        if labels
+            .iter()
+            .all(|(k, v)| set.get_label_value(k) == Some(*v))
+        {
             return match &s.value {
                 OpenMetricsValue::Counter(c) => c.value.as_f64(),
                 OpenMetricsValue::Gauge(n) | OpenMetricsValue::Unknown(n) => n.as_f64(),
@@ -64,69 +71,147 @@ fn value(e: &Exposition, family: &str, labels: &[(&str, &str)]) -> f64 {
 fn scrape(addr: SocketAddr) -> Exposition {
     let (status, body) = get(addr, "/metrics").expect("scrape");
     assert_eq!(status, 200);
-    openmetrics_parser::openmetrics::parse_openmetrics(&body).expect("the scrape parses as OpenMetrics")
+    openmetrics_parser::openmetrics::parse_openmetrics(&body)
+        .expect("the scrape parses as OpenMetrics")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_count_a_known_workload_per_route_and_layer() {
     let env = TestEnv::start().await;
-    let mut config = env.config(&Timing::default(), ROUTES);
+    // A route with nothing deployed in the object store: its messages wait, and the poller
+    // sees them.
+    let idle = format!("{ROUTES}\n[[routes]]\nname = \"idle\"\nsubject = \"in.idle.*\"\n");
+    let mut config = env.config(&Timing::default(), &idle);
     config.host.metrics_addr = Some("127.0.0.1:0".parse().unwrap());
     config.host.instance_id = Some("metered".into());
     let host = dedup_host::serve::start(config).await.expect("host starts");
     let addr = host.metrics_addr().expect("metrics served");
 
     for i in 0..5 {
-        env.publish(&format!("in.upper.e{i}"), &format!("m{i}"), &[("Idem-Key", &format!("k{i}"))], "hi").await;
+        env.publish(
+            &format!("in.upper.e{i}"),
+            &format!("m{i}"),
+            &[("Idem-Key", &format!("k{i}"))],
+            "hi",
+        )
+        .await;
     }
     // Two producer retries under new message ids: caught by the claim.
     for i in 0..2 {
-        env.publish(&format!("in.upper.e{i}"), &format!("m{i}-again"), &[("Idem-Key", &format!("k{i}"))], "hi").await;
+        env.publish(
+            &format!("in.upper.e{i}"),
+            &format!("m{i}-again"),
+            &[("Idem-Key", &format!("k{i}"))],
+            "hi",
+        )
+        .await;
     }
     // A repeat of a message id: caught by the stream, never delivered.
-    assert!(env.publish("in.upper.e0", "m0", &[("Idem-Key", "k0")], "hi").await);
+    assert!(
+        env.publish("in.upper.e0", "m0", &[("Idem-Key", "k0")], "hi")
+            .await
+    );
     env.publish("in.bad.x", "b1", &[], "reject:malformed").await;
     env.publish("in.bad.y", "b2", &[], "panic").await;
-    env.wait_completed("upper", &["k0", "k1", "k2", "k3", "k4"], Duration::from_secs(20)).await;
+    env.wait_completed(
+        "upper",
+        &["k0", "k1", "k2", "k3", "k4"],
+        Duration::from_secs(20),
+    )
+    .await;
     // A re-run after the record was lost: its output is a duplicate for the output stream.
     let kv = env.js.get_key_value(BUCKET).await.unwrap();
     kv.purge(key::encode("upper", "k4")).await.unwrap();
-    env.publish("in.upper.e4", "m4-rerun", &[("Idem-Key", "k4")], "hi").await;
-    env.wait_completed("upper", &["k4"], Duration::from_secs(20)).await;
+    env.publish("in.upper.e4", "m4-rerun", &[("Idem-Key", "k4")], "hi")
+        .await;
+    env.wait_completed("upper", &["k4"], Duration::from_secs(20))
+        .await;
     env.wait_drained(Duration::from_secs(30)).await;
 
     let m = scrape(addr);
-    let upper = |outcome| value(&m, "dedup_messages", &[("route", "upper"), ("outcome", outcome)]);
+    let upper = |outcome| {
+        value(
+            &m,
+            "dedup_messages",
+            &[("route", "upper"), ("outcome", outcome)],
+        )
+    };
     assert_eq!(upper("processed"), 6.0);
     assert_eq!(upper("duplicate"), 2.0);
     assert_eq!(upper("dead_lettered"), 0.0);
-    let bad = |outcome| value(&m, "dedup_messages", &[("route", "bad"), ("outcome", outcome)]);
-    assert_eq!(bad("dead_lettered"), 2.0, "the rejection, and the panic after its last attempt");
-    assert_eq!(bad("retried"), 4.0, "the panic, retried until out of attempts");
+    let bad = |outcome| {
+        value(
+            &m,
+            "dedup_messages",
+            &[("route", "bad"), ("outcome", outcome)],
+        )
+    };
+    assert_eq!(
+        bad("dead_lettered"),
+        2.0,
+        "the rejection, and the panic after its last attempt"
+    );
+    assert_eq!(
+        bad("retried"),
+        4.0,
+        "the panic, retried until out of attempts"
+    );
     let hits = |route, layer| value(&m, "dedup_hits", &[("route", route), ("layer", layer)]);
     assert_eq!(hits("upper", "claim"), 2.0);
     assert_eq!(hits("upper", "output"), 1.0);
     assert_eq!(hits("upper", "stream"), 0.0);
     assert_eq!(value(&m, "dedup_outputs", &[("route", "upper")]), 6.0);
-    assert_eq!(value(&m, "dedup_traps", &[("route", "bad"), ("trap", "guest trap")]), 5.0);
+    assert_eq!(
+        value(
+            &m,
+            "dedup_traps",
+            &[("route", "bad"), ("trap", "guest trap")]
+        ),
+        5.0
+    );
     assert_eq!(value(&m, "dedup_guest_seconds", &[("route", "upper")]), 6.0);
     assert!(value(&m, "dedup_claim_write_seconds", &[("route", "upper")]) >= 8.0);
     assert!(value(&m, "dedup_end_to_end_seconds", &[("route", "upper")]) >= 8.0);
     assert_eq!(value(&m, "dedup_in_flight", &[("route", "upper")]), 0.0);
-    assert_eq!(value(&m, "dedup_free_guest_slots", &[("route", "upper")]), 16.0);
+    assert_eq!(
+        value(&m, "dedup_free_guest_slots", &[("route", "upper")]),
+        16.0
+    );
     assert_eq!(value(&m, "dedup_deploys", &[("route", "upper")]), 1.0);
-    assert_eq!(value(&m, "dedup_consumer_bound", &[("route", "upper")]), 1.0);
+    assert_eq!(
+        value(&m, "dedup_consumer_bound", &[("route", "upper")]),
+        1.0
+    );
     let serving = &m.families["dedup_serving_info"];
-    assert_eq!(serving.iter_samples().count(), 2, "one version per route");
-    // The consumer poller reports within its interval.
-    wait_for(Duration::from_secs(15), "ack-pending polled", || async {
+    assert_eq!(
+        serving.iter_samples().count(),
+        2,
+        "one version per served route"
+    );
+    // The consumer poller reports the waiting messages within its interval.
+    for i in 0..3 {
+        env.publish(&format!("in.idle.e{i}"), &format!("i{i}"), &[], "x")
+            .await;
+    }
+    wait_for(Duration::from_secs(15), "pending polled", || async {
         let m = scrape(addr);
-        let polled = m.families["dedup_consumer_pending"].iter_samples().count() == 2;
-        (polled && value(&m, "dedup_consumer_ack_pending", &[("route", "upper")]) == 0.0).then_some(())
+        (value(&m, "dedup_consumer_pending", &[("route", "idle")]) == 3.0).then_some(())
     })
     .await;
+    assert_eq!(
+        value(
+            &scrape(addr),
+            "dedup_consumer_ack_pending",
+            &[("route", "upper")]
+        ),
+        0.0
+    );
     let stats = host.shutdown().await.unwrap();
-    assert_eq!((stats.processed, stats.duplicates), (6, 2), "one source of truth");
+    assert_eq!(
+        (stats.processed, stats.duplicates),
+        (6, 2),
+        "one source of truth"
+    );
 }
 
 /// Starts `dedup-host run` with `extra` flags; its stderr is piped for the caller.
@@ -164,9 +249,18 @@ allowed_outputs = ["in.slow.*.done"]
         component.display()
     );
     let addr = free_addr();
-    let mut child = run_host(&env, &routes, &["--metrics-addr", &addr.to_string(), "--log-format", "json"]);
+    let mut child = run_host(
+        &env,
+        &routes,
+        &["--metrics-addr", &addr.to_string(), "--log-format", "json"],
+    );
     let stderr = child.stderr.take().unwrap();
-    let lines = std::thread::spawn(move || BufReader::new(stderr).lines().map_while(Result::ok).collect::<Vec<_>>());
+    let lines = std::thread::spawn(move || {
+        BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+            .collect::<Vec<_>>()
+    });
 
     let body = wait_for(Duration::from_secs(30), "/readyz answering 503", || async {
         match get(addr, "/readyz") {
@@ -177,8 +271,18 @@ allowed_outputs = ["in.slow.*.done"]
     .await;
     let missing: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(missing["ready"], false);
-    assert!(missing["missing"][0].as_str().unwrap().contains("route `slow`"), "{body}");
-    assert_eq!(get(addr, "/healthz").unwrap().0, 200, "alive while not ready");
+    assert!(
+        missing["missing"][0]
+            .as_str()
+            .unwrap()
+            .contains("route `slow`"),
+        "{body}"
+    );
+    assert_eq!(
+        get(addr, "/healthz").unwrap().0,
+        200,
+        "alive while not ready"
+    );
 
     std::fs::copy(guest("hostile"), &component).unwrap();
     wait_for(Duration::from_secs(30), "/readyz answering 200", || async {
@@ -187,39 +291,74 @@ allowed_outputs = ["in.slow.*.done"]
     .await;
 
     let traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
-    env.publish("in.slow.a", "s1", &[("traceparent", traceparent)], "sleep-reject:3000").await;
-    env.publish("in.slow.b", "s2", &[("traceparent", traceparent)], "hello").await;
+    env.publish(
+        "in.slow.a",
+        "s1",
+        &[("traceparent", traceparent)],
+        "sleep-reject:3000",
+    )
+    .await;
+    env.publish("in.slow.b", "s2", &[("traceparent", traceparent)], "hello")
+        .await;
     wait_for(Duration::from_secs(20), "the output", || async {
         (!env.messages(OUTPUTS).await.is_empty()).then_some(())
     })
     .await;
     let output = &env.messages(OUTPUTS).await[0];
-    assert_eq!(output.headers.get("traceparent").map(|v| v.as_str()), Some(traceparent), "trace context carried to outputs");
+    assert_eq!(
+        output.headers.get("traceparent").map(|v| v.as_str()),
+        Some(traceparent),
+        "trace context carried to outputs"
+    );
     // The slow message is running: SIGTERM must turn /readyz to 503 while it drains.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
-    wait_for(Duration::from_secs(5), "/readyz answering 503 while draining", || async {
-        let (status, body) = get(addr, "/readyz")?;
-        (status == 503 && body.contains("shutting down")).then_some(())
-    })
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    wait_for(
+        Duration::from_secs(5),
+        "/readyz answering 503 while draining",
+        || async {
+            let (status, body) = get(addr, "/readyz")?;
+            (status == 503 && body.contains("shutting down")).then_some(())
+        },
+    )
     .await;
     assert!(child.wait().unwrap().success());
 
     let letters = env.messages(DEAD).await;
-    assert_eq!(letters.len(), 1, "the slow rejection was dead-lettered during the drain");
-    assert_eq!(letters[0].headers.get("traceparent").map(|v| v.as_str()), Some(traceparent), "trace context carried to dead letters");
+    assert_eq!(
+        letters.len(),
+        1,
+        "the slow rejection was dead-lettered during the drain"
+    );
+    assert_eq!(
+        letters[0].headers.get("traceparent").map(|v| v.as_str()),
+        Some(traceparent),
+        "trace context carried to dead letters"
+    );
     let lines = lines.join().unwrap();
     let dead_lettering = lines
         .iter()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .find(|l| l["fields"]["message"].as_str().is_some_and(|m| m.starts_with("dead-lettering")))
+        .find(|l| {
+            l["fields"]["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("dead-lettering"))
+        })
         .unwrap_or_else(|| panic!("no JSON dead-lettering line in {lines:#?}"));
     let span = &dead_lettering["span"];
     assert_eq!(span["route"], "slow");
     assert_eq!(span["key"], "s1");
     assert_eq!(span["attempt"], 1);
     assert!(span["fencing_token"].as_u64().is_some(), "{span}");
-    assert!(span["digest"].as_str().is_some_and(|d| d.starts_with("sha256:")), "{span}");
+    assert!(
+        span["digest"]
+            .as_str()
+            .is_some_and(|d| d.starts_with("sha256:")),
+        "{span}"
+    );
     assert_eq!(span["trace_id"], "4bf92f3577b34da6a3ce929d0e0e4736");
 }
 
@@ -236,7 +375,10 @@ fn cli(env: &TestEnv, routes: &str, args: &[&str]) -> (i32, String) {
         .expect("run dedup-host");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!stderr.contains("error:"), "{args:?}: {stderr}");
-    (out.status.code().unwrap_or(-1), String::from_utf8(out.stdout).unwrap())
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8(out.stdout).unwrap(),
+    )
 }
 
 fn json(out: &str) -> serde_json::Value {
@@ -247,25 +389,47 @@ fn json(out: &str) -> serde_json::Value {
 async fn inspect_tells_a_completed_a_retried_a_dead_lettered_and_an_unknown_key() {
     let env = TestEnv::start().await;
     let timing = Timing {
-        backoff: r#"["1h"]"#,
+        backoff: r#"["60s"]"#,
         ..Timing::default()
     };
     let host = env.host(&timing, ROUTES, "inspected").await;
-    env.publish("in.upper.a", "m1", &[("Idem-Key", "done-key")], "hi").await;
+    env.publish("in.upper.a", "m1", &[("Idem-Key", "done-key")], "hi")
+        .await;
     env.publish("in.bad.r", "retried-key", &[], "retry:1").await;
-    env.publish("in.bad.d", "dead-key", &[], "reject:no").await;
-    env.wait_completed("upper", &["done-key"], Duration::from_secs(20)).await;
-    wait_for(Duration::from_secs(20), "the retry and the rejection recorded", || async {
-        let r = env.claim("bad", "retried-key").await?;
-        let d = env.claim("bad", "dead-key").await?;
-        (r.state == ClaimState::Failed && d.permanent).then_some(())
-    })
+    env.publish("in.bad.d", "dead-key", &[], "sleep-reject:0")
+        .await;
+    env.wait_completed("upper", &["done-key"], Duration::from_secs(20))
+        .await;
+    wait_for(
+        Duration::from_secs(20),
+        "the retry and the rejection recorded",
+        || async {
+            let r = env.claim("bad", "retried-key").await?;
+            let d = env.claim("bad", "dead-key").await?;
+            (r.state == ClaimState::Failed && d.permanent).then_some(())
+        },
+    )
     .await;
     host.shutdown().await.unwrap();
 
-    let story = |route: &str, flag: &str, k: &str| json(&cli(&env, ROUTES, &["inspect", "--route", route, flag, k, "--json"]).1);
+    let story = |route: &str, flag: &str, k: &str| {
+        json(
+            &cli(
+                &env,
+                ROUTES,
+                &["inspect", "--route", route, flag, k, "--json"],
+            )
+            .1,
+        )
+    };
     let done = story("upper", "--key", "done-key");
-    assert!(done["verdict"].as_str().unwrap().starts_with("completed on attempt 1 with 1 output(s), all present"), "{done}");
+    assert!(
+        done["verdict"]
+            .as_str()
+            .unwrap()
+            .starts_with("completed on attempt 1 with 1 output(s), all present"),
+        "{done}"
+    );
     assert_eq!(done["claim"]["state"], "completed");
     assert_eq!(done["outputs"][0]["present"], true);
     assert_eq!(done["outputs"][0]["stream"], OUTPUTS);
@@ -275,18 +439,37 @@ async fn inspect_tells_a_completed_a_retried_a_dead_lettered_and_an_unknown_key(
     assert_eq!(by_sequence["key"], "done-key");
 
     let retried = story("bad", "--key", "retried-key");
-    assert!(retried["verdict"].as_str().unwrap().starts_with("attempt 1 failed, will be retried in"), "{retried}");
+    assert!(
+        retried["verdict"]
+            .as_str()
+            .unwrap()
+            .starts_with("attempt 1 failed, will be retried in"),
+        "{retried}"
+    );
     assert_eq!(retried["dead_letters"], serde_json::json!([]));
 
     let dead = story("bad", "--key", "dead-key");
-    assert!(dead["verdict"].as_str().unwrap().starts_with("dead-lettered after attempt 1: no"), "{dead}");
-    assert_eq!(dead["dead_letters"][0]["reason"], "no");
+    assert!(
+        dead["verdict"]
+            .as_str()
+            .unwrap()
+            .starts_with("dead-lettered after attempt 1: rejected after sleeping"),
+        "{dead}"
+    );
+    assert_eq!(dead["dead_letters"][0]["reason"], "rejected after sleeping");
     assert_eq!(dead["dead_letters"][0]["source_sequence"], 3);
 
     let unknown = story("upper", "--key", "never-seen");
-    assert!(unknown["verdict"].as_str().unwrap().starts_with("unknown"), "{unknown}");
+    assert!(
+        unknown["verdict"].as_str().unwrap().starts_with("unknown"),
+        "{unknown}"
+    );
     assert!(unknown["claim"].is_null());
-    let (code, table) = cli(&env, ROUTES, &["inspect", "--route", "upper", "--key", "done-key"]);
+    let (code, table) = cli(
+        &env,
+        ROUTES,
+        &["inspect", "--route", "upper", "--key", "done-key"],
+    );
     assert_eq!(code, 0);
     assert!(table.contains("verdict           completed"), "{table}");
 }
@@ -308,53 +491,174 @@ allowed_outputs = ["in.fixme.*.done"]
     );
     let host = env.host(&Timing::default(), &routes, "replayer").await;
     for i in 0..3 {
-        env.publish(&format!("in.fixme.e{i}"), &format!("f{i}"), &[("Customer", "c1")], format!("reject:bug {i}")).await;
+        env.publish(
+            &format!("in.fixme.e{i}"),
+            &format!("f{i}"),
+            &[("Customer", "c1")],
+            format!("sleep-reject:{i}"),
+        )
+        .await;
     }
     wait_for(Duration::from_secs(20), "three dead letters", || async {
         (env.messages(DEAD).await.len() == 3).then_some(())
     })
     .await;
-    let (_, listed) = cli(&env, &routes, &["dead-letters", "list", "--route", "fixme", "--json"]);
+    let (_, listed) = cli(
+        &env,
+        &routes,
+        &["dead-letters", "list", "--route", "fixme", "--json"],
+    );
     let listed = json(&listed);
     assert_eq!(listed.as_array().unwrap().len(), 3);
-    assert_eq!(listed[0]["reason"], "bug 0");
+    assert_eq!(listed[0]["reason"], "rejected after sleeping");
 
     // The fix: a handler that succeeds on the same payloads.
     std::fs::copy(guest("uppercase"), &component).unwrap();
-    wait_for(Duration::from_secs(20), "the fixed version served", || async {
-        let digest = dedup_host::runtime::digest(&std::fs::read(guest("uppercase")).ok()?);
-        let m = host.metrics().encode();
-        m.contains(&format!("digest=\"{digest}\"")).then_some(())
-    })
+    wait_for(
+        Duration::from_secs(20),
+        "the fixed version served",
+        || async {
+            let digest = dedup_host::runtime::digest(&std::fs::read(guest("uppercase")).ok()?);
+            let m = host.metrics().encode();
+            m.contains(&format!("digest=\"{digest}\"")).then_some(())
+        },
+    )
     .await;
-    let (_, dry) = cli(&env, &routes, &["dead-letters", "replay", "--route", "fixme", "--all", "--dry-run", "--json"]);
-    assert!(json(&dry).as_array().unwrap().iter().all(|a| a["action"] == "would replay"));
-    assert!(env.claim("fixme", "f0").await.unwrap().permanent, "a dry run writes nothing");
+    let (_, dry) = cli(
+        &env,
+        &routes,
+        &[
+            "dead-letters",
+            "replay",
+            "--route",
+            "fixme",
+            "--all",
+            "--dry-run",
+            "--json",
+        ],
+    );
+    assert!(json(&dry)
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|a| a["action"] == "would replay"));
+    assert!(
+        env.claim("fixme", "f0").await.unwrap().permanent,
+        "a dry run writes nothing"
+    );
 
-    let (code, first) = cli(&env, &routes, &["dead-letters", "replay", "--route", "fixme", "--all", "--json"]);
+    let (code, first) = cli(
+        &env,
+        &routes,
+        &[
+            "dead-letters",
+            "replay",
+            "--route",
+            "fixme",
+            "--all",
+            "--json",
+        ],
+    );
     assert_eq!(code, 0);
-    assert!(json(&first).as_array().unwrap().iter().all(|a| a["action"] == "replayed"), "{first}");
-    let (_, second) = cli(&env, &routes, &["dead-letters", "replay", "--route", "fixme", "--all", "--json"]);
-    env.wait_completed("fixme", &["f0", "f1", "f2"], Duration::from_secs(20)).await;
-    let (_, third) = cli(&env, &routes, &["dead-letters", "replay", "--route", "fixme", "--all", "--json"]);
+    assert!(
+        json(&first)
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|a| a["action"] == "replayed"),
+        "{first}"
+    );
+    let (_, second) = cli(
+        &env,
+        &routes,
+        &[
+            "dead-letters",
+            "replay",
+            "--route",
+            "fixme",
+            "--all",
+            "--json",
+        ],
+    );
+    env.wait_completed("fixme", &["f0", "f1", "f2"], Duration::from_secs(20))
+        .await;
+    let (_, third) = cli(
+        &env,
+        &routes,
+        &[
+            "dead-letters",
+            "replay",
+            "--route",
+            "fixme",
+            "--all",
+            "--json",
+        ],
+    );
     for repeat in [&second, &third] {
         let actions = json(repeat);
-        assert!(actions.as_array().unwrap().iter().all(|a| a["action"] == "skipped" || a["action"] == "replayed"), "{repeat}");
+        assert!(
+            actions
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|a| a["action"] == "skipped" || a["action"] == "replayed"),
+            "{repeat}"
+        );
     }
-    assert!(json(&third).as_array().unwrap().iter().all(|a| a["action"] == "skipped"), "{third}");
+    assert!(
+        json(&third)
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|a| a["action"] == "skipped"),
+        "{third}"
+    );
     env.wait_drained(Duration::from_secs(20)).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let outputs = env.messages(OUTPUTS).await;
-    let mut payloads: Vec<_> = outputs.iter().map(|m| String::from_utf8_lossy(&m.payload).to_string()).collect();
+    let mut payloads: Vec<_> = outputs
+        .iter()
+        .map(|m| String::from_utf8_lossy(&m.payload).to_string())
+        .collect();
     payloads.sort();
-    assert_eq!(payloads, ["REJECT:BUG 0", "REJECT:BUG 1", "REJECT:BUG 2"], "each key completed exactly once");
+    assert_eq!(
+        payloads,
+        ["SLEEP-REJECT:0", "SLEEP-REJECT:1", "SLEEP-REJECT:2"],
+        "each key completed exactly once"
+    );
     let replayed = env.messages(SOURCE).await;
-    assert_eq!(replayed.len(), 6, "three originals, three replays (the repeat was deduplicated or skipped)");
-    assert_eq!(replayed[3].headers.get("Customer").map(|v| v.as_str()), Some("c1"), "original headers restored");
+    assert_eq!(
+        replayed.len(),
+        6,
+        "three originals, three replays (the repeat was deduplicated or skipped)"
+    );
+    assert_eq!(
+        replayed[3].headers.get("Customer").map(|v| v.as_str()),
+        Some("c1"),
+        "original headers restored"
+    );
     assert!(replayed[3].headers.get("Dedup-Reason").is_none());
 
-    let (_, purged) = cli(&env, &routes, &["dead-letters", "purge", "--route", "fixme", "--all", "--json"]);
-    assert!(json(&purged).as_array().unwrap().iter().all(|a| a["action"] == "purged"), "{purged}");
+    let (_, purged) = cli(
+        &env,
+        &routes,
+        &[
+            "dead-letters",
+            "purge",
+            "--route",
+            "fixme",
+            "--all",
+            "--json",
+        ],
+    );
+    assert!(
+        json(&purged)
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|a| a["action"] == "purged"),
+        "{purged}"
+    );
     assert!(env.messages(DEAD).await.is_empty());
     host.shutdown().await.unwrap();
 }
@@ -364,16 +668,29 @@ async fn audit_is_clean_after_a_workload_and_names_each_fabricated_anomaly() {
     let env = TestEnv::start().await;
     let host = env.host(&Timing::default(), ROUTES, "audited").await;
     for i in 0..40 {
-        env.publish(&format!("in.upper.e{i}"), &format!("m{i}"), &[("Idem-Key", &format!("k{i}"))], "x").await;
+        env.publish(
+            &format!("in.upper.e{i}"),
+            &format!("m{i}"),
+            &[("Idem-Key", &format!("k{i}"))],
+            "x",
+        )
+        .await;
         if i % 4 == 0 {
-            env.publish(&format!("in.upper.e{i}"), &format!("m{i}-again"), &[("Idem-Key", &format!("k{i}"))], "x").await;
+            env.publish(
+                &format!("in.upper.e{i}"),
+                &format!("m{i}-again"),
+                &[("Idem-Key", &format!("k{i}"))],
+                "x",
+            )
+            .await;
         }
     }
     env.publish("in.bad.d", "dead", &[], "reject:no").await;
     env.publish("in.other.x", "nobody", &[], "x").await;
     let keys: Vec<String> = (0..40).map(|i| format!("k{i}")).collect();
     let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
-    env.wait_completed("upper", &keys, Duration::from_secs(30)).await;
+    env.wait_completed("upper", &keys, Duration::from_secs(30))
+        .await;
     env.wait_drained(Duration::from_secs(30)).await;
     host.shutdown().await.unwrap();
 
@@ -384,7 +701,10 @@ async fn audit_is_clean_after_a_workload_and_names_each_fabricated_anomaly() {
     assert_eq!(clean["messages"], 52);
     assert_eq!(clean["keys"], 41);
     assert_eq!(clean["completed"], 40);
-    assert_eq!(clean["dead_lettered"], 2, "the rejection and the unrouted message");
+    assert_eq!(
+        clean["dead_lettered"], 2,
+        "the rejection and the unrouted message"
+    );
     assert_eq!(clean["duplicates"], 10);
 
     // Fabricate one of each anomaly.
@@ -400,7 +720,10 @@ async fn audit_is_clean_after_a_workload_and_names_each_fabricated_anomaly() {
     };
     // k1: its output deleted.
     let (r1, _, _) = record("k1").await;
-    outputs.delete_message(r1.outputs[0].sequence).await.unwrap();
+    outputs
+        .delete_message(r1.outputs[0].sequence)
+        .await
+        .unwrap();
     // k2: left in progress with a lapsed lease, nothing left to deliver it.
     let (mut r2, rev, k2) = record("k2").await;
     r2.state = ClaimState::InProgress;
@@ -408,8 +731,16 @@ async fn audit_is_clean_after_a_workload_and_names_each_fabricated_anomaly() {
     kv.update(&k2, r2.to_bytes(), rev).await.unwrap();
     // An output nobody claimed.
     let mut h = async_nats::HeaderMap::new();
-    h.insert("Nats-Msg-Id", format!("{}#0", key::encode("upper", "ghost")).as_str());
-    env.js.publish_with_headers("out.ghost", h, "boo".into()).await.unwrap().await.unwrap();
+    h.insert(
+        "Nats-Msg-Id",
+        format!("{}#0", key::encode("upper", "ghost")).as_str(),
+    );
+    env.js
+        .publish_with_headers("out.ghost", h, "boo".into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
     // k3: its output stored twice (after a shortened duplicate window).
     let (r3, _, k3) = record("k3").await;
     let mut config = outputs.cached_info().config.clone();
@@ -418,7 +749,13 @@ async fn audit_is_clean_after_a_workload_and_names_each_fabricated_anomaly() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     let mut h = async_nats::HeaderMap::new();
     h.insert("Nats-Msg-Id", format!("{k3}#0").as_str());
-    let again = env.js.publish_with_headers("in.upper.e3.done", h, "X".into()).await.unwrap().await.unwrap();
+    let again = env
+        .js
+        .publish_with_headers("in.upper.e3.done", h, "X".into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
     assert!(!again.duplicate && again.sequence != r3.outputs[0].sequence);
     // The dead-lettered key's record removed.
     kv.purge(key::encode("bad", "dead")).await.unwrap();
@@ -433,17 +770,31 @@ async fn audit_is_clean_after_a_workload_and_names_each_fabricated_anomaly() {
         .as_array()
         .unwrap()
         .iter()
-        .map(|a| (a["class"].as_str().unwrap().to_string(), a["key"].as_str().unwrap().to_string()))
+        .map(|a| {
+            (
+                a["class"].as_str().unwrap().to_string(),
+                a["key"].as_str().unwrap().to_string(),
+            )
+        })
         .collect();
     for expected in [
         ("completed_without_outputs", key::encode("upper", "k1")),
         ("stuck_claim", k2.clone()),
-        ("outputs_without_completed_record", key::encode("upper", "ghost")),
+        (
+            "outputs_without_completed_record",
+            key::encode("upper", "ghost"),
+        ),
         ("output_published_twice", k3.clone()),
-        ("dead_letter_without_failed_record", key::encode("bad", "dead")),
+        (
+            "dead_letter_without_failed_record",
+            key::encode("bad", "dead"),
+        ),
         ("lost", k5.clone()),
     ] {
         let expected = (expected.0.to_string(), expected.1);
-        assert!(classes.contains(&expected), "{expected:?} missing from {classes:#?}");
+        assert!(
+            classes.contains(&expected),
+            "{expected:?} missing from {classes:#?}"
+        );
     }
 }
