@@ -5,6 +5,7 @@ pub mod fairness;
 pub mod hotload;
 pub mod invoke;
 pub mod languages;
+pub mod ops;
 pub mod pipeline;
 
 use std::time::{Duration, Instant};
@@ -123,7 +124,24 @@ pub fn bench_config(
     host: &str,
     routes: &str,
 ) -> anyhow::Result<Config> {
-    let text = format!(
+    let text = bench_config_text(server, name, source, outputs, host, routes);
+    Ok(Config::parse(
+        &text,
+        std::path::Path::new("bench.toml"),
+        std::env::temp_dir(),
+    )?)
+}
+
+/// The text of [`bench_config`], for a host run as a separate process.
+pub fn bench_config_text(
+    server: &NatsServer,
+    name: &str,
+    source: &str,
+    outputs: &str,
+    host: &str,
+    routes: &str,
+) -> String {
+    format!(
         r#"
 [nats]
 urls = ["{url}"]
@@ -145,10 +163,5 @@ subjects = ["{outputs}"]
 {routes}
 "#,
         url = server.url()
-    );
-    Ok(Config::parse(
-        &text,
-        std::path::Path::new("bench.toml"),
-        std::env::temp_dir(),
-    )?)
+    )
 }
