@@ -166,12 +166,15 @@ pub async fn start_with_routes(
     let guest_threads = GuestThreads::new()?;
     let mut consumers = Vec::new();
     for route in routes.iter() {
-        let consumer =
+        let consumer = crate::setup::patiently(|| {
             crate::setup::route_consumer(&setup.source, &config, &route.name, &route.subject)
-                .await?;
+        })
+        .await?;
         consumers.push((consumer, Some(route.clone())));
     }
-    if let Some(consumer) = crate::setup::unrouted_consumer(&setup.source, &config).await? {
+    let unrouted =
+        crate::setup::patiently(|| crate::setup::unrouted_consumer(&setup.source, &config)).await?;
+    if let Some(consumer) = unrouted {
         consumers.push((consumer, None));
     }
     let loaders = match runtime {

@@ -144,11 +144,21 @@ const SETUP_PATIENCE: Duration = Duration::from_secs(60);
 /// forming (no peers to place replicas on yet); a refusal (wrong subjects, a window too short)
 /// is reported at once.
 pub async fn ensure_patiently(js: &Context, config: &Config) -> anyhow::Result<Setup> {
+    patiently(|| ensure(js, config)).await
+}
+
+/// Runs `step` until it succeeds, tried again for up to a minute while the servers do not
+/// answer in time or the cluster is still forming; a refusal is returned at once.
+pub async fn patiently<T, F, Fut>(mut step: F) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<T>>,
+{
     let started = std::time::Instant::now();
     let mut wait = Duration::from_millis(250);
     loop {
-        match ensure(js, config).await {
-            Ok(setup) => return Ok(setup),
+        match step().await {
+            Ok(done) => return Ok(done),
             Err(e) if is_transient(&e) && started.elapsed() < SETUP_PATIENCE => {
                 tracing::warn!("set-up: the servers are not ready, retrying in {wait:?}: {e:#}");
                 tokio::time::sleep(wait).await;

@@ -34,8 +34,28 @@ pub async fn run(messages: usize, rounds: usize, audited: usize) -> anyhow::Resu
 
     let (mut off, mut on) = (Vec::new(), Vec::new());
     for round in 0..rounds {
-        off.push(throughput(&server, &js, dir.path(), &format!("off{round}"), messages, false).await?);
-        on.push(throughput(&server, &js, dir.path(), &format!("on{round}"), messages, true).await?);
+        off.push(
+            throughput(
+                &server,
+                &js,
+                dir.path(),
+                &format!("off{round}"),
+                messages,
+                false,
+            )
+            .await?,
+        );
+        on.push(
+            throughput(
+                &server,
+                &js,
+                dir.path(),
+                &format!("on{round}"),
+                messages,
+                true,
+            )
+            .await?,
+        );
     }
     let median = |v: &mut Vec<f64>| {
         v.sort_by(f64::total_cmp);
@@ -43,9 +63,16 @@ pub async fn run(messages: usize, rounds: usize, audited: usize) -> anyhow::Resu
     };
     let (off_rate, on_rate) = (median(&mut off), median(&mut on));
     println!("operations overhead (`dedup-host run` process, uppercase, {messages} messages per round, {rounds} rounds each, alternating):");
-    println!("  metrics and JSON logs off           {off_rate:>9.0} msg/s (median; rounds {off:.0?})");
-    println!("  metrics served+scraped, JSON logs   {on_rate:>9.0} msg/s (median; rounds {on:.0?})");
-    println!("  ratio on/off                        {:.2}", on_rate / off_rate);
+    println!(
+        "  metrics and JSON logs off           {off_rate:>9.0} msg/s (median; rounds {off:.0?})"
+    );
+    println!(
+        "  metrics served+scraped, JSON logs   {on_rate:>9.0} msg/s (median; rounds {on:.0?})"
+    );
+    println!(
+        "  ratio on/off                        {:.2}",
+        on_rate / off_rate
+    );
 
     audit(&server, &js, audited).await
 }
@@ -59,11 +86,21 @@ async fn throughput(
     n: usize,
     observed: bool,
 ) -> anyhow::Result<f64> {
-    let text = bench_config_text(server, name, &format!("{name}.in.*"), &format!("{name}.in.*.done"), "concurrency = 64", &routes(name));
+    let text = bench_config_text(
+        server,
+        name,
+        &format!("{name}.in.*"),
+        &format!("{name}.in.*.done"),
+        "concurrency = 64",
+        &routes(name),
+    );
     let path = dir.join(format!("{name}.toml"));
     std::fs::write(&path, text)?;
     let mut cmd = Command::new(host_binary());
-    cmd.args(["run", "--config"]).arg(&path).stdout(Stdio::null()).stderr(Stdio::null());
+    cmd.args(["run", "--config"])
+        .arg(&path)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
     let addr = free_addr();
     if observed {
         cmd.args(["--metrics-addr", &addr.to_string(), "--log-format", "json"]);
@@ -80,7 +117,11 @@ async fn throughput(
         let (js, stream, consumer) = (js.clone(), stream.clone(), consumer.clone());
         async move {
             let deadline = Instant::now() + Duration::from_secs(300);
-            while acked(js.clone(), stream.clone(), consumer.clone()).await.unwrap_or(0) < target {
+            while acked(js.clone(), stream.clone(), consumer.clone())
+                .await
+                .unwrap_or(0)
+                < target
+            {
                 anyhow::ensure!(Instant::now() < deadline, "host did not drain");
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
@@ -88,7 +129,14 @@ async fn throughput(
         }
     };
     // Warm up: the consumer exists and the guest is compiled.
-    publish_many(js, &format!("{name}.in.warm"), &format!("{name}-warm"), 200, b"warm").await?;
+    publish_many(
+        js,
+        &format!("{name}.in.warm"),
+        &format!("{name}-warm"),
+        200,
+        b"warm",
+    )
+    .await?;
     wait_acked(200).await?;
     let scraping = Arc::new(AtomicBool::new(observed));
     let scraper = {
@@ -110,7 +158,10 @@ async fn throughput(
     let rate = n as f64 / started.elapsed().as_secs_f64();
     scraping.store(false, Ordering::Relaxed);
     let scrapes = scraper.join().expect("scraper");
-    anyhow::ensure!(!observed || scrapes > 0, "the metrics endpoint never answered");
+    anyhow::ensure!(
+        !observed || scrapes > 0,
+        "the metrics endpoint never answered"
+    );
     drop(child);
     Ok(rate)
 }
@@ -132,7 +183,11 @@ fn free_addr() -> SocketAddr {
 
 fn scrape(addr: SocketAddr) -> Option<usize> {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()?;
-    write!(s, "GET /metrics HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n").ok()?;
+    write!(
+        s,
+        "GET /metrics HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
     let mut body = Vec::new();
     s.read_to_end(&mut body).ok()?;
     Some(body.len())
@@ -142,7 +197,14 @@ fn scrape(addr: SocketAddr) -> Option<usize> {
 /// same streams.
 async fn audit(server: &NatsServer, js: &Context, n: usize) -> anyhow::Result<()> {
     let name = "audit";
-    let config = bench_config(server, name, &format!("{name}.in.*"), &format!("{name}.in.*.done"), "concurrency = 64", &routes(name))?;
+    let config = bench_config(
+        server,
+        name,
+        &format!("{name}.in.*"),
+        &format!("{name}.in.*.done"),
+        "concurrency = 64",
+        &routes(name),
+    )?;
     let host = dedup_host::serve::start(config.clone()).await?;
     publish_many(js, &format!("{name}.in.x"), name, n, b"audited").await?;
     while host.stats().processed < n as u64 {
@@ -155,15 +217,31 @@ async fn audit(server: &NatsServer, js: &Context, n: usize) -> anyhow::Result<()
     let claims = ops::scan::claims(js, &config.claims.bucket).await?;
     let outputs = ops::scan::message_ids(js, &config.output_streams[0].name).await?;
     let bare = started.elapsed();
-    anyhow::ensure!(source.len() == n && claims.len() == n && outputs.len() == n, "bare read incomplete");
+    anyhow::ensure!(
+        source.len() == n && claims.len() == n && outputs.len() == n,
+        "bare read incomplete"
+    );
 
     let started = Instant::now();
     let report = ops::audit::run(js, &config, None).await?;
     let audit = started.elapsed();
-    anyhow::ensure!(report.anomalies.is_empty() && report.completed == n as u64, "audit: {report:?}");
+    anyhow::ensure!(
+        report.anomalies.is_empty() && report.completed == n as u64,
+        "audit: {report:?}"
+    );
     println!("audit of {n} processed messages (source, claims, outputs, dead letters):");
-    println!("  bare read of the three streams      {:>7.2} s", bare.as_secs_f64());
-    println!("  dedup-host audit                    {:>7.2} s ({:.0} messages/s)", audit.as_secs_f64(), n as f64 / audit.as_secs_f64());
-    println!("  ratio audit/bare read               {:.2}", audit.as_secs_f64() / bare.as_secs_f64());
+    println!(
+        "  bare read of the three streams      {:>7.2} s",
+        bare.as_secs_f64()
+    );
+    println!(
+        "  dedup-host audit                    {:>7.2} s ({:.0} messages/s)",
+        audit.as_secs_f64(),
+        n as f64 / audit.as_secs_f64()
+    );
+    println!(
+        "  ratio audit/bare read               {:.2}",
+        audit.as_secs_f64() / bare.as_secs_f64()
+    );
     Ok(())
 }
