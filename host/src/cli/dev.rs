@@ -243,7 +243,7 @@ async fn demo(config: Config) -> anyhow::Result<()> {
     );
     let report = crate::ops::audit::run(&js, &audit_config, None).await?;
     println!(
-        "`dedup-host audit`: {} messages, {} keys: {} completed, {} dead-lettered, {} pending, {} anomalies",
+        "`dedup-host audit`: {} messages with {} keys; {} completed, {} dead-lettered, {} pending; {} anomalies",
         report.messages,
         report.keys,
         report.completed,

@@ -7,6 +7,7 @@ use async_nats::jetstream::message::Acker;
 use async_nats::jetstream::AckKind;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tracing::Instrument as _;
 
 use crate::claim::{ClaimStore, Lease, LeaseLost};
 
@@ -27,7 +28,7 @@ impl Heartbeat {
     ) -> Self {
         let (stop, mut stopped) = watch::channel(false);
         let (lost_tx, lost) = watch::channel(false);
-        let task = tokio::spawn(async move {
+        let beat = async move {
             loop {
                 tokio::select! {
                     _ = tokio::time::sleep(interval) => {}
@@ -36,7 +37,7 @@ impl Heartbeat {
                 match lease.renew().await {
                     Ok(()) => {
                         if let Err(e) = acker.ack_with(AckKind::Progress).await {
-                            tracing::warn!(key = lease.key(), "progress ack failed: {e}");
+                            tracing::warn!("progress ack failed: {e}");
                         }
                     }
                     Err(LeaseLost::Reclaimed) => {
@@ -44,11 +45,12 @@ impl Heartbeat {
                         return;
                     }
                     Err(LeaseLost::Unavailable(e)) => {
-                        tracing::warn!(key = lease.key(), "lease renewal failed, will retry: {e}");
+                        tracing::warn!("lease renewal failed, will retry: {e}");
                     }
                 }
             }
-        });
+        };
+        let task = tokio::spawn(beat.in_current_span());
         Self { stop, lost, task }
     }
 

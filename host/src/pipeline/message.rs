@@ -175,7 +175,7 @@ impl<S: ClaimStore> Shared<S> {
                     .await;
             }
             Err(e) => {
-                tracing::warn!(route = %route.name, key, "claim failed, will retry: {e}");
+                tracing::warn!("claim failed, will retry: {e}");
                 route.metrics.outcome(MessageOutcome::Error);
                 self.settle(d, AckKind::Nak(Some(ERROR_RETRY))).await;
             }
@@ -213,10 +213,12 @@ impl<S: ClaimStore> Shared<S> {
         let guest = c.guest.clone();
         let options = c.route.options.clone();
         let slots = c.route.slots.clone();
-        let mut call = self.guest_runtime.spawn(async move {
+        let call = async move {
             let _slot = slots.acquire_owned().await.expect("guest slots open");
             guest.invoke(event, &options).await
-        });
+        };
+        // The guest's log lines carry the message's fields too.
+        let mut call = self.guest_runtime.spawn(call.in_current_span());
         let invocation = tokio::select! {
             result = &mut call => result,
             _ = heartbeat.lost() => {
@@ -229,13 +231,17 @@ impl<S: ClaimStore> Shared<S> {
             Ok(invocation) => invocation,
             Err(e) => {
                 // Cancelled by shutdown, most likely: not the guest's outcome (rule 14).
-                tracing::warn!(route = %c.route.name, key = c.key, "guest task ended without an outcome: {e}");
+                tracing::warn!("guest task ended without an outcome: {e}");
                 self.release(c, &format!("guest task ended without an outcome: {e}"))
                     .await;
                 return heartbeat.stop().await;
             }
         };
-        tracing::debug!(route = %c.route.name, key = c.key, digest = c.guest.digest(), outcome = invocation.outcome.kind(), elapsed_us = invocation.elapsed.as_micros() as u64, "invoked");
+        tracing::debug!(
+            outcome = invocation.outcome.kind(),
+            elapsed_us = invocation.elapsed.as_micros() as u64,
+            "invoked"
+        );
         c.route.metrics.guest_time(invocation.elapsed);
         if let Outcome::Trap(trap) = &invocation.outcome {
             c.route.metrics.trap(trap.kind.as_str());

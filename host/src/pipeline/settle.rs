@@ -35,7 +35,7 @@ impl<S: ClaimStore> Shared<S> {
         let published = match published {
             Ok(published) => published,
             Err(e) => {
-                tracing::warn!(route = %c.route.name, key = c.key, "{e:#}");
+                tracing::warn!("{e:#}");
                 return self.release(c, &format!("{e:#}")).await;
             }
         };
@@ -50,7 +50,7 @@ impl<S: ClaimStore> Shared<S> {
         c.route.metrics.outcome(MessageOutcome::Processed);
         if let Err(e) = c.d.acker.double_ack().await {
             // Completed is recorded: a redelivery finds it and acks.
-            tracing::warn!(route = %c.route.name, key = c.key, "ack not confirmed: {e}");
+            tracing::warn!("ack not confirmed: {e}");
         }
     }
 
@@ -68,7 +68,7 @@ impl<S: ClaimStore> Shared<S> {
             let reason = format!("{reason} (attempt {attempt} of {max}, none left)");
             return self.give_up(c, &reason).await;
         }
-        tracing::info!(route = %c.route.name, key = c.key, digest = c.guest.digest(), attempt, "attempt failed, will retry: {reason}");
+        tracing::info!("attempt failed, will retry: {reason}");
         let backoff = self.config.backoff_for(attempt);
         let delay = delay.map_or(backoff, |d| d.clamp(backoff, self.config.max_backoff()));
         if let Err(e) = c.lease.fail(reason, delay).await {
@@ -81,7 +81,7 @@ impl<S: ClaimStore> Shared<S> {
     /// A permanent failure: dead-letter, record, terminate. A letter the dead-letter stream
     /// refuses for good still ends the message: the claim records why, and it is termed.
     pub(super) async fn give_up(&self, c: &Claimed<'_, S>, reason: &str) {
-        tracing::warn!(route = %c.route.name, key = c.key, digest = c.guest.digest(), "dead-lettering: {reason}");
+        tracing::warn!("dead-lettering: {reason}");
         if let Err(e) = c.lease.confirm().await {
             return self.write_failed(c, e, false).await;
         }
@@ -117,7 +117,7 @@ impl<S: ClaimStore> Shared<S> {
     /// and naks, so the message runs again soon. If even that write fails, the message comes
     /// back once the lease lapses.
     pub(super) async fn release(&self, c: &Claimed<'_, S>, reason: &str) {
-        tracing::warn!(route = %c.route.name, key = c.key, "not the guest's fault, will retry without counting an attempt: {reason}");
+        tracing::warn!("not the guest's fault, will retry without counting an attempt: {reason}");
         c.route.metrics.outcome(MessageOutcome::Error);
         match c.lease.release(reason, ERROR_RETRY).await {
             Ok(()) => self.settle(c.d, AckKind::Nak(Some(ERROR_RETRY))).await,
@@ -133,7 +133,7 @@ impl<S: ClaimStore> Shared<S> {
         key: &str,
         reason: &str,
     ) {
-        tracing::warn!(subject = %d.message.subject, route, "dead-lettering: {reason}");
+        tracing::warn!(subject = %d.message.subject, "dead-lettering: {reason}");
         let letter = DeadLetter {
             reason,
             attempt: 0,
@@ -183,7 +183,7 @@ impl<S: ClaimStore> Shared<S> {
         match e {
             LeaseLost::Reclaimed => self.lost(c, published),
             LeaseLost::Unavailable(e) => {
-                tracing::warn!(route = %c.route.name, key = c.key, "claim write failed, will retry: {e}");
+                tracing::warn!("claim write failed, will retry: {e}");
                 c.route.metrics.outcome(MessageOutcome::Error);
                 self.settle(c.d, AckKind::Nak(Some(self.config.claims.lease)))
                     .await;
@@ -195,9 +195,9 @@ impl<S: ClaimStore> Shared<S> {
     /// by stream sequence and would settle the new owner's delivery).
     pub(super) fn lost(&self, c: &Claimed<'_, S>, published: bool) {
         if published {
-            tracing::warn!(route = %c.route.name, key = c.key, "claim taken over after this attempt's outputs were published; the new owner's outputs carry the same message ids");
+            tracing::warn!("claim taken over after this attempt's outputs were published; the new owner's outputs carry the same message ids");
         } else {
-            tracing::warn!(route = %c.route.name, key = c.key, "claim taken over by another owner; dropping this attempt's effects");
+            tracing::warn!("claim taken over by another owner; dropping this attempt's effects");
         }
         c.route.metrics.outcome(MessageOutcome::LostClaim);
     }
