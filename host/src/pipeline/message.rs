@@ -63,25 +63,17 @@ impl<S: ClaimStore> Shared<S> {
             acker: Arc::new(acker),
             sequence,
         };
-        let trace_id = d
-            .message
-            .headers
-            .as_ref()
-            .and_then(|h| h.get(TRACEPARENT))
-            .and_then(|v| crate::logging::trace_id(v.as_str()));
-        // Every line of this message's life carries these fields (WARN, so that the span is
-        // enabled whenever the warnings inside it are).
+        // Every line of this message's life carries its fields: these until it is claimed,
+        // then all of them (see `run`). WARN, so that the span is enabled whenever the
+        // warnings inside it are; fields are set at creation, never recorded later (a JSON
+        // formatter re-encodes a span's fields on every record).
         let span = tracing::warn_span!(
             "message",
             route = route
                 .as_ref()
                 .map_or(crate::metrics::UNROUTED, |r| r.name.as_str()),
             sequence,
-            key = tracing::field::Empty,
-            attempt = tracing::field::Empty,
-            fencing_token = tracing::field::Empty,
-            digest = tracing::field::Empty,
-            trace_id,
+            trace_id = d.trace_id(),
         );
         self.route_and_run(&d, route).instrument(span).await;
         let published_ns = u64::try_from(published.unix_timestamp_nanos()).unwrap_or(0);
@@ -135,17 +127,22 @@ impl<S: ClaimStore> Shared<S> {
             // The route stopped being served after this message was pulled: leave it for later.
             return self.settle(d, AckKind::Nak(Some(ERROR_RETRY))).await;
         };
-        tracing::Span::current().record("key", key.as_str());
         let claim_key = key::encode(&route.name, &key);
         let started = std::time::Instant::now();
         let claimed = self.claimer.claim(&claim_key, guest.digest()).await;
         route.metrics.claim_write(started.elapsed());
         match claimed {
             Ok(ClaimOutcome::Acquired(lease)) => {
-                let span = tracing::Span::current();
-                span.record("attempt", lease.attempt());
-                span.record("fencing_token", lease.fencing_token());
-                span.record("digest", guest.digest());
+                let span = tracing::warn_span!(
+                    "message",
+                    route = route.name,
+                    sequence = d.sequence,
+                    key,
+                    attempt = lease.attempt(),
+                    fencing_token = lease.fencing_token(),
+                    digest = guest.digest(),
+                    trace_id = d.trace_id(),
+                );
                 let claimed = Claimed {
                     d,
                     route: &route,
@@ -153,7 +150,7 @@ impl<S: ClaimStore> Shared<S> {
                     key: &key,
                     lease: Arc::from(lease),
                 };
-                self.run(&claimed).await
+                self.run(&claimed).instrument(span).await
             }
             Ok(ClaimOutcome::Completed) => {
                 route.metrics.outcome(MessageOutcome::Duplicate);
@@ -259,6 +256,14 @@ impl<S: ClaimStore> Shared<S> {
             Outcome::Reject { reason } => self.give_up(c, &reason).await,
         }
         heartbeat.stop().await;
+    }
+}
+
+impl Delivery {
+    /// The trace id of the event's W3C `traceparent` header, if it has a valid one.
+    fn trace_id(&self) -> Option<&str> {
+        let value = self.message.headers.as_ref()?.get(TRACEPARENT)?;
+        crate::logging::trace_id(value.as_str())
     }
 }
 

@@ -143,6 +143,13 @@ async fn exactly_once_through_host_kills_pauses_and_a_node_restart() {
         assert_eq!(record.state, ClaimState::Completed);
         reruns += record.attempt.saturating_sub(1);
     }
+    // The cross-layer audit agrees: nothing lost, stuck or doubled.
+    let config = env.config(&timing, ROUTES);
+    let report = dedup_host::ops::audit::run(&env.js, &config, None)
+        .await
+        .unwrap();
+    assert!(report.anomalies.is_empty(), "{:?}", report.anomalies);
+    assert_eq!(report.completed, KEYS as u64);
     println!(
         "chaos: {published} publishes ({repeats} repeats of {KEYS} keys); settled {settled:.1?} after the faults; {reruns} re-runs"
     );

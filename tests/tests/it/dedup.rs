@@ -81,6 +81,16 @@ async fn a_thousand_events_with_duplicates_and_two_hosts_give_a_thousand_outputs
         sa.processed > 0 && sb.processed > 0,
         "both hosts took part: {sa:?} {sb:?}"
     );
+    // The cross-layer audit agrees.
+    let config = env.config(&timing, UPPER_BY_HEADER);
+    let report = dedup_host::ops::audit::run(&env.js, &config, None)
+        .await
+        .unwrap();
+    assert!(report.anomalies.is_empty(), "{:?}", report.anomalies);
+    assert_eq!(
+        (report.messages, report.completed, report.duplicates),
+        (1300, EVENTS as u64, 300)
+    );
 }
 
 #[tokio::test]
