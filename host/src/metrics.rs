@@ -117,6 +117,13 @@ struct ServingLabels {
 
 type Histograms = Family<RouteLabel, Histogram, fn() -> Histogram>;
 
+/// Registers each `name, help, family;` in `registry`.
+macro_rules! register {
+    ($registry:ident; $($name:literal, $help:literal, $family:expr;)*) => {
+        $($registry.register($name, $help, $family.clone());)*
+    };
+}
+
 /// Latency buckets from 10 µs to about 84 s.
 fn latency_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.00001, 2.0, 24))
@@ -180,70 +187,25 @@ impl Metrics {
             routes: Mutex::default(),
             registry: Registry::default(),
         };
-        let r = &mut registry;
-        r.register(
-            "messages",
-            "Deliveries by how they ended",
-            m.messages.clone(),
-        );
-        r.register("hits", "Repeats caught, by dedup layer", m.hits.clone());
-        r.register(
-            "outputs",
-            "Outputs published (including ones deduplicated)",
-            m.outputs.clone(),
-        );
-        r.register("traps", "Guest traps by kind", m.traps.clone());
-        r.register(
-            "deploys",
-            "New component versions served",
-            m.deploys.clone(),
-        );
-        r.register("refusals", "Component versions refused", m.refusals.clone());
-        r.register(
-            "guest_seconds",
-            "Time a guest ran per message",
-            m.guest_seconds.clone(),
-        );
-        r.register(
-            "claim_write_seconds",
-            "Latency of claim writes (claim and completion)",
-            m.claim_write_seconds.clone(),
-        );
-        r.register(
-            "end_to_end_seconds",
-            "From the event's publish to its settlement",
-            m.end_to_end_seconds.clone(),
-        );
-        r.register(
-            "in_flight",
-            "Messages of a route being processed",
-            m.in_flight.clone(),
-        );
-        r.register(
-            "free_guest_slots",
-            "Guest slots of a route not in use",
-            m.free_slots.clone(),
-        );
-        r.register(
-            "consumer_pending",
-            "Messages the route's consumer has not delivered yet",
-            m.pending.clone(),
-        );
-        r.register(
-            "consumer_ack_pending",
-            "Messages delivered and not yet acknowledged",
-            m.ack_pending.clone(),
-        );
-        r.register(
-            "consumer_bound",
-            "1 while the route's consumer is bound, 0 while it is being re-created",
-            m.bound.clone(),
-        );
-        r.register(
-            "serving_info",
-            "The component version a route serves (value 1)",
-            m.serving.clone(),
-        );
+        // name, help, family: every series of the host.
+        register! {
+            registry;
+            "messages", "Deliveries by how they ended", m.messages;
+            "hits", "Repeats caught, by dedup layer", m.hits;
+            "outputs", "Outputs published (including ones deduplicated)", m.outputs;
+            "traps", "Guest traps by kind", m.traps;
+            "deploys", "New component versions served", m.deploys;
+            "refusals", "Component versions refused", m.refusals;
+            "guest_seconds", "Time a guest ran per message", m.guest_seconds;
+            "claim_write_seconds", "Latency of claim writes (claim and completion)", m.claim_write_seconds;
+            "end_to_end_seconds", "From the event's publish to its settlement", m.end_to_end_seconds;
+            "in_flight", "Messages of a route being processed", m.in_flight;
+            "free_guest_slots", "Guest slots of a route not in use", m.free_slots;
+            "consumer_pending", "Messages the route's consumer has not delivered yet", m.pending;
+            "consumer_ack_pending", "Messages delivered and not yet acknowledged", m.ack_pending;
+            "consumer_bound", "1 while the route's consumer is bound, 0 while it is being re-created", m.bound;
+            "serving_info", "The component version a route serves (value 1)", m.serving;
+        }
         Self { registry, ..m }
     }
 

@@ -13,16 +13,21 @@ use std::time::{Duration, Instant};
 use async_nats::jetstream::{self, Context};
 use dedup_host::ops;
 
-use super::{bench_config, bench_config_text, publish_many};
+use dedup_host::config::Config;
+
+use super::{bench_config_text, publish_many};
 use crate::guests::{guest, host_binary};
 use crate::nats::NatsServer;
 
 const ROUTE: &str = "[[routes]]\nname = \"bench\"\nsubject = \"{name}.in.*\"\ncomponent = \"{guest}\"\nallowed_outputs = [\"{name}.in.*.done\"]";
 
-fn routes(name: &str) -> String {
-    ROUTE
+/// A benchmark host's config: one `uppercase` route on `<name>.in.*`, 64 guest slots.
+fn config_text(server: &NatsServer, name: &str) -> String {
+    let routes = ROUTE
         .replace("{name}", name)
-        .replace("{guest}", &guest("uppercase").display().to_string())
+        .replace("{guest}", &guest("uppercase").display().to_string());
+    let (source, outputs) = (format!("{name}.in.*"), format!("{name}.in.*.done"));
+    bench_config_text(server, name, &source, &outputs, "concurrency = 64", &routes)
 }
 
 /// Runs both measurements: `messages` per throughput round, `rounds` rounds of each setting,
@@ -75,14 +80,7 @@ async fn throughput(
     n: usize,
     observed: bool,
 ) -> anyhow::Result<f64> {
-    let text = bench_config_text(
-        server,
-        name,
-        &format!("{name}.in.*"),
-        &format!("{name}.in.*.done"),
-        "concurrency = 64",
-        &routes(name),
-    );
+    let text = config_text(server, name);
     let path = dir.join(format!("{name}.toml"));
     std::fs::write(&path, text)?;
     let mut cmd = Command::new(host_binary());
@@ -194,13 +192,11 @@ fn scrape(addr: SocketAddr) -> Option<usize> {
 /// same streams.
 async fn audit(server: &NatsServer, js: &Context, n: usize) -> anyhow::Result<()> {
     let name = "audit";
-    let config = bench_config(
-        server,
-        name,
-        &format!("{name}.in.*"),
-        &format!("{name}.in.*.done"),
-        "concurrency = 64",
-        &routes(name),
+    let text = config_text(server, name);
+    let config = Config::parse(
+        &text,
+        std::path::Path::new("bench.toml"),
+        std::env::temp_dir(),
     )?;
     let host = dedup_host::serve::start(config.clone()).await?;
     publish_many(js, &format!("{name}.in.x"), name, n, b"audited").await?;

@@ -17,6 +17,7 @@ mod limits;
 mod operations;
 mod ownership;
 mod provision;
+mod repairs;
 mod runtime;
 mod sandbox;
 mod structure;
