@@ -3,7 +3,7 @@
 //! [`Guest`] once and keeps it to the end, so in-flight work finishes on the old version.
 
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use tokio::sync::{watch, Semaphore};
@@ -137,9 +137,16 @@ impl Route {
 }
 
 /// All routes of a host. Route filters never overlap (validated), so at most one matches.
+/// The set changes on a config reload ([`Routes::set`]); readers take a snapshot.
 #[derive(Debug, Default)]
 pub struct Routes {
-    routes: Vec<Arc<Route>>,
+    routes: RwLock<Vec<Arc<Route>>>,
+    /// Subjects of routes removed by a reload: their messages wait for the route's return.
+    parked: RwLock<Vec<String>>,
+    /// Why the last config reload was refused, if it was.
+    refused_config: std::sync::Mutex<Option<String>>,
+    /// Bumped on every change of the set.
+    generation: watch::Sender<u64>,
     metrics: Arc<Metrics>,
 }
 
@@ -163,7 +170,54 @@ impl Routes {
             .iter()
             .map(|r| Self::route(config, r, guest.clone(), &metrics))
             .collect();
-        Self { routes, metrics }
+        Self {
+            routes: RwLock::new(routes),
+            metrics,
+            ..Self::default()
+        }
+    }
+
+    /// A new, unserved route for `r` (a reload adds or changes it with [`Routes::set`]).
+    pub fn new_route(&self, config: &Config, r: &RouteConfig) -> Arc<Route> {
+        Self::route(config, r, None, &self.metrics)
+    }
+
+    /// Replaces the set. Removed routes' subjects are parked: the consumer of unrouted
+    /// subjects leaves their messages to the route's durable consumer, which keeps them.
+    pub fn set(&self, routes: Vec<Arc<Route>>) {
+        let old = std::mem::replace(&mut *self.routes.write().expect("routes lock"), routes);
+        let mut parked = self.parked.write().expect("routes lock");
+        let now = self.iter().collect::<Vec<_>>();
+        parked.extend(
+            old.iter()
+                .filter(|o| !now.iter().any(|r| r.subject == o.subject))
+                .map(|o| o.subject.clone()),
+        );
+        parked.retain(|p| !now.iter().any(|r| r.subject == *p));
+        drop(parked);
+        self.generation.send_modify(|g| *g += 1);
+    }
+
+    /// Follows changes of the set (and of the reload's refusal).
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.generation.subscribe()
+    }
+
+    /// Records why a reload was refused (`None`: the last one applied).
+    pub fn refuse_config(&self, problems: Option<String>) {
+        *self.refused_config.lock().expect("routes lock") = problems;
+        self.generation.send_modify(|g| *g += 1);
+    }
+
+    /// Why the last config reload was refused, if it was.
+    pub fn refused_config(&self) -> Option<String> {
+        self.refused_config.lock().expect("routes lock").clone()
+    }
+
+    /// Whether `subject` belongs to a route removed by a reload.
+    pub fn is_parked(&self, subject: &str) -> bool {
+        let parked = self.parked.read().expect("routes lock");
+        parked.iter().any(|p| subject::matches(p, subject))
     }
 
     /// The series of this host (every route's, and those of messages no route takes).
@@ -198,7 +252,10 @@ impl Routes {
             permanent_traps: r.permanent_traps.clone(),
             slots: Arc::new(Semaphore::new(r.concurrency(&config.host))),
             max_in_flight: r.max_in_flight(&config.host),
-            component_file: r.component.as_ref().map(|f| config.resolve(f)),
+            component_file: r.component.as_ref().map(|f| config.resolve(f)).or_else(|| {
+                let dir = config.components.dir.as_ref()?;
+                Some(config.resolve(dir).join(format!("{}.wasm", r.name)))
+            }),
             max_component_bytes: r.max_component_bytes,
             compile_timeout: r.compile_timeout,
             guest: watch::Sender::new(guest),
@@ -210,14 +267,21 @@ impl Routes {
 
     /// The route whose filter matches `subject`.
     pub fn find(&self, subject: &str) -> Option<Arc<Route>> {
-        self.routes
+        let routes = self.routes.read().expect("routes lock");
+        routes
             .iter()
             .find(|r| subject::matches(&r.subject, subject))
             .cloned()
     }
 
-    /// Every route.
-    pub fn iter(&self) -> impl Iterator<Item = &Arc<Route>> {
-        self.routes.iter()
+    /// The route named `name`.
+    pub fn get(&self, name: &str) -> Option<Arc<Route>> {
+        let routes = self.routes.read().expect("routes lock");
+        routes.iter().find(|r| r.name == name).cloned()
+    }
+
+    /// A snapshot of every route.
+    pub fn iter(&self) -> std::vec::IntoIter<Arc<Route>> {
+        self.routes.read().expect("routes lock").clone().into_iter()
     }
 }

@@ -14,7 +14,24 @@ pub fn is_valid_filter(filter: &str) -> bool {
 
 /// Subject prefixes of the server's own APIs and internals (JetStream, KV, object store,
 /// system account, Raft groups, reply inboxes). No guest output may ever land there.
-pub const RESERVED_PREFIXES: [&str; 6] = ["$JS.", "$KV.", "$O.", "$SYS.", "$NRG.", "_INBOX."];
+pub const RESERVED_PREFIXES: [&str; 7] = [
+    "$JS.",
+    "$KV.",
+    "$O.",
+    "$SYS.",
+    "$NRG.",
+    "_INBOX.",
+    CONTROL_PREFIX,
+];
+
+/// Where hosts take orders (`dedup-host reload`): never reachable by a guest.
+pub const CONTROL_PREFIX: &str = "dedup.control.";
+
+/// The subject every host of a deployment (named by its source stream) listens on for
+/// `dedup-host reload`.
+pub fn reload_subject(source_stream: &str) -> String {
+    format!("{CONTROL_PREFIX}reload.{source_stream}")
+}
 
 /// The reserved prefix `subject` starts with (case-insensitively), if any.
 pub fn reserved_prefix(subject: &str) -> Option<&'static str> {

@@ -109,6 +109,14 @@ pub async fn routes(args: RoutesArgs) -> anyhow::Result<ExitCode> {
             }
         }
     }
+    for h in &hosts {
+        if let Some(problems) = &h.config_refused {
+            println!(
+                "host {} refused the last config reload (serving the previous one): {problems}",
+                h.instance_id
+            );
+        }
+    }
     Ok(ExitCode::SUCCESS)
 }
 

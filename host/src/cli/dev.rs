@@ -38,14 +38,7 @@ pub struct DevArgs {
 
 /// Runs the host against a local server (started when the config names none).
 pub async fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
-    let mut config = match &args.config {
-        Some(path) => Config::load(path)?,
-        None => Config::parse(
-            DEMO_CONFIG,
-            Path::new("host/demo.toml"),
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")),
-        )?,
-    };
+    let mut config = load(args.config.as_deref())?;
     let _log = args.serve.apply(&mut config);
     let store = data_dir().join(if args.demo { "demo" } else { "nats" });
     if args.demo {
@@ -67,9 +60,28 @@ pub async fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
     if args.demo {
         demo(config).await?;
     } else {
-        super::run::serve(config).await?;
+        let urls = config.nats.urls.clone();
+        super::run::serve(config, || {
+            let mut config = load(args.config.as_deref())?;
+            config.nats.urls = urls.clone();
+            args.serve.overrides(&mut config);
+            Ok(config)
+        })
+        .await?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The config file, or the built-in demo config.
+fn load(path: Option<&Path>) -> Result<Config, crate::config::ConfigError> {
+    match path {
+        Some(path) => Config::load(path),
+        None => Config::parse(
+            DEMO_CONFIG,
+            Path::new("host/demo.toml"),
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")),
+        ),
+    }
 }
 
 /// One demo event.

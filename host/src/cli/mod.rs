@@ -6,6 +6,7 @@ mod invoke;
 mod ops;
 mod payload;
 mod publish;
+mod reload;
 mod run;
 mod setup;
 
@@ -40,6 +41,8 @@ pub enum Command {
     Routes(deploy::RoutesArgs),
     /// Create or verify every stream, bucket and consumer the config needs, then exit.
     Setup(setup::SetupArgs),
+    /// Ask every host to re-read its config and apply route changes (also: SIGHUP).
+    Reload(reload::ReloadArgs),
     /// Print one key's story: claim record, outputs, dead letters, source messages.
     Inspect(ops::InspectArgs),
     /// List, replay or purge dead letters.
@@ -65,6 +68,7 @@ impl Cli {
             Command::Undeploy(args) => deploy::undeploy(args).await,
             Command::Routes(args) => deploy::routes(args).await,
             Command::Setup(args) => setup::run(args).await,
+            Command::Reload(args) => reload::run(args).await,
             Command::Inspect(args) => ops::inspect(args).await,
             Command::DeadLetters(args) => ops::dead_letters(args).await,
             Command::Audit(args) => ops::audit(args).await,

@@ -7,8 +7,8 @@ use clap::Args;
 
 use tracing_appender::non_blocking::WorkerGuard;
 
-use crate::config::{Config, LogFormat};
-use crate::serve;
+use crate::config::{Config, ConfigError, LogFormat};
+use crate::serve::{self, ReloadReport};
 
 /// The configuration flags shared by the commands that talk to a deployment.
 #[derive(Debug, Args)]
@@ -23,7 +23,7 @@ pub struct ConfigArgs {
 
 impl ConfigArgs {
     /// Loads and validates the configuration, with the URL override applied.
-    pub fn load(&self) -> anyhow::Result<Config> {
+    pub fn load(&self) -> Result<Config, ConfigError> {
         let mut config = Config::load(&self.config)?;
         if let Some(urls) = &self.nats_url {
             config.nats.urls = urls.split(',').map(str::to_string).collect();
@@ -46,13 +46,18 @@ pub struct ServeFlags {
 impl ServeFlags {
     /// Applies the overrides and installs the log subscriber; keep the guard to the end.
     pub fn apply(&self, config: &mut Config) -> WorkerGuard {
+        self.overrides(config);
+        crate::logging::init(config.host.log_format)
+    }
+
+    /// Applies the overrides only (to a reloaded config, so they do not count as changes).
+    pub fn overrides(&self, config: &mut Config) {
         if let Some(addr) = self.metrics_addr {
             config.host.metrics_addr = Some(addr);
         }
         if let Some(format) = self.log_format {
             config.host.log_format = format;
         }
-        crate::logging::init(config.host.log_format)
     }
 }
 
@@ -69,12 +74,23 @@ pub struct RunArgs {
 pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let mut config = args.config.load()?;
     let _log = args.serve.apply(&mut config);
-    serve(config).await?;
+    serve(config, || {
+        let mut config = args.config.load()?;
+        args.serve.overrides(&mut config);
+        Ok(config)
+    })
+    .await?;
     Ok(ExitCode::SUCCESS)
 }
 
-/// Starts a host, waits for SIGINT/SIGTERM, shuts down and prints the counters.
-pub async fn serve(config: Config) -> anyhow::Result<()> {
+/// Starts a host and serves until SIGINT/SIGTERM, then shuts down and prints the counters.
+/// On SIGHUP, or a `dedup-host reload` reaching it through NATS, it re-reads the config with
+/// `reload` and applies the route changes.
+pub async fn serve(
+    config: Config,
+    reload: impl Fn() -> Result<Config, ConfigError>,
+) -> anyhow::Result<()> {
+    let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
     let host = serve::start(config).await?;
     eprintln!(
         "dedup-host: running as `{}`; Ctrl-C to stop",
@@ -85,11 +101,51 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
             "dedup-host: metrics, health and readiness on http://{addr}/metrics /healthz /readyz"
         );
     }
-    shutdown_signal().await;
+    let shutdown = shutdown_signal();
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => break,
+            _ = hangup.recv() => {
+                let report = host.reload(reload()).await;
+                eprintln!("dedup-host: SIGHUP: {}", summary(&report));
+            }
+            Some(request) = host.reload_requested() => {
+                let report = host.reload(reload()).await;
+                eprintln!("dedup-host: reload requested: {}", summary(&report));
+                host.answer(request, &report).await;
+            }
+        }
+    }
     eprintln!("dedup-host: shutting down");
     let stats = host.shutdown().await?;
     println!("{}", serde_json::to_string(&stats)?);
     Ok(())
+}
+
+/// One line saying what a reload did.
+pub fn summary(report: &ReloadReport) -> String {
+    let d = &report.diff;
+    if !report.applied {
+        return format!(
+            "config refused, nothing changed: {}",
+            report.problems.join("; ")
+        );
+    }
+    let mut line = format!(
+        "routes added {:?}, removed {:?}, changed {:?}",
+        d.added, d.removed, d.changed
+    );
+    if !d.restart_needed.is_empty() {
+        line += &format!(
+            "; needs a restart to apply: {}",
+            d.restart_needed.join(", ")
+        );
+    }
+    if !report.problems.is_empty() {
+        line += &format!("; problems: {}", report.problems.join("; "));
+    }
+    line
 }
 
 /// Resolves on SIGINT or SIGTERM.

@@ -19,11 +19,12 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::config::Config;
-use crate::routes::Routes;
+use crate::routes::{Route, Routes};
 use crate::runtime::Runtime;
 
-/// Starts watching every route's component source and reporting this host's versions.
-/// The tasks end when `stopped` turns true.
+/// Starts watching the object store for the routes served from it (when there is no
+/// `components.dir`) and reporting this host's versions. Component files are watched per
+/// route ([`watch_route`]), as routes come and go. The tasks end when `stopped` turns true.
 pub async fn spawn(
     js: &async_nats::jetstream::Context,
     runtime: Runtime,
@@ -33,19 +34,7 @@ pub async fn spawn(
     stopped: watch::Receiver<bool>,
 ) -> anyhow::Result<Vec<JoinHandle<()>>> {
     let mut tasks = Vec::new();
-    for route in routes.iter() {
-        if let Some(path) = &route.component_file {
-            let watcher = file::watch(
-                runtime.clone(),
-                route.clone(),
-                path.clone(),
-                config.components.poll_interval,
-                stopped.clone(),
-            );
-            tasks.push(tokio::spawn(watcher));
-        }
-    }
-    if routes.iter().any(|r| r.component_file.is_none()) {
+    if config.components.dir.is_none() {
         let bucket = store::open(js, config).await?;
         tasks.push(tokio::spawn(store::watch(
             bucket,
@@ -57,4 +46,32 @@ pub async fn spawn(
     let reporter = status::Reporter::open(js, config, instance_id).await?;
     tasks.push(tokio::spawn(reporter.run(routes, stopped)));
     Ok(tasks)
+}
+
+/// Starts serving one route from its source until `stopped`: its file (or
+/// `components.dir/<route>.wasm`) is watched. A route served from the object store follows
+/// [`store::watch`]; one added by a reload (`added`) is first offered the object stored now.
+pub fn watch_route(
+    js: &async_nats::jetstream::Context,
+    runtime: Runtime,
+    config: &Config,
+    route: Arc<Route>,
+    added: bool,
+    stopped: watch::Receiver<bool>,
+) -> Option<JoinHandle<()>> {
+    match route.component_file.clone() {
+        Some(path) => {
+            let interval = config.components.poll_interval;
+            Some(tokio::spawn(file::watch(
+                runtime, route, path, interval, stopped,
+            )))
+        }
+        None if added => {
+            let (js, bucket) = (js.clone(), config.components.bucket.clone());
+            Some(tokio::spawn(async move {
+                store::offer_current(&js, &bucket, &runtime, &route).await
+            }))
+        }
+        None => None,
+    }
 }

@@ -30,6 +30,9 @@ pub struct HostStatus {
     pub updated_ms: u64,
     /// Per route name.
     pub routes: BTreeMap<String, RouteStatus>,
+    /// Why the last config reload was refused (the host serves its previous config).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_refused: Option<String>,
 }
 
 /// What one host serves for one route.
@@ -95,9 +98,10 @@ impl Reporter {
 
     /// Reports until `stopped`, then deletes this host's entry.
     pub async fn run(self, routes: Arc<Routes>, mut stopped: watch::Receiver<bool>) {
-        let mut changes: Vec<_> = routes.iter().map(|r| r.subscribe()).collect();
+        let mut reloads = routes.subscribe();
         loop {
             self.write(&routes).await;
+            let mut changes: Vec<_> = routes.iter().map(|r| r.subscribe()).collect();
             let any_change = async {
                 if changes.is_empty() {
                     std::future::pending::<()>().await;
@@ -108,6 +112,7 @@ impl Reporter {
             };
             tokio::select! {
                 _ = any_change => {}
+                _ = reloads.changed() => {}
                 _ = tokio::time::sleep(REFRESH) => {}
                 _ = stopped.changed() => break,
             }
@@ -132,6 +137,7 @@ impl Reporter {
                     )
                 })
                 .collect(),
+            config_refused: routes.refused_config(),
         };
         let bytes = serde_json::to_vec(&status).expect("status serializes");
         if let Err(e) = self.store.put(&self.instance_id, bytes.into()).await {

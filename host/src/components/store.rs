@@ -12,7 +12,7 @@ use tokio::sync::watch;
 
 use super::install;
 use crate::config::Config;
-use crate::routes::Routes;
+use crate::routes::{Route, Routes};
 use crate::runtime::Runtime;
 
 /// The object metadata key holding the component's `sha256:` digest.
@@ -38,6 +38,31 @@ pub async fn open(
     })
     .await
     .with_context(|| format!("cannot create object store `{bucket}` (`components.bucket`)"))
+}
+
+/// Offers `route` the version the store holds now, or records that it holds none (a route
+/// added by a reload; later versions arrive through [`watch`]).
+pub async fn offer_current(
+    js: &async_nats::jetstream::Context,
+    bucket: &str,
+    runtime: &Runtime,
+    route: &Route,
+) {
+    let Ok(store) = js.get_object_store(bucket).await else {
+        route.decide();
+        return;
+    };
+    if deployed(&store, &route.name).await.is_none() {
+        route.decide();
+        return;
+    }
+    match fetch(&store, &route.name).await {
+        Ok(bytes) => {
+            let origin = format!("{bucket}/{}", route.name);
+            install::offer(runtime, route, &origin, bytes).await;
+        }
+        Err(e) => tracing::warn!(route = %route.name, "cannot fetch its component: {e:#}"),
+    }
 }
 
 /// Uploads `bytes` as route `route`'s component; every host serving the route picks it up.
@@ -119,12 +144,12 @@ pub async fn watch(
             };
             let origin = format!("{}/{}", info.bucket, info.name);
             if info.deleted {
-                install::remove(route, &origin);
+                install::remove(&route, &origin);
                 continue;
             }
             match fetch(&store, &info.name).await {
                 Ok(bytes) => {
-                    install::offer(&runtime, route, &origin, bytes).await;
+                    install::offer(&runtime, &route, &origin, bytes).await;
                 }
                 Err(e) => {
                     tracing::warn!(route = %route.name, "cannot fetch component `{origin}`: {e:#}")

@@ -3,6 +3,7 @@
 //! one go and reports every problem with its field path.
 
 mod derived;
+pub mod diff;
 mod validate;
 
 use std::collections::BTreeMap;
@@ -55,7 +56,7 @@ pub const DEFAULT_DEAD_LETTER_SUBJECT: &str = "dedup.dead";
 pub const DEFAULT_DEAD_LETTER_STREAM: &str = "DEDUP_DEAD";
 
 /// The whole configuration file.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
     /// How to reach NATS. No URLs means: `dedup-host dev` starts a local server.
@@ -90,7 +91,7 @@ pub struct Config {
 }
 
 /// Component sources and the compile cache.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ComponentsConfig {
     /// NATS Object Store bucket holding the components of routes that name no `component`
@@ -107,6 +108,10 @@ pub struct ComponentsConfig {
     pub poll_interval: Duration,
     /// Replicas of the component object store and the host-status bucket when created.
     pub replicas: usize,
+    /// A directory of components: `<route>.wasm` serves the route of that name, for every
+    /// route that names no `component` file (instead of the object store). Watched for new,
+    /// replaced and removed files; a file is taken once it has stopped changing.
+    pub dir: Option<PathBuf>,
 }
 
 impl Default for ComponentsConfig {
@@ -117,12 +122,13 @@ impl Default for ComponentsConfig {
             cache_dir: Some(PathBuf::from(".dedup-host/cache")),
             poll_interval: Duration::from_millis(500),
             replicas: 1,
+            dir: None,
         }
     }
 }
 
 /// NATS connection settings.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NatsConfig {
     /// Server URLs, e.g. `["nats://10.0.0.1:4222"]`.
@@ -147,7 +153,7 @@ pub struct NatsConfig {
 }
 
 /// Settings of this host process.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct HostConfig {
     /// Identifies this process in claim records; generated per process start when unset.
@@ -201,7 +207,7 @@ impl Default for HostConfig {
 }
 
 /// The source stream and its durable pull consumer.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SourceConfig {
     /// Stream name; created when missing, verified when present.
@@ -267,7 +273,7 @@ pub enum Storage {
 }
 
 /// The claim bucket and lease timing.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ClaimsConfig {
     /// KV bucket name; created when missing. Never recreate it under running hosts.
@@ -310,7 +316,7 @@ impl Default for ClaimsConfig {
 }
 
 /// Where permanently failed messages go.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct DeadLetterConfig {
     /// Subject dead letters are published on.
@@ -337,7 +343,7 @@ impl Default for DeadLetterConfig {
 }
 
 /// A stream that captures handler outputs.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OutputStreamConfig {
     /// Stream name.
@@ -405,7 +411,7 @@ pub enum MissingKey {
 }
 
 /// One route: a subject filter and its handler.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RouteConfig {
     /// Route name: `[A-Za-z0-9_-]+`, unique. It prefixes claim keys and output ids.

@@ -67,7 +67,7 @@ pub async fn tell(
 ) -> anyhow::Result<Story> {
     let routes = Routes::unloaded(config);
     let Some(r) = routes.iter().find(|r| r.name == route) else {
-        let names: Vec<_> = routes.iter().map(|r| r.name.as_str()).collect();
+        let names: Vec<_> = routes.iter().map(|r| r.name.clone()).collect();
         anyhow::bail!(
             "no route `{route}` in the config (routes: {})",
             names.join(", ")

@@ -205,11 +205,16 @@ const DRAIN_QUIET: Duration = Duration::from_millis(250);
 
 /// Naks every message already pulled but not started, so another host gets it soon rather
 /// than after the ack wait. The nak's delay outlasts this host's open pull request: redelivered
-/// earlier, a message would go to that request, which nobody reads any more.
+/// earlier, a message would go to that request, which nobody reads any more. Under steady
+/// traffic the stream never goes quiet, so handing back ends after one pull's expiry; what
+/// arrives later is redelivered after the ack wait.
 async fn nak_pulled(messages: &mut Messages) {
     let mut naked = 0;
     let delay = PULL_EXPIRES + DRAIN_QUIET * 2;
-    while let Ok(Some(Ok(message))) = tokio::time::timeout(DRAIN_QUIET, messages.next()).await {
+    let until = tokio::time::Instant::now() + PULL_EXPIRES + DRAIN_QUIET;
+    while let Ok(Ok(Some(Ok(message)))) =
+        tokio::time::timeout_at(until, tokio::time::timeout(DRAIN_QUIET, messages.next())).await
+    {
         if message.ack_with(AckKind::Nak(Some(delay))).await.is_ok() {
             naked += 1;
         }

@@ -88,8 +88,9 @@ impl<S: ClaimStore> Shared<S> {
     /// Routes, keys, claims and runs one delivery.
     async fn route_and_run(&self, d: &Delivery, route: Option<Arc<Route>>) {
         let Some(route) = route else {
-            if self.routes.find(&d.message.subject).is_some() {
-                // The route's own consumer has it.
+            let subject = &d.message.subject;
+            if self.routes.find(subject).is_some() || self.routes.is_parked(subject) {
+                // The route's own consumer has it (a removed route's keeps it for its return).
                 return self.settle(d, AckKind::Ack).await;
             }
             let reason = format!("no route for subject `{}`", d.message.subject);

@@ -60,26 +60,34 @@ impl<S: ClaimStore> Shared<S> {
     }
 }
 
-/// Starts one loop per consumer (a route's, or with no route the one for unrouted subjects)
-/// and the handler of undeliverable messages; they end when `stopped` turns true, after
-/// draining.
-pub(crate) fn spawn<S: ClaimStore>(
+/// Starts the loop of one route's consumer; it ends when `stopped` turns true, after
+/// draining (in-flight messages finish, pulled ones are handed back).
+pub(crate) fn spawn_route<S: ClaimStore>(
     shared: Arc<Shared<S>>,
-    consumers: Vec<(PullConsumer, Option<Arc<Route>>)>,
+    consumer: PullConsumer,
+    route: Arc<Route>,
+    stopped: watch::Receiver<bool>,
+) -> JoinHandle<()> {
+    tokio::spawn(consume::consume(shared, consumer, Some(route), stopped))
+}
+
+/// Starts what serves no single route: the consumer of subjects no route takes (when there
+/// is one) and the handler of undeliverable messages. They end when `stopped` turns true.
+pub(crate) fn spawn_common<S: ClaimStore>(
+    shared: Arc<Shared<S>>,
+    unrouted: Option<PullConsumer>,
     client: &async_nats::Client,
     stopped: &watch::Receiver<bool>,
 ) -> Vec<JoinHandle<()>> {
-    let mut loops: Vec<_> = consumers
-        .into_iter()
-        .map(|(consumer, route)| {
-            tokio::spawn(consume::consume(
-                shared.clone(),
-                consumer,
-                route,
-                stopped.clone(),
-            ))
-        })
-        .collect();
+    let mut loops = Vec::new();
+    if let Some(consumer) = unrouted {
+        loops.push(tokio::spawn(consume::consume(
+            shared.clone(),
+            consumer,
+            None,
+            stopped.clone(),
+        )));
+    }
     loops.push(tokio::spawn(undeliverable::run(
         shared,
         client.clone(),

@@ -17,6 +17,7 @@ mod limits;
 mod operations;
 mod ownership;
 mod provision;
+mod reload;
 mod repairs;
 mod runtime;
 mod sandbox;

@@ -2,6 +2,10 @@
 //! sources and one consumer loop per route, then drain and stop. The only module that knows
 //! both the pipeline (which processes deliveries) and the component sources (which find and
 //! install versions); both work on the routing table in [`crate::routes`].
+//!
+//! - [`live`]: the route set as it changes: per-route loops and watchers, config reloads.
+
+mod live;
 
 use std::sync::Arc;
 
@@ -50,8 +54,19 @@ impl Drop for GuestThreads {
     }
 }
 
+pub use live::ReloadReport;
+
+/// A `dedup-host reload` request that reached this host, to be answered with
+/// [`RunningHost::answer`].
+#[derive(Debug)]
+pub struct ReloadRequest {
+    reply: Option<async_nats::Subject>,
+}
+
 /// A host that is consuming. Stop it with [`RunningHost::shutdown`].
 pub struct RunningHost {
+    live: Arc<live::Live>,
+    reload_requests: tokio::sync::Mutex<tokio::sync::mpsc::Receiver<ReloadRequest>>,
     instance_id: String,
     metrics: Arc<Metrics>,
     health: Arc<Health>,
@@ -80,6 +95,27 @@ impl RunningHost {
     /// Where `/metrics`, `/healthz` and `/readyz` are served, if they are.
     pub fn metrics_addr(&self) -> Option<std::net::SocketAddr> {
         self.metrics_addr
+    }
+
+    /// Applies a new config's route changes, or, when it is refused, logs and reports every
+    /// problem and changes nothing (see [`live`]).
+    pub async fn reload(&self, config: Result<Config, crate::config::ConfigError>) -> ReloadReport {
+        self.live.reload(config).await
+    }
+
+    /// The next `dedup-host reload` request sent to every host through NATS.
+    pub async fn reload_requested(&self) -> Option<ReloadRequest> {
+        self.reload_requests.lock().await.recv().await
+    }
+
+    /// Answers a reload request with what this host did.
+    pub async fn answer(&self, request: ReloadRequest, report: &ReloadReport) {
+        if let Some(reply) = request.reply {
+            let body = serde_json::to_vec(report).expect("report serializes");
+            if let Err(e) = self.client.publish(reply, body.into()).await {
+                tracing::warn!("cannot answer the reload request: {e}");
+            }
+        }
     }
 
     /// Turns `/readyz` to 503, stops pulling, waits up to `host.shutdown_grace` for in-flight
@@ -164,24 +200,13 @@ pub async fn start_with_routes(
         config.claims.clock_skew,
     );
     let guest_threads = GuestThreads::new()?;
-    let mut consumers = Vec::new();
-    for route in routes.iter() {
-        let consumer = crate::setup::patiently(|| {
-            crate::setup::route_consumer(&setup.source, &config, &route.name, &route.subject)
-        })
-        .await?;
-        consumers.push((consumer, Some(route.clone())));
-    }
     let unrouted =
         crate::setup::patiently(|| crate::setup::unrouted_consumer(&setup.source, &config)).await?;
-    if let Some(consumer) = unrouted {
-        consumers.push((consumer, None));
-    }
-    let loaders = match runtime {
+    let loaders = match &runtime {
         Some(runtime) => {
             crate::components::spawn(
                 &js,
-                runtime,
+                runtime.clone(),
                 &config,
                 routes.clone(),
                 &instance_id,
@@ -202,10 +227,87 @@ pub async fn start_with_routes(
             stopped.clone(),
         ));
     }
+    let shared = Arc::new(Shared::new(
+        js.clone(),
+        config.clone(),
+        routes.clone(),
+        claimer,
+        guest_threads.handle(),
+    ));
+    let live = Arc::new(live::Live::new(
+        config.clone(),
+        js,
+        shared.clone(),
+        runtime,
+        routes.clone(),
+        instance_id.clone(),
+    ));
+    for route in routes.iter() {
+        live.start(route, false).await?;
+    }
     health.set_up(routes.clone());
-    let shared = Shared::new(js, config, routes, claimer, guest_threads.handle());
-    let loops = pipeline::spawn(Arc::new(shared), consumers, &client, &stopped);
-    let task = tokio::spawn(async move {
+    let loops = pipeline::spawn_common(shared, unrouted, &client, &stopped);
+    let (requests, reload_requests) = tokio::sync::mpsc::channel(4);
+    tasks.push(follow_reload_requests(&client, &config, requests, stopped.clone()).await?);
+    let task = {
+        let (live, mut stopped) = (live.clone(), stopped.clone());
+        tokio::spawn(async move {
+            let _ = stopped.wait_for(|s| *s).await;
+            live.stop_all().await;
+            finish(loops, loaders, endpoints_stop, tasks, guest_threads).await
+        })
+    };
+    tracing::info!(instance_id, "host started");
+    Ok(RunningHost {
+        live,
+        reload_requests: tokio::sync::Mutex::new(reload_requests),
+        instance_id,
+        metrics,
+        health,
+        metrics_addr,
+        stop,
+        task,
+        client,
+    })
+}
+
+/// Subscribes to the reload subject of this deployment and forwards each request.
+async fn follow_reload_requests(
+    client: &async_nats::Client,
+    config: &Config,
+    requests: tokio::sync::mpsc::Sender<ReloadRequest>,
+    mut stopped: watch::Receiver<bool>,
+) -> anyhow::Result<JoinHandle<()>> {
+    use futures::StreamExt as _;
+    let subject = crate::subject::reload_subject(&config.source.stream);
+    let mut subscription = client.subscribe(subject).await?;
+    Ok(tokio::spawn(async move {
+        loop {
+            let message = tokio::select! {
+                m = subscription.next() => m,
+                _ = stopped.wait_for(|s| *s) => return,
+            };
+            let Some(message) = message else { return };
+            let request = ReloadRequest {
+                reply: message.reply,
+            };
+            if requests.send(request).await.is_err() {
+                return;
+            }
+        }
+    }))
+}
+
+/// Waits for the rest of a stopping host, in order: the shared loops, the component
+/// sources, then the endpoints (which answer until the drain is over).
+async fn finish(
+    loops: Vec<JoinHandle<()>>,
+    loaders: Vec<JoinHandle<()>>,
+    endpoints_stop: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+    guest_threads: GuestThreads,
+) -> anyhow::Result<()> {
+    {
         for result in futures::future::join_all(loops).await {
             result.context("consumer loop panicked")?;
         }
@@ -218,15 +320,5 @@ pub async fn start_with_routes(
         }
         drop(guest_threads);
         Ok(())
-    });
-    tracing::info!(instance_id, "host started");
-    Ok(RunningHost {
-        instance_id,
-        metrics,
-        health,
-        metrics_addr,
-        stop,
-        task,
-        client,
-    })
+    }
 }

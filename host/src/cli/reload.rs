@@ -1,0 +1,80 @@
+//! `dedup-host reload --config FILE`: checks the config here, then asks every host of the
+//! deployment, through NATS, to re-read its own config file and apply the route changes;
+//! prints what each host did.
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use futures::StreamExt;
+
+use super::run::{summary, ConfigArgs};
+use crate::components::status;
+use crate::serve::ReloadReport;
+
+/// Flags of `dedup-host reload`.
+#[derive(Debug, Args)]
+pub struct ReloadArgs {
+    #[command(flatten)]
+    config: ConfigArgs,
+    /// How long to wait for the hosts' answers.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = humantime::parse_duration)]
+    wait: Duration,
+    /// Print the hosts' answers as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Sends the reload and reports the answers; exits 1 when the config is refused here, a host
+/// refused it, or no host answered.
+pub async fn run(args: ReloadArgs) -> anyhow::Result<ExitCode> {
+    let config = match args.config.load() {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("dedup-host reload: not sent, the config is refused: {e}");
+            return Ok(ExitCode::from(1));
+        }
+    };
+    let client = crate::connect::connect(&config, "dedup-host reload").await?;
+    let js = async_nats::jetstream::new(client.clone());
+    let live = match status::open(&js, &config).await {
+        Ok(store) => status::read_all(&store).await.map_or(0, |h| h.len()),
+        Err(_) => 0,
+    };
+    let inbox = client.new_inbox();
+    let mut answers = client.subscribe(inbox.clone()).await?;
+    let subject = crate::subject::reload_subject(&config.source.stream);
+    client
+        .publish_with_reply(subject, inbox, bytes::Bytes::new())
+        .await?;
+    client.flush().await?;
+    let deadline = Instant::now() + args.wait;
+    let mut reports: Vec<ReloadReport> = Vec::new();
+    while live == 0 || reports.len() < live {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, answers.next()).await {
+            Ok(Some(m)) => match serde_json::from_slice(&m.payload) {
+                Ok(report) => reports.push(report),
+                Err(e) => eprintln!("dedup-host reload: unreadable answer: {e}"),
+            },
+            _ => break,
+        }
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&reports)?);
+    } else {
+        for r in &reports {
+            println!("{}: {}", r.instance_id, summary(r));
+        }
+    }
+    let refused = reports.iter().filter(|r| !r.applied).count();
+    eprintln!(
+        "dedup-host reload: {} host(s) answered of {live} live; {refused} refused",
+        reports.len()
+    );
+    Ok(if reports.is_empty() || refused > 0 {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}

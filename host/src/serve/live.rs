@@ -1,0 +1,231 @@
+//! The routes a running host serves, as they change: each route's consumer loop and component
+//! watcher start and stop with it, and a config reload adds, removes and changes routes while
+//! the rest keep serving.
+//!
+//! - Added: its consumer is created (or bound) and its component loaded.
+//! - Removed: it stops pulling, its in-flight messages finish, and the rest wait in the
+//!   stream for the route's durable consumer (the consumer of unrouted subjects leaves them).
+//! - Changed (subject, key source, limits, grants, concurrency): a new route replaces it;
+//!   messages claimed from then on get the new settings, the version served carries over when
+//!   the component source is the same, and the old loop drains.
+//! - Anything outside `[[routes]]` cannot change live: it is reported as needing a restart.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::claim::kv::KvClaimStore;
+use crate::config::diff::ConfigDiff;
+use crate::config::{Config, ConfigError};
+use crate::pipeline::{self, Shared};
+use crate::routes::{Route, Routes};
+use crate::runtime::Runtime;
+
+/// What a reload did on one host.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ReloadReport {
+    /// The host.
+    pub instance_id: String,
+    /// Whether the new config was applied (false: refused whole, nothing changed).
+    pub applied: bool,
+    /// The routes added, removed and changed, and what needs a restart.
+    pub diff: ConfigDiff,
+    /// Why the config was refused: every problem.
+    pub problems: Vec<String>,
+}
+
+/// One served route and the tasks that serve it.
+struct Served {
+    route: Arc<Route>,
+    stop: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+/// The live route set of a host.
+pub(crate) struct Live {
+    pub(crate) config: Mutex<Arc<Config>>,
+    pub(crate) js: async_nats::jetstream::Context,
+    pub(crate) shared: Arc<Shared<KvClaimStore>>,
+    pub(crate) runtime: Option<Runtime>,
+    pub(crate) routes: Arc<Routes>,
+    pub(crate) instance_id: String,
+    served: tokio::sync::Mutex<BTreeMap<String, Served>>,
+    /// Routes replaced or removed by a reload, still draining.
+    draining: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Live {
+    /// A host's live set, serving nothing yet.
+    pub(crate) fn new(
+        config: Arc<Config>,
+        js: async_nats::jetstream::Context,
+        shared: Arc<Shared<KvClaimStore>>,
+        runtime: Option<Runtime>,
+        routes: Arc<Routes>,
+        instance_id: String,
+    ) -> Self {
+        Self {
+            config: Mutex::new(config),
+            js,
+            shared,
+            runtime,
+            routes,
+            instance_id,
+            served: tokio::sync::Mutex::default(),
+            draining: Mutex::default(),
+        }
+    }
+
+    fn config(&self) -> Arc<Config> {
+        self.config.lock().expect("config lock").clone()
+    }
+
+    /// Starts serving `route`: binds its consumer (patiently), starts its loop and its
+    /// component watcher. `added` marks a route added by a reload.
+    pub(crate) async fn start(&self, route: Arc<Route>, added: bool) -> anyhow::Result<()> {
+        let config = self.config();
+        let source = self.js.get_stream(&config.source.stream).await?;
+        let consumer = crate::setup::patiently(|| {
+            crate::setup::route_consumer(&source, &config, &route.name, &route.subject)
+        })
+        .await?;
+        let (stop, stopped) = watch::channel(false);
+        let mut tasks = vec![pipeline::spawn_route(
+            self.shared.clone(),
+            consumer,
+            route.clone(),
+            stopped.clone(),
+        )];
+        if let Some(runtime) = &self.runtime {
+            let watcher = crate::components::watch_route(
+                &self.js,
+                runtime.clone(),
+                &config,
+                route.clone(),
+                added,
+                stopped,
+            );
+            tasks.extend(watcher);
+        }
+        let served = Served { route, stop, tasks };
+        let previous = self
+            .served
+            .lock()
+            .await
+            .insert(served.route.name.clone(), served);
+        if let Some(previous) = previous {
+            self.retire(previous);
+        }
+        Ok(())
+    }
+
+    /// Stops a replaced or removed route in the background: its loop drains while the rest
+    /// (and its replacement) keep serving.
+    fn retire(&self, served: Served) {
+        let mut draining = self.draining.lock().expect("draining lock");
+        draining.retain(|t| !t.is_finished());
+        draining.push(tokio::spawn(stop(served)));
+    }
+
+    /// Stops every route (draining each), for shutdown.
+    pub(crate) async fn stop_all(&self) {
+        let served = std::mem::take(&mut *self.served.lock().await);
+        let draining = std::mem::take(&mut *self.draining.lock().expect("draining lock"));
+        futures::future::join_all(served.into_values().map(stop)).await;
+        futures::future::join_all(draining).await;
+    }
+
+    /// Applies a new config (or reports why it was refused): see the module documentation.
+    pub(crate) async fn reload(&self, new: Result<Config, ConfigError>) -> ReloadReport {
+        let mut report = ReloadReport {
+            instance_id: self.instance_id.clone(),
+            applied: false,
+            diff: ConfigDiff::default(),
+            problems: Vec::new(),
+        };
+        let new = match new {
+            Ok(new) => new,
+            Err(e) => {
+                report.problems = problems(&e);
+                let text = report.problems.join("; ");
+                tracing::error!("config reload refused, the running config keeps serving: {text}");
+                self.routes.refuse_config(Some(text));
+                return report;
+            }
+        };
+        let old = self.config();
+        report.diff = ConfigDiff::between(&old, &new);
+        // Everything outside the routes stays as it runs until a restart.
+        let running = Arc::new(Config {
+            routes: new.routes.clone(),
+            ..(*old).clone()
+        });
+        *self.config.lock().expect("config lock") = running.clone();
+        let mut routes = Vec::new();
+        let mut start = Vec::new();
+        for r in &running.routes {
+            let current = self.routes.get(&r.name);
+            match current {
+                Some(route) if !report.diff.changed.contains(&r.name) => routes.push(route),
+                current => {
+                    let route = self.routes.new_route(&running, r);
+                    let carried = current
+                        .filter(|c| c.component_file == route.component_file)
+                        .and_then(|c| c.guest());
+                    if carried.is_some() {
+                        route.serve(carried);
+                    }
+                    start.push((route.clone(), report.diff.added.contains(&r.name)));
+                    routes.push(route);
+                }
+            }
+        }
+        self.routes.set(routes);
+        self.routes.refuse_config(None);
+        for (route, added) in start {
+            let name = route.name.clone();
+            if let Err(e) = self.start(route, added).await {
+                let problem = format!("route `{name}` not started: {e:#}");
+                tracing::error!("{problem}");
+                report.problems.push(problem);
+            }
+        }
+        {
+            let mut served = self.served.lock().await;
+            for name in &report.diff.removed {
+                if let Some(removed) = served.remove(name) {
+                    self.retire(removed);
+                }
+            }
+        }
+        report.applied = true;
+        tracing::warn!(
+            added = ?report.diff.added,
+            removed = ?report.diff.removed,
+            changed = ?report.diff.changed,
+            restart_needed = ?report.diff.restart_needed,
+            "config reloaded"
+        );
+        report
+    }
+}
+
+/// Stops one route's tasks and waits for them (its loop drains first).
+async fn stop(served: Served) {
+    let _ = served.stop.send(true);
+    futures::future::join_all(served.tasks).await;
+}
+
+/// Every problem of a refused config, one sentence each.
+fn problems(e: &ConfigError) -> Vec<String> {
+    match e {
+        ConfigError::Invalid { problems, .. } => problems
+            .iter()
+            .map(|p| format!("{}: {}", p.field, p.message))
+            .collect(),
+        other => vec![other.to_string()],
+    }
+}
