@@ -2,9 +2,9 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 
 use super::install;
 use crate::routes::Route;
@@ -18,44 +18,58 @@ fn stamp(path: &Path) -> Stamp {
     Some((meta.modified().ok()?, meta.len()))
 }
 
-/// Offers `path` to `route` at once, then polls it every `interval`; a changed file is offered to `route` once it has stopped
-/// changing for one interval (so a half-copied file is not taken). A file missing for two
-/// polls in a row removes the route's handler; it comes back with the file.
+/// Offers `path` to `route` at once, then checks it every `interval` and whenever `poke`
+/// wakes it (a file event in a watched component directory). A changed file is offered once
+/// its stamp has stayed the same for one interval, so a half-copied file is never taken, however
+/// often events wake the watcher. A file missing for one interval removes the route's
+/// handler; it comes back with the file.
 pub async fn watch(
     runtime: Runtime,
     route: Arc<Route>,
     path: PathBuf,
     interval: Duration,
+    poke: Option<Arc<Notify>>,
     mut stopped: watch::Receiver<bool>,
 ) {
     let origin = path.display().to_string();
-    // The stamp of the version last offered, and the one seen at the last poll. The first
-    // poll is at once and offers the file as it is (the route starts unserved).
+    // The stamp of the version last offered, the one seen last and since when. A file there
+    // at start is offered at once (the route starts unserved).
     let mut offered = None;
     let mut last = stamp(&path);
-    let mut missing = 0;
+    let mut since = Instant::now().checked_sub(interval).unwrap_or_else(Instant::now);
     let mut first = true;
+    let poked = || async {
+        match &poke {
+            Some(p) => p.notified().await,
+            None => std::future::pending().await,
+        }
+    };
     loop {
         if !std::mem::take(&mut first) {
             tokio::select! {
                 _ = tokio::time::sleep(interval) => {}
+                _ = poked() => {}
                 _ = stopped.changed() => return,
             }
         }
         let now = stamp(&path);
-        if now.is_none() {
-            missing += 1;
-            if missing == 2 {
-                install::remove(&route, &origin);
-                offered = None;
-            }
-            last = None;
+        if now != last {
+            last = now;
+            since = Instant::now();
             continue;
         }
-        missing = 0;
-        let settled = now == last;
-        last = now;
-        if !settled || now == offered {
+        if since.elapsed() < interval {
+            continue; // not settled yet
+        }
+        if now.is_none() {
+            if offered.take().is_some() || route.guest().is_some() {
+                install::remove(&route, &origin);
+            } else {
+                route.decide();
+            }
+            continue;
+        }
+        if now == offered {
             continue;
         }
         offered = now;

@@ -5,9 +5,11 @@
 //!   new version swapped in.
 //! - [`store`]: a route without one is served from object `<route>` of the `components.bucket`
 //!   NATS Object Store, so hosts on many machines load the same versions (`dedup-host deploy`).
+//! - [`dir`]: with `components.dir`, `<route>.wasm` files there, watched by file events.
 //! - [`install`]: compile off the message path, validate, swap atomically, or refuse.
 //! - [`status`]: each host reports the version it serves per route (`dedup-host routes`).
 
+pub mod dir;
 pub mod file;
 pub mod install;
 pub mod status;
@@ -57,14 +59,14 @@ pub fn watch_route(
     config: &Config,
     route: Arc<Route>,
     added: bool,
+    poke: Option<Arc<tokio::sync::Notify>>,
     stopped: watch::Receiver<bool>,
 ) -> Option<JoinHandle<()>> {
     match route.component_file.clone() {
         Some(path) => {
             let interval = config.components.poll_interval;
-            Some(tokio::spawn(file::watch(
-                runtime, route, path, interval, stopped,
-            )))
+            let watcher = file::watch(runtime, route, path, interval, poke, stopped);
+            Some(tokio::spawn(watcher))
         }
         None if added => {
             let (js, bucket) = (js.clone(), config.components.bucket.clone());

@@ -37,6 +37,14 @@ impl Config {
         self.validate_timing(&mut p);
         self.validate_names(&mut p);
         self.validate_routes(&mut p);
+        if let Some(dir) = &self.components.dir {
+            let dir = self.resolve(dir);
+            p.check(
+                dir.is_dir(),
+                "components.dir",
+                format!("`{}` is not a directory: create it, then put `<route>.wasm` files in it", dir.display()),
+            );
+        }
         if p.0.is_empty() {
             Ok(())
         } else {

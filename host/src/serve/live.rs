@@ -55,10 +55,13 @@ pub(crate) struct Live {
     served: tokio::sync::Mutex<BTreeMap<String, Served>>,
     /// Routes replaced or removed by a reload, still draining.
     draining: Mutex<Vec<JoinHandle<()>>>,
+    /// Woken by file events in `components.dir`, kept alive by `_dir_watcher`.
+    poke: Option<Arc<tokio::sync::Notify>>,
+    _dir_watcher: Mutex<Option<Box<dyn notify::Watcher + Send>>>,
 }
 
 impl Live {
-    /// A host's live set, serving nothing yet.
+    /// A host's live set, serving nothing yet; watches `components.dir` when set.
     pub(crate) fn new(
         config: Arc<Config>,
         js: async_nats::jetstream::Context,
@@ -66,8 +69,18 @@ impl Live {
         runtime: Option<Runtime>,
         routes: Arc<Routes>,
         instance_id: String,
-    ) -> Self {
-        Self {
+    ) -> anyhow::Result<Self> {
+        let (poke, dir_watcher) = match &config.components.dir {
+            Some(dir) if runtime.is_some() => {
+                let poke = Arc::new(tokio::sync::Notify::new());
+                let dir = config.resolve(dir);
+                let interval = config.components.poll_interval;
+                let watcher = crate::components::dir::watch(&dir, poke.clone(), interval)?;
+                (Some(poke), Some(watcher))
+            }
+            _ => (None, None),
+        };
+        Ok(Self {
             config: Mutex::new(config),
             js,
             shared,
@@ -76,7 +89,9 @@ impl Live {
             instance_id,
             served: tokio::sync::Mutex::default(),
             draining: Mutex::default(),
-        }
+            poke,
+            _dir_watcher: Mutex::new(dir_watcher),
+        })
     }
 
     fn config(&self) -> Arc<Config> {
@@ -106,6 +121,7 @@ impl Live {
                 &config,
                 route.clone(),
                 added,
+                self.poke.clone(),
                 stopped,
             );
             tasks.extend(watcher);

@@ -241,7 +241,7 @@ pub async fn start_with_routes(
         runtime,
         routes.clone(),
         instance_id.clone(),
-    ));
+    )?);
     for route in routes.iter() {
         live.start(route, false).await?;
     }

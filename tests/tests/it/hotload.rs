@@ -237,6 +237,8 @@ allowed_outputs = ["in.swap.*.done"]
         dedup_host::config::Config::parse(&text, Path::new("t.toml"), env.dir.path().into())
             .unwrap();
     let host = dedup_host::serve::start(config).await.unwrap();
+    let upper = dedup_host::runtime::digest(&bytes("uppercase"));
+    wait_serving(&env, "h", &upper).await;
 
     std::fs::write(&file, BROKEN).unwrap();
     let refused = wait_for(
