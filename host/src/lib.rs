@@ -6,7 +6,7 @@
 //! - [`host_api`]: the imports guests may call (logging, route configuration).
 //! - [`limits`]: per-invocation resource limits.
 //! - [`cli`]: the `dedup-host` command line.
-//! - [`serve`]: a host's life (connect, set up, start, drain, stop), the one module that knows
+//! - [`serve`]: a host's life (connect, set up, start, reload routes, drain, stop), the one module that knows
 //!   both the [`pipeline`] (processing deliveries) and the [`components`] sources (finding and
 //!   installing versions); both work on the routing table in [`routes`].
 //! - [`claim`]: the claim protocol on NATS KV; [`setup`]: streams, consumers and buckets.

@@ -13,7 +13,11 @@ use tokio::sync::Notify;
 
 /// Watches `dir`, waking `poke`'s waiters on every change, for as long as the returned
 /// watcher lives.
-pub fn watch(dir: &Path, poke: Arc<Notify>, poll: Duration) -> anyhow::Result<Box<dyn Watcher + Send>> {
+pub fn watch(
+    dir: &Path,
+    poke: Arc<Notify>,
+    poll: Duration,
+) -> anyhow::Result<Box<dyn Watcher + Send>> {
     let wake = {
         let poke = poke.clone();
         move |event: notify::Result<notify::Event>| {

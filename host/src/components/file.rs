@@ -36,7 +36,9 @@ pub async fn watch(
     // at start is offered at once (the route starts unserved).
     let mut offered = None;
     let mut last = stamp(&path);
-    let mut since = Instant::now().checked_sub(interval).unwrap_or_else(Instant::now);
+    let mut since = Instant::now()
+        .checked_sub(interval)
+        .unwrap_or_else(Instant::now);
     let mut first = true;
     let poked = || async {
         match &poke {

@@ -42,7 +42,10 @@ impl Config {
             p.check(
                 dir.is_dir(),
                 "components.dir",
-                format!("`{}` is not a directory: create it, then put `<route>.wasm` files in it", dir.display()),
+                format!(
+                    "`{}` is not a directory: create it, then put `<route>.wasm` files in it",
+                    dir.display()
+                ),
             );
         }
         if p.0.is_empty() {
