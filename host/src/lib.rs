@@ -17,6 +17,7 @@
 #![warn(missing_docs)]
 
 pub mod bindings;
+pub mod cases;
 pub mod claim;
 pub mod cli;
 pub mod components;
@@ -40,3 +41,4 @@ pub mod setup;
 
 pub mod subject;
 pub mod text;
+pub mod wit;

@@ -1,5 +1,6 @@
 //! The `dedup-host` command line: flag definitions and dispatch to each subcommand.
 
+mod author;
 mod deploy;
 mod dev;
 mod invoke;
@@ -26,6 +27,10 @@ pub struct Cli {
 pub enum Command {
     /// Run one event through a guest with no NATS and print the outcome as JSON.
     Invoke(invoke::InvokeArgs),
+    /// Write the `dedup:handler` WIT package this binary serves.
+    Wit(author::WitArgs),
+    /// Run a handler's cases (`cases.toml`) through the runtime; exit 1 on any failure.
+    Test(author::TestArgs),
     /// Consume and process messages as configured, until SIGINT/SIGTERM.
     Run(run::RunArgs),
     /// Like `run`, but starts a local nats-server when the config names none; `--demo` runs
@@ -61,6 +66,8 @@ impl Cli {
         };
         match self.command {
             Command::Invoke(args) => invoke::run(args).await,
+            Command::Wit(args) => author::wit(args),
+            Command::Test(args) => author::test(args).await,
             Command::Run(args) => run::run(args).await,
             Command::Dev(args) => dev::run(args).await,
             Command::Publish(args) => publish::run(args).await,

@@ -2,6 +2,7 @@
 
 mod attempts;
 mod auth;
+mod authoring;
 mod boundary;
 mod chaos;
 mod cli_invoke;

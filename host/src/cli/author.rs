@@ -1,0 +1,102 @@
+//! The guest author's commands: `dedup-host wit` (the WIT package this binary serves) and
+//! `dedup-host test` (a table of cases run through the runtime, with a JUnit report).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use clap::Args;
+
+use crate::cases::{self, CaseFile};
+use crate::config::Config;
+use crate::routes::Routes;
+use crate::runtime::{EngineSettings, InvokeOptions, Runtime};
+
+/// Flags of `dedup-host wit`.
+#[derive(Debug, Args)]
+pub struct WitArgs {
+    /// The directory to write the `dedup:handler` package into.
+    #[arg(long, value_name = "DIR", default_value = "wit")]
+    out: PathBuf,
+}
+
+/// Writes the embedded WIT package.
+pub fn wit(args: WitArgs) -> anyhow::Result<ExitCode> {
+    let written = crate::wit::write(&args.out)
+        .with_context(|| format!("cannot write the WIT package into `{}`", args.out.display()))?;
+    for path in written {
+        println!("{}", path.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Flags of `dedup-host test`.
+#[derive(Debug, Args)]
+pub struct TestArgs {
+    /// The case file.
+    #[arg(value_name = "CASES", default_value = "cases.toml")]
+    cases: PathBuf,
+    /// The component to test (default: the case file's `component`).
+    #[arg(long, value_name = "FILE")]
+    component: Option<PathBuf>,
+    /// A host config whose route's limits, configuration and allowed outputs apply (with
+    /// `--route`).
+    #[arg(long, value_name = "FILE", requires = "route")]
+    config: Option<PathBuf>,
+    /// The route of `--config` to test as.
+    #[arg(long, value_name = "NAME", requires = "config")]
+    route: Option<String>,
+    /// Also write a JUnit XML report here.
+    #[arg(long, value_name = "FILE")]
+    junit: Option<PathBuf>,
+}
+
+/// Runs the cases; exits 1 when any fails.
+pub async fn test(args: TestArgs) -> anyhow::Result<ExitCode> {
+    let file = CaseFile::load(&args.cases)?;
+    let base = args.cases.parent().map(PathBuf::from).unwrap_or_default();
+    let component = match (&args.component, &file.component) {
+        (Some(c), _) => c.clone(),
+        (None, Some(c)) => base.join(c),
+        (None, None) => anyhow::bail!(
+            "no component: pass --component FILE or set `component = \"...\"` in `{}`",
+            args.cases.display()
+        ),
+    };
+    let options = match (&args.config, &args.route) {
+        (Some(config), Some(route)) => {
+            let config = Config::load(config)?;
+            let routes = Routes::unloaded(&config);
+            let r = routes
+                .get(route)
+                .with_context(|| format!("no route `{route}` in the config"))?;
+            r.options.clone()
+        }
+        _ => InvokeOptions::default(),
+    };
+    let runtime = Runtime::new(&EngineSettings::default())?;
+    let handler = runtime.load_file(&component)?;
+    let results = cases::run(&handler, &options, &file.cases, &base).await?;
+    let failed = results.iter().filter(|r| r.failure.is_some()).count();
+    for r in &results {
+        match &r.failure {
+            None => println!("PASS  {}  ({:.1?})", r.name, r.elapsed),
+            Some(why) => println!("FAIL  {}\n  {why}", r.name),
+        }
+    }
+    println!(
+        "{} passed, {failed} failed ({})",
+        results.len() - failed,
+        component.display()
+    );
+    if let Some(path) = &args.junit {
+        let suite = component.display().to_string();
+        std::fs::write(path, cases::junit(&suite, &results))
+            .with_context(|| format!("cannot write the JUnit report `{}`", path.display()))?;
+    }
+    Ok(if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
