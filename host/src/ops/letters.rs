@@ -207,17 +207,24 @@ pub async fn replay(
             h.insert(REPLAYED_MSG_ID, id.as_str());
         }
         h.insert(MSG_ID, format!("replay:{}", letter.sequence).as_str());
-        js.publish_with_headers(letter.subject.clone(), h, payload)
-            .await?
+        let published = match js
+            .publish_with_headers(letter.subject.clone(), h, payload)
             .await
-            .map_err(|e| {
-                anyhow::anyhow!(
-                    "replaying letter {} on `{}`: {e}",
-                    letter.sequence,
+        {
+            Ok(ack) => ack.await.map(|_| ()).map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        match published {
+            Ok(()) => actions.push(action("replayed", detail)),
+            // The key stays reset (marked as a replay's): running the replay again retries it.
+            Err(e) => actions.push(action(
+                "skipped",
+                format!(
+                    "publish on `{}` failed, run the replay again: {e}",
                     letter.subject
-                )
-            })?;
-        actions.push(action("replayed", detail));
+                ),
+            )),
+        }
     }
     Ok(actions)
 }
