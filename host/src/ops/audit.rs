@@ -20,7 +20,7 @@ use crate::claim::{key, ClaimRecord, ClaimState};
 use crate::config::{Config, MissingKey};
 use crate::idempotency;
 use crate::pipeline::effects::output_id;
-use crate::routes::Routes;
+use crate::subject;
 
 /// The audit's findings.
 #[derive(Debug, Default, Serialize)]
@@ -62,13 +62,12 @@ pub async fn run(
     config: &Config,
     since: Option<SystemTime>,
 ) -> anyhow::Result<Report> {
-    let routes = Routes::unloaded(config);
     let source = scan::stream(js, &config.source.stream, "", since).await?;
     let claims = scan::claims(js, &config.claims.bucket).await?;
     let letters = letters::list(js, config, &Selection::default()).await?;
     let mut ack_floors = HashMap::new();
     let stream = js.get_stream(&config.source.stream).await?;
-    for r in routes.iter() {
+    for r in &config.routes {
         let name = crate::setup::route_consumer_name(config, &r.name);
         let floor = match stream.consumer_info(&name).await {
             Ok(info) => info.ack_floor.stream_sequence,
@@ -109,7 +108,11 @@ pub async fn run(
     let mut keys: HashMap<String, (u64, String)> = HashMap::new(); // claim key → (last seq, route)
     let (mut duplicates, mut dead_lettered, mut pending) = (0, 0, 0);
     for m in &source {
-        let Some(route) = routes.find(&m.subject) else {
+        let routed = config
+            .routes
+            .iter()
+            .find(|r| subject::matches(&r.subject, &m.subject));
+        let Some(route) = routed else {
             if lettered_seqs.contains(&m.sequence) {
                 dead_lettered += 1;
             }

@@ -11,7 +11,6 @@ use crate::claim::{key, ClaimRecord};
 use crate::config::Config;
 use crate::idempotency;
 use crate::pipeline::effects::output_id;
-use crate::routes::Routes;
 
 /// Which key to tell about.
 #[derive(Debug, Clone)]
@@ -65,9 +64,8 @@ pub async fn tell(
     route: &str,
     target: Target,
 ) -> anyhow::Result<Story> {
-    let routes = Routes::unloaded(config);
-    let Some(r) = routes.iter().find(|r| r.name == route) else {
-        let names: Vec<_> = routes.iter().map(|r| r.name.clone()).collect();
+    let Some(r) = config.routes.iter().find(|r| r.name == route) else {
+        let names: Vec<_> = config.routes.iter().map(|r| r.name.as_str()).collect();
         anyhow::bail!(
             "no route `{route}` in the config (routes: {})",
             names.join(", ")

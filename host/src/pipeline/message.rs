@@ -53,9 +53,7 @@ impl<S: ClaimStore> Shared<S> {
                 return;
             }
         };
-        let metrics = route
-            .as_ref()
-            .map_or_else(|| self.metrics(""), |r| r.metrics.clone());
+        let metrics = self.metrics_of(route.as_ref());
         let in_flight = metrics.in_flight();
         let (message, acker) = message.split();
         let d = Delivery {

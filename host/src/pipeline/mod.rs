@@ -25,6 +25,7 @@ use tokio::task::JoinHandle;
 
 use crate::claim::{ClaimStore, Claimer};
 use crate::config::Config;
+use crate::metrics::RouteMetrics;
 use crate::routes::{Route, Routes};
 
 /// State shared by every in-flight message of one host.
@@ -34,6 +35,9 @@ pub(crate) struct Shared<S: ClaimStore> {
     routes: Arc<Routes>,
     claimer: Claimer<S>,
     guest_runtime: tokio::runtime::Handle,
+    /// The series of messages no route takes, resolved once (the consumer of unrouted
+    /// subjects sees every routed message too).
+    unrouted: Arc<RouteMetrics>,
 }
 
 impl<S: ClaimStore> Shared<S> {
@@ -45,18 +49,28 @@ impl<S: ClaimStore> Shared<S> {
         claimer: Claimer<S>,
         guest_runtime: tokio::runtime::Handle,
     ) -> Self {
+        let unrouted = routes.metrics().route("");
         Self {
             js,
             config,
             routes,
             claimer,
             guest_runtime,
+            unrouted,
         }
     }
 
     /// The series of route `name` (of unrouted messages when empty).
-    fn metrics(&self, name: &str) -> Arc<crate::metrics::RouteMetrics> {
+    fn metrics(&self, name: &str) -> Arc<RouteMetrics> {
+        if name.is_empty() {
+            return self.unrouted.clone();
+        }
         self.routes.metrics().route(name)
+    }
+
+    /// The series of `route`'s messages, or of unrouted ones.
+    fn metrics_of(&self, route: Option<&Arc<Route>>) -> Arc<RouteMetrics> {
+        route.map_or_else(|| self.unrouted.clone(), |r| r.metrics.clone())
     }
 }
 

@@ -125,7 +125,7 @@ impl<S: ClaimStore> Shared<S> {
         };
         let subject = &self.config.dead_letter.subject;
         effects::publish_dead_letter(&self.js, subject, &message, sequence, letter).await?;
-        let metrics = route.map_or_else(|| self.metrics(""), |r| r.metrics.clone());
+        let metrics = self.metrics_of(route.as_ref());
         metrics.outcome(MessageOutcome::DeadLettered);
         Ok(())
     }
