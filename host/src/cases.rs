@@ -24,7 +24,9 @@
 //! An expected output matches on its subject and one of: `payload` (exact), `contains` (a
 //! substring) or `json` (a JSON subset: every field given must be there with that value).
 //! Other expectations: `retry = true`, `trap = "<kind>"` (as the host names it, e.g.
-//! `timeout`, `memory limit`).
+//! `timeout`, `memory limit`). Beside any of them, `expect.logs` lists log lines the guest must
+//! write: `{ level = "info", message = "greeting", fields = { key = "order-42" } }`, where
+//! `message` is a substring, `level` is optional and `fields` a subset.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -35,7 +37,7 @@ use serde::Deserialize;
 use thiserror::Error;
 
 use crate::bindings::{Event, Header, Output};
-use crate::runtime::{Handler, InvokeOptions, Outcome};
+use crate::runtime::{Handler, InvokeOptions, LogLine, Outcome};
 
 /// A case file.
 #[derive(Debug, Deserialize)]
@@ -91,6 +93,22 @@ pub struct Expect {
     pub retry: Option<bool>,
     /// A trap of this kind.
     pub trap: Option<String>,
+    /// Log lines the guest must write (besides the outcome), in any order.
+    #[serde(default)]
+    pub logs: Vec<ExpectedLog>,
+}
+
+/// One expected log line.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExpectedLog {
+    /// Its level (`trace` .. `error`); any when absent.
+    pub level: Option<String>,
+    /// A substring of its message.
+    pub message: String,
+    /// Fields it must carry, with these values (others may be there too).
+    #[serde(default)]
+    pub fields: BTreeMap<String, String>,
 }
 
 /// One expected output.
@@ -224,7 +242,8 @@ pub async fn run(
         let invocation = handler.invoke(event, &options).await;
         results.push(CaseResult {
             name: case.name.clone(),
-            failure: judge(&case.expect, &invocation.outcome),
+            failure: judge(&case.expect, &invocation.outcome)
+                .or_else(|| missing_log(&case.expect.logs, &invocation.logs)),
             elapsed: invocation.elapsed,
         });
     }
@@ -268,6 +287,36 @@ fn judge(expect: &Expect, outcome: &Outcome) -> Option<String> {
         };
     }
     None
+}
+
+/// The first expected log line the guest did not write, with the lines it did.
+fn missing_log(expected: &[ExpectedLog], got: &[LogLine]) -> Option<String> {
+    let matches = |want: &ExpectedLog, line: &LogLine| {
+        want.level.as_deref().is_none_or(|l| l == line.level)
+            && line.message.contains(want.message.as_str())
+            && want
+                .fields
+                .iter()
+                .all(|(k, v)| line.fields.iter().any(|(gk, gv)| gk == k && gv == v))
+    };
+    let want = expected
+        .iter()
+        .find(|want| !got.iter().any(|line| matches(want, line)))?;
+    let lines: Vec<String> = got
+        .iter()
+        .map(|l| format!("{} {:?} {:?}", l.level, l.message, l.fields))
+        .collect();
+    Some(format!(
+        "expected a log line {} {:?} with fields {:?}\n  actual   {}",
+        want.level.as_deref().unwrap_or("(any level)"),
+        want.message,
+        want.fields,
+        if lines.is_empty() {
+            "no log lines".to_string()
+        } else {
+            lines.join("; ")
+        }
+    ))
 }
 
 fn output_problem(want: &ExpectedOutput, got: &Output) -> Option<String> {

@@ -33,6 +33,7 @@ pub mod logging;
 pub mod metrics;
 pub mod ops;
 pub mod pipeline;
+pub mod project;
 pub mod provision;
 pub mod routes;
 pub mod runtime;

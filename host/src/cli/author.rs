@@ -1,5 +1,7 @@
-//! The guest author's commands: `dedup-host wit` (the WIT package this binary serves) and
-//! `dedup-host test` (a table of cases run through the runtime, with a JUnit report).
+//! The guest author's commands: `dedup-host new` (a project from the embedded templates),
+//! `dedup-host build` (the language's toolchain), `dedup-host wit` (the WIT package this
+//! binary serves) and `dedup-host test` (a table of cases run through the runtime, with a
+//! JUnit report).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -9,8 +11,70 @@ use clap::Args;
 
 use crate::cases::{self, CaseFile};
 use crate::config::Config;
+use crate::project::{self, Language};
 use crate::routes::Routes;
 use crate::runtime::{EngineSettings, InvokeOptions, Runtime};
+
+/// Flags of `dedup-host new`.
+#[derive(Debug, Args)]
+pub struct NewArgs {
+    /// The handler's language.
+    #[arg(long, value_enum)]
+    lang: Language,
+    /// The handler's name (lower-case letters, digits and `-`): the component is
+    /// `<NAME>.wasm`.
+    name: String,
+    /// Where to create it (default: ./NAME); must be missing or empty.
+    #[arg(long, value_name = "DIR")]
+    dir: Option<PathBuf>,
+}
+
+/// Creates a project from the embedded templates.
+pub fn new(args: NewArgs) -> anyhow::Result<ExitCode> {
+    let dir = args.dir.unwrap_or_else(|| PathBuf::from(&args.name));
+    let written = project::create(&dir, &args.name, args.lang)?;
+    println!(
+        "created the {} handler `{}` in {} ({} files)",
+        args.lang.title(),
+        args.name,
+        dir.display(),
+        written.len()
+    );
+    println!(
+        "next: cd {} && dedup-host build && dedup-host test",
+        dir.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Flags of `dedup-host build`.
+#[derive(Debug, Args)]
+pub struct BuildArgs {
+    /// The project (default: the current directory).
+    #[arg(value_name = "DIR", default_value = ".")]
+    dir: PathBuf,
+    /// Where to write the component (default: DIR/<name>.wasm).
+    #[arg(long, value_name = "FILE")]
+    out: Option<PathBuf>,
+    /// Install a missing toolchain (apt, pip, npm, cargo) instead of saying what to install.
+    #[arg(long)]
+    install: bool,
+}
+
+/// Builds a project into a component and checks that this host loads it.
+pub fn build(args: BuildArgs) -> anyhow::Result<ExitCode> {
+    let out = project::build(&args.dir, args.out.as_deref(), args.install)?;
+    let runtime = Runtime::new(&EngineSettings::default())?;
+    runtime.load_file(&out).with_context(|| {
+        format!(
+            "the build wrote `{}`, but it is not a handler",
+            out.display()
+        )
+    })?;
+    let size = std::fs::metadata(&out).map(|m| m.len()).unwrap_or(0);
+    println!("built {} ({size} bytes)", out.display());
+    Ok(ExitCode::SUCCESS)
+}
 
 /// Flags of `dedup-host wit`.
 #[derive(Debug, Args)]

@@ -27,6 +27,10 @@ pub struct Cli {
 pub enum Command {
     /// Run one event through a guest with no NATS and print the outcome as JSON.
     Invoke(invoke::InvokeArgs),
+    /// Create a handler project (WIT, handler, build files, cases, README) from a template.
+    New(author::NewArgs),
+    /// Build a handler project into a component with its language's toolchain.
+    Build(author::BuildArgs),
     /// Write the `dedup:handler` WIT package this binary serves.
     Wit(author::WitArgs),
     /// Run a handler's cases (`cases.toml`) through the runtime; exit 1 on any failure.
@@ -66,6 +70,8 @@ impl Cli {
         };
         match self.command {
             Command::Invoke(args) => invoke::run(args).await,
+            Command::New(args) => author::new(args),
+            Command::Build(args) => author::build(args),
             Command::Wit(args) => author::wit(args),
             Command::Test(args) => author::test(args).await,
             Command::Run(args) => run::run(args).await,

@@ -1,9 +1,11 @@
-//! The guest author's commands, run as a handler author would: `dedup-host wit` and
-//! `dedup-host test` with case files, a wrong expectation, and a JUnit report.
+//! The guest author's commands, run as a handler author would, in temp directories outside
+//! the repository: `new`, `build` and `test` in every language, `wit`, case files with a
+//! wrong expectation and a JUnit report, and the README's authoring section as a script.
 
 use std::process::Command;
 
 use dedup_host_tests::guests::{guest, host_binary, workspace_root};
+use dedup_host_tests::harness::TestEnv;
 
 fn dedup_host(args: &[&str]) -> (i32, String) {
     let out = Command::new(host_binary())
@@ -43,13 +45,152 @@ fn wit_writes_the_package_byte_for_byte() {
 }
 
 #[test]
-fn the_example_guests_pass_their_case_files() {
-    for guest_dir in ["uppercase", "ledger"] {
+fn the_example_and_conformance_guests_pass_their_case_files() {
+    for guest_dir in ["uppercase", "ledger", "flaky", "hostile"] {
         let cases = workspace_root().join(format!("guests/rust/{guest_dir}/cases.toml"));
         let (code, text) = dedup_host(&["test", cases.to_str().unwrap()]);
         assert_eq!(code, 0, "{text}");
         assert!(text.contains(" passed, 0 failed"), "{text}");
     }
+    let cases = workspace_root().join("guests/conformance/cases.toml");
+    for lang in ["rust", "python", "javascript", "c"] {
+        let component = guest(&format!("conformance-{lang}"));
+        let (code, text) = dedup_host(&[
+            "test",
+            cases.to_str().unwrap(),
+            "--component",
+            component.to_str().unwrap(),
+        ]);
+        assert_eq!(code, 0, "{lang}: {text}");
+        assert!(text.contains("6 passed, 0 failed"), "{lang}: {text}");
+    }
+}
+
+macro_rules! new_build_test {
+    ($($test:ident => $lang:literal,)*) => {
+        $(
+            #[test]
+            fn $test() {
+                new_build_and_test($lang);
+            }
+        )*
+    };
+}
+
+new_build_test! {
+    a_new_rust_project_builds_and_passes_its_cases => "rust",
+    a_new_python_project_builds_and_passes_its_cases => "python",
+    a_new_js_project_builds_and_passes_its_cases => "js",
+    a_new_c_project_builds_and_passes_its_cases => "c",
+}
+
+/// `new`, `build` and `test`, untouched, in a temp directory; then a case with a wrong log
+/// expectation fails with expected versus actual.
+fn new_build_and_test(lang: &str) {
+    let root = tempfile::tempdir().unwrap();
+    let name = format!("greeter-{lang}");
+    let dir = root.path().join(&name);
+    let (code, text) = dedup_host(&["new", "--lang", lang, &name, "--dir", dir.to_str().unwrap()]);
+    assert_eq!(code, 0, "{text}");
+    let (code, text) = dedup_host(&["new", "--lang", lang, &name, "--dir", dir.to_str().unwrap()]);
+    assert_eq!(code, 2, "an existing project is never written over: {text}");
+    assert!(text.contains("already exists and is not empty"), "{text}");
+
+    let (code, text) = dedup_host(&["build", dir.to_str().unwrap()]);
+    assert_eq!(code, 0, "{lang}: {text}");
+    let component = dir.join(format!("{name}.wasm"));
+    assert!(
+        text.contains(&format!("built {}", component.display())),
+        "{text}"
+    );
+
+    let cases = dir.join("cases.toml");
+    let (code, text) = dedup_host(&["test", cases.to_str().unwrap()]);
+    assert_eq!(code, 0, "{lang}: {text}");
+    assert!(text.contains("3 passed, 0 failed"), "{lang}: {text}");
+
+    let mut wrong = std::fs::read_to_string(&cases).unwrap();
+    wrong.push_str(
+        "\n[[case]]\nname = \"logs something it does not\"\nsubject = \"a.b\"\npayload = '{}'\n\
+         expect.outputs = [{ subject = \"a.b.done\", contains = \"\" }]\n\
+         expect.logs = [{ level = \"error\", message = \"greeting\" }]\n",
+    );
+    std::fs::write(&cases, wrong).unwrap();
+    let (code, text) = dedup_host(&["test", cases.to_str().unwrap()]);
+    assert_eq!(code, 1, "{lang}: {text}");
+    assert!(
+        text.contains("FAIL  logs something it does not\n  expected a log line error \"greeting\"")
+            && text.contains("actual   info \"greeting\""),
+        "{lang}: {text}"
+    );
+}
+
+#[test]
+fn a_missing_project_or_a_bad_name_is_refused_with_the_fix() {
+    let root = tempfile::tempdir().unwrap();
+    let (code, text) = dedup_host(&["build", root.path().to_str().unwrap()]);
+    assert_eq!(code, 2, "{text}");
+    assert!(
+        text.contains("no handler project in") && text.contains("dedup.toml"),
+        "{text}"
+    );
+    let dir = root.path().join("x");
+    let (code, text) = dedup_host(&[
+        "new",
+        "--lang",
+        "c",
+        "Bad_Name",
+        "--dir",
+        dir.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 2, "{text}");
+    assert!(text.contains("is not a handler name: use"), "{text}");
+    assert!(!dir.exists(), "nothing written");
+}
+
+/// The README's authoring section, run from an empty folder with only `dedup-host` added to
+/// the PATH, against a real nats-server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readme_authoring_section_runs_as_a_script() {
+    let readme = std::fs::read_to_string(workspace_root().join("README.md")).unwrap();
+    let script = readme
+        .split_once("<!-- authoring-script -->\n```sh\n")
+        .and_then(|(_, rest)| rest.split_once("\n```"))
+        .map(|(script, _)| script.to_string())
+        .expect("README.md has the authoring script block");
+
+    let env = TestEnv::start().await;
+    let work = tempfile::tempdir().unwrap();
+    let bin = work.path().join("bin");
+    let folder = work.path().join("empty");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::create_dir_all(&folder).unwrap();
+    std::os::unix::fs::symlink(host_binary(), bin.join("dedup-host")).unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = Command::new("bash")
+        .args(["-euo", "pipefail", "-c", &script])
+        .current_dir(&folder)
+        .env("PATH", path)
+        // The script's host.toml names the usual local URL; this test's server is elsewhere.
+        .env("DEDUP_HOST_NATS_URL", env.server().url())
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("3 passed, 0 failed"), "{text}");
+    assert!(
+        text.contains("deployed greeter.wasm to route `greeter`: sha256:"),
+        "{text}"
+    );
+    assert!(
+        text.contains("greeter  orders.created.*  <- store"),
+        "{text}"
+    );
 }
 
 #[test]
