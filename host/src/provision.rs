@@ -134,6 +134,7 @@ async fn stream(js: &Context, spec: &StreamSpec, dry_run: bool) -> anyhow::Resul
         have.duplicate_window,
         spec.duplicate_window,
     );
+    differences.extend(spec.dedup_difference(&have));
     Ok(differ_or_match(differences))
 }
 

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 
-use crate::config::{Config, Storage};
+use crate::config::{Config, DedupMode, Storage};
 use crate::subject;
 
 /// Handles to everything set up.
@@ -29,6 +29,8 @@ pub(crate) struct StreamSpec {
     pub(crate) subjects: Vec<String>,
     pub(crate) duplicate_window: Duration,
     pub(crate) replicas: usize,
+    /// One message per subject, a repeat refused forever (`dedup = "forever"`).
+    pub(crate) forever: bool,
     /// The config field that names the stream, for messages.
     pub(crate) field: String,
 }
@@ -45,14 +47,28 @@ impl StreamSpec {
 
     /// The configuration to create the stream with.
     pub(crate) fn create_config(&self) -> stream::Config {
-        stream::Config {
+        let mut config = stream::Config {
             name: self.name.clone(),
             subjects: self.subjects.clone(),
             duplicate_window: self.duplicate_window,
             num_replicas: self.replicas,
             storage: StorageType::File,
             ..Default::default()
+        };
+        if self.forever {
+            crate::forever::apply(&mut config);
         }
+        config
+    }
+
+    /// What an existing stream lacks of this spec's deduplication, if anything.
+    pub(crate) fn dedup_difference(&self, have: &stream::Config) -> Option<String> {
+        (self.forever && !crate::forever::is_forever(have)).then(|| {
+            format!(
+                "keeps {} message(s) per subject with discard {:?} (discard new per subject: {}), not one with discard new per subject (dedup = \"forever\")",
+                have.max_messages_per_subject, have.discard, have.discard_new_per_subject
+            )
+        })
     }
 }
 
@@ -64,6 +80,7 @@ pub(crate) fn stream_specs(config: &Config) -> Vec<StreamSpec> {
             subjects: config.source_subjects(),
             duplicate_window: config.source.duplicate_window,
             replicas: config.source.replicas,
+            forever: config.source.dedup == DedupMode::Forever,
             field: "source.stream".into(),
         },
         StreamSpec {
@@ -71,6 +88,7 @@ pub(crate) fn stream_specs(config: &Config) -> Vec<StreamSpec> {
             subjects: vec![config.dead_letter.subject.clone()],
             duplicate_window: config.dead_letter.duplicate_window,
             replicas: config.dead_letter.replicas,
+            forever: false,
             field: "dead_letter.stream".into(),
         },
     ];
@@ -80,6 +98,7 @@ pub(crate) fn stream_specs(config: &Config) -> Vec<StreamSpec> {
             subjects: o.subjects.clone(),
             duplicate_window: o.duplicate_window,
             replicas: o.replicas,
+            forever: o.dedup == DedupMode::Forever,
             field: format!("output_streams[{i}]"),
         });
     }
@@ -117,6 +136,10 @@ async fn check_output_windows(js: &Context, config: &Config) -> anyhow::Result<(
     while let Some(info) = streams.next().await {
         let info = info.context("cannot list streams to check their duplicate windows")?;
         let c = &info.config;
+        if crate::forever::is_forever(c) {
+            // It refuses a re-run's output by its subject, however late.
+            continue;
+        }
         for r in &config.routes {
             let reached = r
                 .allowed_outputs
@@ -290,6 +313,9 @@ async fn ensure_stream(js: &Context, spec: StreamSpec) -> anyhow::Result<stream:
             uncovered.is_empty(),
             "stream `{name}` (`{field}`) exists but captures {have:?}, not {uncovered:?}: fix its subjects or name another stream"
         );
+        if let Some(difference) = spec.dedup_difference(&info.config) {
+            anyhow::bail!("stream `{name}` (`{field}`) exists but {difference}: a repeat would be stored; recreate it, or name another stream");
+        }
         return Ok(existing);
     }
     js.create_stream(spec.create_config())

@@ -1,4 +1,6 @@
-//! `dedup-host publish`: publish one event with a `Nats-Msg-Id`.
+//! `dedup-host publish`: publish one event with a `Nats-Msg-Id`, and say plainly whether the
+//! stream stored it or refused it as a duplicate (inside its window, or forever), with an
+//! exit code per outcome that producer scripts can rely on.
 
 use std::process::ExitCode;
 
@@ -31,7 +33,15 @@ pub struct PublishArgs {
     /// An extra header; repeat for more.
     #[arg(long = "header", value_name = "K=V", value_parser = super::parse_key_value)]
     headers: Vec<(String, String)>,
+    /// Print the outcome as JSON (`outcome`, `stream`, `sequence`) instead of a sentence.
+    #[arg(long)]
+    json: bool,
 }
+
+/// Exit code: the stream refused the message id inside its duplicate window.
+pub const EXIT_DUPLICATE_WINDOW: u8 = 3;
+/// Exit code: a forever stream already holds a message on the subject.
+pub const EXIT_DUPLICATE_FOREVER: u8 = 4;
 
 /// Publishes and prints the stream's acknowledgement as JSON.
 pub async fn run(args: PublishArgs) -> anyhow::Result<ExitCode> {
@@ -55,16 +65,53 @@ pub async fn run(args: PublishArgs) -> anyhow::Result<ExitCode> {
     let ack = js
         .publish_with_headers(args.subject.clone(), headers, payload.into())
         .await?
-        .await
-        .with_context(|| {
-            format!(
+        .await;
+    let (outcome, stream, sequence, code) = match ack {
+        Ok(ack) if ack.duplicate => (
+            "duplicate (window)",
+            ack.stream,
+            ack.sequence,
+            EXIT_DUPLICATE_WINDOW,
+        ),
+        Ok(ack) => ("stored", ack.stream, ack.sequence, 0),
+        Err(e) if crate::forever::refused_as_duplicate(&e) => {
+            let stream = js.stream_by_subject(args.subject.clone()).await?;
+            let held = js
+                .get_stream_no_info(&stream)
+                .await?
+                .get_last_raw_message_by_subject(&args.subject)
+                .await?;
+            (
+                "duplicate (forever)",
+                stream,
+                held.sequence,
+                EXIT_DUPLICATE_FOREVER,
+            )
+        }
+        Err(e) => {
+            return Err(anyhow::Error::new(e).context(format!(
                 "publish on `{}` not stored; does a stream capture this subject?",
                 args.subject
-            )
-        })?;
-    println!(
-        "{}",
-        serde_json::json!({"stream": ack.stream, "sequence": ack.sequence, "duplicate": ack.duplicate})
-    );
-    Ok(ExitCode::SUCCESS)
+            )))
+        }
+    };
+    if args.json {
+        println!(
+            "{}",
+            serde_json::json!({"outcome": outcome, "stream": stream, "sequence": sequence})
+        );
+    } else {
+        match code {
+            0 => println!("stored as sequence {sequence} of stream `{stream}`"),
+            EXIT_DUPLICATE_WINDOW => println!(
+                "duplicate (window): stream `{stream}` already holds message id `{}` as sequence {sequence}; not stored again",
+                args.key
+            ),
+            _ => println!(
+                "duplicate (forever: subject already holds a message): stream `{stream}` keeps `{}` as sequence {sequence}; not stored again",
+                args.subject
+            ),
+        }
+    }
+    Ok(ExitCode::from(code))
 }

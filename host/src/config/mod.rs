@@ -4,7 +4,10 @@
 
 mod derived;
 pub mod diff;
+mod modes;
 mod validate;
+
+pub use modes::DedupMode;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -238,6 +241,10 @@ pub struct SourceConfig {
     /// header that is not UTF-8, stored through a raw publish) stops being redelivered; when
     /// the server gives up, the host dead-letters the message from the stream.
     pub server_max_deliver: i64,
+    /// `window` (default) or `forever`: with `forever` the stream keeps one message per
+    /// subject and refuses a repeat at any later time; every route's key must then come from
+    /// the subject (`orders.created.<order-id>`).
+    pub dedup: DedupMode,
 }
 
 impl Default for SourceConfig {
@@ -257,6 +264,7 @@ impl Default for SourceConfig {
             max_ack_pending: 1_000,
             replicas: 1,
             server_max_deliver: DEFAULT_SERVER_MAX_DELIVER,
+            dedup: DedupMode::Window,
         }
     }
 }
@@ -356,6 +364,12 @@ pub struct OutputStreamConfig {
     /// Stream replicas when the host creates it (1, 3 or 5).
     #[serde(default = "one")]
     pub replicas: usize,
+    /// `window` (default) or `forever`: with `forever` the stream keeps one message per
+    /// subject, so a re-run's output is refused at any later time (for handlers whose output
+    /// subjects carry the event's identity, `ledger.entries.<transaction>`), and its duplicate
+    /// window need not outlast a re-run.
+    #[serde(default)]
+    pub dedup: DedupMode,
 }
 
 fn one() -> usize {

@@ -2,7 +2,7 @@
 
 use std::collections::HashSet;
 
-use super::{Config, KeySource, Problem};
+use super::{Config, DedupMode, KeySource, Problem};
 use crate::runtime::engine::DEFAULT_POOL_MEMORY_BYTES;
 use crate::subject;
 
@@ -183,6 +183,10 @@ impl Config {
         );
         let gap = self.longest_rerun_gap();
         for (i, o) in self.output_streams.iter().enumerate() {
+            // A forever stream refuses a re-run's output by its subject, at any time.
+            if o.dedup == DedupMode::Forever {
+                continue;
+            }
             p.check(o.duplicate_window > gap, format!("output_streams[{i}].duplicate_window"), format!("{:?} is shorter than the longest gap between two runs of one key ({gap:?} = largest route deadline + lease + clock_skew + largest backoff + ack_wait + claims.pause_margin): a re-run could publish an output twice", o.duplicate_window));
         }
         let dl_gap = self.dead_letter_gap();
@@ -342,6 +346,13 @@ impl Config {
                         "file `{}` does not exist (build the guests with guests/build.sh, or leave `component` out to take it from the object store)",
                         component.display()
                     ),
+                );
+            }
+            if self.source.dedup == DedupMode::Forever {
+                p.check(
+                    matches!(r.key, KeySource::SubjectToken(_)),
+                    at("key"),
+                    "with source.dedup = \"forever\" the event's identity is its subject: publish each event on a subject of its own (e.g. `orders.created.<order-id>`) and take the key from that token (key = { subject_token = 2 })",
                 );
             }
             match &r.key {

@@ -9,6 +9,7 @@ use thiserror::Error;
 
 use crate::bindings::Output;
 use crate::claim::OutputRef;
+use crate::forever;
 use crate::runtime::outputs::{header_map, CONTROL_HEADER_PREFIX};
 use crate::text;
 
@@ -65,21 +66,41 @@ pub async fn publish_outputs(
             .publish_with_headers(o.subject.clone(), h, o.payload.clone().into())
             .await
             .map_err(|e| anyhow::anyhow!("publishing output {i} on `{}`: {e}", o.subject))?;
+        let subject = o.subject.as_str();
         acks.push(async move {
-            ack.await.map_err(|e| {
-                anyhow::anyhow!("output {i}: {e} (is a stream capturing this subject?)")
-            })
+            match ack.await {
+                Ok(a) => Ok(OutputRef {
+                    stream: a.stream,
+                    sequence: a.sequence,
+                    duplicate: a.duplicate,
+                }),
+                // A forever stream already holds this subject's message: a duplicate.
+                Err(e) if forever::refused_as_duplicate(&e) => held(js, subject).await,
+                Err(e) => Err(anyhow::anyhow!(
+                    "output {i}: {e} (is a stream capturing this subject?)"
+                )),
+            }
         });
     }
-    let acks = try_join_all(acks).await?;
-    Ok(acks
-        .into_iter()
-        .map(|a| OutputRef {
-            stream: a.stream,
-            sequence: a.sequence,
-            duplicate: a.duplicate,
-        })
-        .collect())
+    try_join_all(acks).await
+}
+
+/// Where a forever stream holds the message of `subject`, as a duplicate output.
+async fn held(js: &Context, subject: &str) -> anyhow::Result<OutputRef> {
+    let name = js
+        .stream_by_subject(subject)
+        .await
+        .map_err(|e| anyhow::anyhow!("finding the stream that holds `{subject}`: {e}"))?;
+    let stream = js.get_stream_no_info(&name).await?;
+    let message = stream
+        .get_last_raw_message_by_subject(subject)
+        .await
+        .map_err(|e| anyhow::anyhow!("reading what `{name}` holds on `{subject}`: {e}"))?;
+    Ok(OutputRef {
+        stream: name,
+        sequence: message.sequence,
+        duplicate: true,
+    })
 }
 
 /// What a dead letter says about the original message.

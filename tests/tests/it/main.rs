@@ -12,6 +12,7 @@ mod conformance;
 mod dedup;
 mod failures;
 mod fairness;
+mod forever;
 mod hotload;
 mod lifecycle;
 mod limits;
