@@ -24,6 +24,7 @@ pub mod components;
 pub mod config;
 pub mod connect;
 pub mod dev;
+pub mod exclusive;
 pub mod forever;
 pub mod health;
 pub mod host_api;

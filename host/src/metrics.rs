@@ -35,10 +35,12 @@ pub enum MessageOutcome {
     LostClaim,
     /// An infrastructure error (NATS unavailable, a publish failed) that led to a nak.
     Error,
+    /// Completed without running: a newer message of its entity was waiting (`coalesce`).
+    Coalesced,
 }
 
 impl MessageOutcome {
-    const ALL: [MessageOutcome; 7] = [
+    const ALL: [MessageOutcome; 8] = [
         Self::Processed,
         Self::Duplicate,
         Self::Busy,
@@ -46,6 +48,7 @@ impl MessageOutcome {
         Self::DeadLettered,
         Self::LostClaim,
         Self::Error,
+        Self::Coalesced,
     ];
 
     /// The `outcome` label value.
@@ -58,6 +61,7 @@ impl MessageOutcome {
             Self::DeadLettered => "dead_lettered",
             Self::LostClaim => "lost_claim",
             Self::Error => "error",
+            Self::Coalesced => "coalesced",
         }
     }
 }

@@ -93,10 +93,10 @@ pub async fn provision(js: &Context, config: &Config, dry_run: bool) -> anyhow::
         });
     }
     let source = js.get_stream(&config.source.stream).await.ok();
-    for (name, filters) in setup::consumer_specs(config) {
+    for (name, filters, queue) in setup::consumer_specs(config) {
         let found = match &source {
             None => Found::WouldCreate,
-            Some(source) => consumer(source, config, &name, filters, dry_run).await?,
+            Some(source) => consumer(source, config, &name, filters, queue, dry_run).await?,
         };
         items.push(Item {
             kind: "consumer",
@@ -182,8 +182,14 @@ async fn consumer(
     config: &Config,
     name: &str,
     filters: Vec<String>,
+    queue: bool,
     dry_run: bool,
 ) -> anyhow::Result<Found> {
+    let (ack_wait, max_ack_pending) = if queue {
+        (crate::exclusive::ORDER_ACK_WAIT, 1)
+    } else {
+        (config.source.ack_wait, config.source.max_ack_pending)
+    };
     let existing = source.consumer_info(name).await.ok();
     let same = existing.as_ref().is_some_and(|info| {
         let c = &info.config;
@@ -192,9 +198,9 @@ async fn consumer(
             have.push(c.filter_subject.clone());
         }
         have == filters
-            && c.ack_wait == config.source.ack_wait
+            && c.ack_wait == ack_wait
             && c.max_deliver == config.source.server_max_deliver
-            && c.max_ack_pending == config.source.max_ack_pending
+            && c.max_ack_pending == max_ack_pending
     });
     if same {
         return Ok(Found::Matches);
@@ -205,7 +211,7 @@ async fn consumer(
             Some(_) => Found::Differs(vec!["settings differ; a host start updates them".into()]),
         });
     }
-    setup::create_consumer(source, config, name, filters).await?;
+    setup::create_consumer(source, config, name, filters, queue).await?;
     Ok(match existing {
         None => Found::Created,
         Some(_) => Found::Updated,

@@ -81,6 +81,19 @@ pub struct Route {
     decided: std::sync::atomic::AtomicBool,
     /// This route's series.
     pub metrics: Arc<RouteMetrics>,
+    /// One message per entity at a time, in order (`exclusive_by`), if set.
+    pub exclusive: Option<Exclusive>,
+}
+
+/// How an exclusive route tells entities apart and queues their messages.
+#[derive(Debug, Clone)]
+pub struct Exclusive {
+    /// Where the entity key comes from.
+    pub by: KeySource,
+    /// Partitions (one message at a time each): the route's concurrency.
+    pub partitions: usize,
+    /// Skip a message when a newer one of its entity is waiting.
+    pub coalesce: bool,
 }
 
 impl Route {
@@ -258,6 +271,11 @@ impl Routes {
             }),
             max_component_bytes: r.max_component_bytes,
             compile_timeout: r.compile_timeout,
+            exclusive: r.exclusive_by.as_ref().map(|by| Exclusive {
+                by: by.clone(),
+                partitions: crate::exclusive::partitions(config, r),
+                coalesce: r.coalesce,
+            }),
             guest: watch::Sender::new(guest),
             refused: std::sync::Mutex::new(None),
             decided: std::sync::atomic::AtomicBool::new(false),

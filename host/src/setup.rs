@@ -31,6 +31,8 @@ pub(crate) struct StreamSpec {
     pub(crate) replicas: usize,
     /// One message per subject, a repeat refused forever (`dedup = "forever"`).
     pub(crate) forever: bool,
+    /// Work-queue retention (a message leaves once acked): the exclusive routes' queue.
+    pub(crate) work_queue: bool,
     /// The config field that names the stream, for messages.
     pub(crate) field: String,
 }
@@ -58,11 +60,20 @@ impl StreamSpec {
         if self.forever {
             crate::forever::apply(&mut config);
         }
+        if self.work_queue {
+            config.retention = stream::RetentionPolicy::WorkQueue;
+        }
         config
     }
 
     /// What an existing stream lacks of this spec's deduplication, if anything.
     pub(crate) fn dedup_difference(&self, have: &stream::Config) -> Option<String> {
+        if self.work_queue && have.retention != stream::RetentionPolicy::WorkQueue {
+            return Some(format!(
+                "has {:?} retention, not work-queue (the queue of exclusive routes)",
+                have.retention
+            ));
+        }
         (self.forever && !crate::forever::is_forever(have)).then(|| {
             format!(
                 "keeps {} message(s) per subject with discard {:?} (discard new per subject: {}), not one with discard new per subject (dedup = \"forever\")",
@@ -81,6 +92,7 @@ pub(crate) fn stream_specs(config: &Config) -> Vec<StreamSpec> {
             duplicate_window: config.source.duplicate_window,
             replicas: config.source.replicas,
             forever: config.source.dedup == DedupMode::Forever,
+            work_queue: false,
             field: "source.stream".into(),
         },
         StreamSpec {
@@ -89,6 +101,7 @@ pub(crate) fn stream_specs(config: &Config) -> Vec<StreamSpec> {
             duplicate_window: config.dead_letter.duplicate_window,
             replicas: config.dead_letter.replicas,
             forever: false,
+            work_queue: false,
             field: "dead_letter.stream".into(),
         },
     ];
@@ -99,7 +112,19 @@ pub(crate) fn stream_specs(config: &Config) -> Vec<StreamSpec> {
             duplicate_window: o.duplicate_window,
             replicas: o.replicas,
             forever: o.dedup == DedupMode::Forever,
+            work_queue: false,
             field: format!("output_streams[{i}]"),
+        });
+    }
+    if config.routes.iter().any(|r| r.exclusive_by.is_some()) {
+        specs.push(StreamSpec {
+            name: crate::exclusive::stream_name(config),
+            subjects: vec![crate::exclusive::stream_subjects(config)],
+            duplicate_window: config.source.duplicate_window,
+            replicas: config.source.replicas,
+            forever: false,
+            work_queue: true,
+            field: "routes[].exclusive_by".into(),
         });
     }
     specs
@@ -125,6 +150,16 @@ pub async fn ensure(js: &Context, config: &Config) -> anyhow::Result<Setup> {
     check_output_windows(js, config).await?;
     let claims = ensure_bucket(js, config).await?;
     Ok(Setup { source, claims })
+}
+
+/// Creates or checks the queue of the exclusive routes (a route added by a reload may be
+/// the first).
+pub async fn ensure_queue(js: &Context, config: &Config) -> anyhow::Result<stream::Stream> {
+    let spec = stream_specs(config)
+        .into_iter()
+        .find(|s| s.work_queue)
+        .context("no route is exclusive")?;
+    ensure_stream(js, spec).await
 }
 
 /// Every stream a route may publish to (the configured output streams, and any other stream
@@ -221,7 +256,11 @@ pub async fn route_consumer(
     filter: &str,
 ) -> anyhow::Result<PullConsumer> {
     let name = route_consumer_name(config, route);
-    create_consumer(source, config, &name, vec![filter.to_string()]).await
+    let exclusive = config
+        .routes
+        .iter()
+        .any(|r| r.name == route && r.exclusive_by.is_some());
+    create_consumer(source, config, &name, vec![filter.to_string()], exclusive).await
 }
 
 /// The consumer for source subjects no route covers, named `source.consumer`: it
@@ -241,7 +280,7 @@ pub async fn unrouted_consumer(
         }
         return Ok(None);
     }
-    let consumer = create_consumer(source, config, name, config.source_subjects()).await?;
+    let consumer = create_consumer(source, config, name, config.source_subjects(), false).await?;
     Ok(Some(consumer))
 }
 
@@ -253,41 +292,60 @@ fn routes_cover_source(config: &Config) -> bool {
         .all(|s| config.routes.iter().any(|r| subject::covers(&r.subject, s)))
 }
 
-/// Every durable consumer the config needs, as (name, filter subjects): one per route, and
-/// the one for unrouted subjects when the routes do not cover every source subject.
-pub(crate) fn consumer_specs(config: &Config) -> Vec<(String, Vec<String>)> {
-    let mut specs: Vec<(String, Vec<String>)> = config
+/// Every durable consumer of the source stream the config needs, as (name, filter subjects,
+/// whether it queues an exclusive route): one per route, and the one for unrouted subjects
+/// when the routes do not cover every source subject. (An exclusive route's partition
+/// consumers, on its queue, are created by the hosts.)
+pub(crate) fn consumer_specs(config: &Config) -> Vec<(String, Vec<String>, bool)> {
+    let mut specs: Vec<(String, Vec<String>, bool)> = config
         .routes
         .iter()
         .map(|r| {
             (
                 route_consumer_name(config, &r.name),
                 vec![r.subject.clone()],
+                r.exclusive_by.is_some(),
             )
         })
         .collect();
     if !routes_cover_source(config) {
-        specs.push((config.source.consumer.clone(), config.source_subjects()));
+        specs.push((
+            config.source.consumer.clone(),
+            config.source_subjects(),
+            false,
+        ));
     }
     specs
 }
 
+/// Creates or updates a durable consumer of the source stream. An exclusive route's
+/// (`queue`) hands out one message at a time, which the host queues per entity in order
+/// (`crate::exclusive`).
 pub(crate) async fn create_consumer(
     source: &stream::Stream,
     config: &Config,
     name: &str,
     filter_subjects: Vec<String>,
+    queue: bool,
 ) -> anyhow::Result<PullConsumer> {
     source
         .create_consumer(pull::Config {
             durable_name: Some(name.to_string()),
             ack_policy: AckPolicy::Explicit,
-            ack_wait: config.source.ack_wait,
+            ack_wait: if queue {
+                crate::exclusive::ORDER_ACK_WAIT
+            } else {
+                config.source.ack_wait
+            },
             // Far above the host's own attempt count (it counts per key and dead-letters by
             // itself); bounded only so that a message the client cannot parse stops coming
             // back. The server then advises, and `pipeline::undeliverable` dead-letters it.
             max_deliver: config.source.server_max_deliver,
-            max_ack_pending: config.source.max_ack_pending,
+            max_ack_pending: if queue {
+                1
+            } else {
+                config.source.max_ack_pending
+            },
             filter_subjects,
             ..Default::default()
         })
@@ -314,7 +372,7 @@ async fn ensure_stream(js: &Context, spec: StreamSpec) -> anyhow::Result<stream:
             "stream `{name}` (`{field}`) exists but captures {have:?}, not {uncovered:?}: fix its subjects or name another stream"
         );
         if let Some(difference) = spec.dedup_difference(&info.config) {
-            anyhow::bail!("stream `{name}` (`{field}`) exists but {difference}: a repeat would be stored; recreate it, or name another stream");
+            anyhow::bail!("stream `{name}` (`{field}`) exists but {difference}: recreate it, or name another stream");
         }
         return Ok(existing);
     }

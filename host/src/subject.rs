@@ -14,7 +14,7 @@ pub fn is_valid_filter(filter: &str) -> bool {
 
 /// Subject prefixes of the server's own APIs and internals (JetStream, KV, object store,
 /// system account, Raft groups, reply inboxes). No guest output may ever land there.
-pub const RESERVED_PREFIXES: [&str; 7] = [
+pub const RESERVED_PREFIXES: [&str; 8] = [
     "$JS.",
     "$KV.",
     "$O.",
@@ -22,10 +22,15 @@ pub const RESERVED_PREFIXES: [&str; 7] = [
     "$NRG.",
     "_INBOX.",
     CONTROL_PREFIX,
+    EXCLUSIVE_PREFIX,
 ];
 
 /// Where hosts take orders (`dedup-host reload`): never reachable by a guest.
 pub const CONTROL_PREFIX: &str = "dedup.control.";
+
+/// Where exclusive routes queue their messages per entity (`crate::exclusive`): only the
+/// host writes there.
+pub const EXCLUSIVE_PREFIX: &str = "dedup.exclusive.";
 
 /// The subject every host of a deployment (named by its source stream) listens on for
 /// `dedup-host reload`.

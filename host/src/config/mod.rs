@@ -443,6 +443,15 @@ pub struct RouteConfig {
     /// What to do when the key is missing.
     #[serde(default)]
     pub missing_key: MissingKey,
+    /// Where the entity key comes from, for a route that works on one message per entity at
+    /// a time, across every host, in publish order (same forms as `key`). None (the
+    /// default): messages run in parallel whatever they concern.
+    #[serde(default)]
+    pub exclusive_by: Option<KeySource>,
+    /// With `exclusive_by`: a message is skipped (completed without running) when a newer one
+    /// of its entity is already waiting, so the handler sees the latest state.
+    #[serde(default)]
+    pub coalesce: bool,
     /// Largest payload accepted; bigger ones are dead-lettered.
     #[serde(default = "default_max_payload")]
     pub max_payload_bytes: usize,

@@ -355,30 +355,15 @@ impl Config {
                     "with source.dedup = \"forever\" the event's identity is its subject: publish each event on a subject of its own (e.g. `orders.created.<order-id>`) and take the key from that token (key = { subject_token = 2 })",
                 );
             }
-            match &r.key {
-                KeySource::Header(h) => p.check(
-                    !h.trim().is_empty(),
-                    at("key.header"),
-                    "name a header, e.g. Nats-Msg-Id",
-                ),
-                KeySource::JsonPointer(ptr) => p.check(
-                    ptr.starts_with('/'),
-                    at("key.json_pointer"),
-                    format!("`{ptr}` is not a JSON pointer; it starts with `/`, e.g. /order/id"),
-                ),
-                KeySource::SubjectToken(t) => {
-                    let tokens: Vec<&str> = r.subject.split('.').collect();
-                    let ok = *t < tokens.len() && !tokens[..=*t].contains(&">");
-                    p.check(
-                        ok,
-                        at("key.subject_token"),
-                        format!(
-                            "subject `{}` has no token {t} on every message (tokens count from 0)",
-                            r.subject
-                        ),
-                    );
-                }
+            check_key_source(p, &at("key"), &r.subject, &r.key);
+            if let Some(by) = &r.exclusive_by {
+                check_key_source(p, &at("exclusive_by"), &r.subject, by);
             }
+            p.check(
+                !r.coalesce || r.exclusive_by.is_some(),
+                at("coalesce"),
+                "coalescing keeps the newest message per entity: set exclusive_by too",
+            );
             p.check(
                 r.max_payload_bytes > 0,
                 at("max_payload_bytes"),
@@ -462,6 +447,33 @@ impl Config {
                     ),
                 );
             }
+        }
+    }
+}
+
+/// Checks one key source (`key` or `exclusive_by`) of a route on `subject`.
+fn check_key_source(p: &mut Problems, at: &str, subject: &str, source: &KeySource) {
+    match source {
+        KeySource::Header(h) => p.check(
+            !h.trim().is_empty(),
+            format!("{at}.header"),
+            "name a header, e.g. Nats-Msg-Id",
+        ),
+        KeySource::JsonPointer(ptr) => p.check(
+            ptr.starts_with('/'),
+            format!("{at}.json_pointer"),
+            format!("`{ptr}` is not a JSON pointer; it starts with `/`, e.g. /order/id"),
+        ),
+        KeySource::SubjectToken(t) => {
+            let tokens: Vec<&str> = subject.split('.').collect();
+            let ok = *t < tokens.len() && !tokens[..=*t].contains(&">");
+            p.check(
+                ok,
+                format!("{at}.subject_token"),
+                format!(
+                    "subject `{subject}` has no token {t} on every message (tokens count from 0)"
+                ),
+            );
         }
     }
 }

@@ -12,7 +12,7 @@ use async_nats::jetstream::AckKind;
 use futures::StreamExt;
 use tokio::sync::{watch, Semaphore};
 
-use super::Shared;
+use super::{Role, Shared};
 use crate::claim::ClaimStore;
 use crate::routes::{Guest, Route};
 
@@ -39,8 +39,21 @@ async fn until_served(route: &mut Option<watch::Receiver<Option<Guest>>>, served
 }
 
 impl<S: ClaimStore> Shared<S> {
-    /// Creates or re-binds the consumer of `route` (or of unrouted subjects).
-    async fn bind(&self, route: Option<&Route>) -> anyhow::Result<Option<PullConsumer>> {
+    /// Creates or re-binds the consumer of `route` in `role` (or of unrouted subjects).
+    async fn bind(
+        &self,
+        route: Option<&Route>,
+        role: Role,
+    ) -> anyhow::Result<Option<PullConsumer>> {
+        if let (Some(r), Role::Partition(p)) = (route, role) {
+            let queue = self
+                .js
+                .get_stream(crate::exclusive::stream_name(&self.config))
+                .await?;
+            return crate::exclusive::partition_consumer(&queue, &self.config, &r.name, p)
+                .await
+                .map(Some);
+        }
         let source = self.js.get_stream(&self.config.source.stream).await?;
         match route {
             Some(r) => crate::setup::route_consumer(&source, &self.config, &r.name, &r.subject)
@@ -58,11 +71,15 @@ pub(super) async fn consume<S: ClaimStore>(
     shared: Arc<Shared<S>>,
     mut consumer: PullConsumer,
     route: Option<Arc<Route>>,
+    role: Role,
     mut stopped: watch::Receiver<bool>,
 ) {
-    let in_flight = route
-        .as_ref()
-        .map_or(shared.config.host.max_in_flight, |r| r.max_in_flight);
+    let in_flight = match (&route, role) {
+        // The server hands these out one at a time anyway.
+        (_, Role::Queue | Role::Partition(_)) => 1,
+        (Some(r), Role::Process) => r.max_in_flight,
+        (None, Role::Process) => shared.config.host.max_in_flight,
+    };
     let name = route.as_ref().map_or("(unrouted)", |r| r.name.as_str());
     let permits = Arc::new(Semaphore::new(in_flight));
     let mut serving = route.as_ref().map(|r| r.subscribe());
@@ -81,7 +98,7 @@ pub(super) async fn consume<S: ClaimStore>(
             _ = stopped.changed() => break,
         }
         if std::mem::take(&mut rebind) {
-            match shared.bind(route.as_deref()).await {
+            match shared.bind(route.as_deref(), role).await {
                 Ok(Some(c)) => {
                     tracing::info!(route = name, "consumer re-created");
                     consumer = c;
@@ -136,7 +153,10 @@ pub(super) async fn consume<S: ClaimStore>(
                     let shared = shared.clone();
                     let route = route.clone();
                     tokio::spawn(async move {
-                        shared.process(message, route).await;
+                        match (role, route) {
+                            (Role::Queue, Some(route)) => shared.queue(message, &route).await,
+                            (_, route) => shared.process(message, route).await,
+                        }
                         drop(permit);
                     });
                 }

@@ -38,7 +38,10 @@ pub(super) struct Claimed<'a, S: ClaimStore> {
 pub(super) struct Delivery {
     pub(super) message: async_nats::Message,
     pub(super) acker: Arc<Acker>,
+    /// The message's sequence in the source stream.
     pub(super) sequence: u64,
+    /// For an exclusive route: where the message waited in the queue (subject, sequence).
+    pub(super) queued: Option<(async_nats::Subject, u64)>,
 }
 
 impl<S: ClaimStore> Shared<S> {
@@ -55,11 +58,29 @@ impl<S: ClaimStore> Shared<S> {
         };
         let metrics = self.metrics_of(route.as_ref());
         let in_flight = metrics.in_flight();
-        let (message, acker) = message.split();
+        let (mut message, acker) = message.split();
+        let (mut sequence, mut queued) = (sequence, None);
+        if route.as_ref().is_some_and(|r| r.exclusive.is_some()) {
+            // A queued copy: the guest, the key and the records see the original.
+            let Some((subject, source_sequence, headers)) =
+                crate::exclusive::original(message.headers.as_ref())
+            else {
+                tracing::error!("queued message without its origin headers, terminating it");
+                let _ = acker.ack_with(AckKind::Term).await;
+                return;
+            };
+            queued = Some((
+                std::mem::replace(&mut message.subject, subject.into()),
+                sequence,
+            ));
+            message.headers = Some(headers);
+            sequence = source_sequence;
+        }
         let d = Delivery {
             message,
             acker: Arc::new(acker),
             sequence,
+            queued,
         };
         // Every line of this message's life carries its fields: these until it is claimed,
         // then all of them (see `run`). WARN, so that the span is enabled whenever the
@@ -181,6 +202,9 @@ impl<S: ClaimStore> Shared<S> {
     /// Runs a claimed message and settles it according to the outcome. The heartbeat runs
     /// until the outcome is recorded (rule 16), not just until the guest returns.
     async fn run(&self, c: &Claimed<'_, S>) {
+        if self.superseded(c).await {
+            return self.coalesced(c).await;
+        }
         let (attempt, max) = (c.lease.attempt(), self.config.source.max_deliver);
         if attempt > max {
             let last = c
@@ -255,6 +279,33 @@ impl<S: ClaimStore> Shared<S> {
             Outcome::Reject { reason } => self.give_up(c, &reason).await,
         }
         heartbeat.stop().await;
+    }
+}
+
+impl<S: ClaimStore> Shared<S> {
+    /// Whether a coalescing route's message has a newer one of its entity waiting.
+    async fn superseded(&self, c: &Claimed<'_, S>) -> bool {
+        let coalesce = c.route.exclusive.as_ref().is_some_and(|e| e.coalesce);
+        let Some((subject, sequence)) = c.d.queued.as_ref().filter(|_| coalesce) else {
+            return false;
+        };
+        let Ok(queue) = self
+            .js
+            .get_stream_no_info(crate::exclusive::stream_name(&self.config))
+            .await
+        else {
+            return false;
+        };
+        match queue
+            .get_last_raw_message_by_subject(subject.as_str())
+            .await
+        {
+            Ok(newest) => newest.sequence > *sequence,
+            Err(e) => {
+                tracing::debug!("cannot tell whether a newer message waits, running this one: {e}");
+                false
+            }
+        }
     }
 }
 

@@ -4,6 +4,7 @@
 //! stopped by [`crate::serve`].
 //!
 //! - `consume`: pulling a consumer's messages, re-creating it when it is deleted.
+//! - `queue`: an exclusive route's messages queued per entity, in order.
 //! - `message`: one message, from its key and claim to the guest's outcome.
 //! - `undeliverable`: dead-letters what the server gave up delivering.
 //! - `settle`: what follows the outcome (publish and ack, retry, release, dead-letter).
@@ -14,6 +15,7 @@ mod consume;
 pub mod effects;
 pub mod heartbeat;
 mod message;
+mod queue;
 mod settle;
 mod undeliverable;
 
@@ -74,15 +76,33 @@ impl<S: ClaimStore> Shared<S> {
     }
 }
 
-/// Starts the loop of one route's consumer; it ends when `stopped` turns true, after
+/// What a message loop does with what it pulls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Role {
+    /// Runs each message (a route's consumer, or the one for unrouted subjects).
+    Process,
+    /// Queues an exclusive route's messages per entity, one at a time, in source order.
+    Queue,
+    /// Runs the messages of one partition of an exclusive route's queue.
+    Partition(usize),
+}
+
+/// Starts the loop of one of a route's consumers; it ends when `stopped` turns true, after
 /// draining (in-flight messages finish, pulled ones are handed back).
 pub(crate) fn spawn_route<S: ClaimStore>(
     shared: Arc<Shared<S>>,
     consumer: PullConsumer,
     route: Arc<Route>,
+    role: Role,
     stopped: watch::Receiver<bool>,
 ) -> JoinHandle<()> {
-    tokio::spawn(consume::consume(shared, consumer, Some(route), stopped))
+    tokio::spawn(consume::consume(
+        shared,
+        consumer,
+        Some(route),
+        role,
+        stopped,
+    ))
 }
 
 /// Starts what serves no single route: the consumer of subjects no route takes (when there
@@ -99,6 +119,7 @@ pub(crate) fn spawn_common<S: ClaimStore>(
             shared.clone(),
             consumer,
             None,
+            Role::Process,
             stopped.clone(),
         )));
     }

@@ -54,6 +54,19 @@ impl<S: ClaimStore> Shared<S> {
         }
     }
 
+    /// A coalescing route's message with a newer one of its entity waiting: completed
+    /// without running, so the handler sees the latest state.
+    pub(super) async fn coalesced(&self, c: &Claimed<'_, S>) {
+        if let Err(e) = c.lease.complete(Vec::new()).await {
+            return self.write_failed(c, e, false).await;
+        }
+        tracing::debug!("coalesced: a newer message of the entity is waiting");
+        c.route.metrics.outcome(MessageOutcome::Coalesced);
+        if let Err(e) = c.d.acker.double_ack().await {
+            tracing::warn!("ack not confirmed: {e}");
+        }
+    }
+
     /// A failed attempt: retry after the backoff (or the guest's delay, clamped to the
     /// largest backoff so a re-run stays inside the duplicate window), or give up after the
     /// last allowed attempt.

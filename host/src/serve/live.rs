@@ -20,7 +20,7 @@ use tokio::task::JoinHandle;
 use crate::claim::kv::KvClaimStore;
 use crate::config::diff::ConfigDiff;
 use crate::config::{Config, ConfigError};
-use crate::pipeline::{self, Shared};
+use crate::pipeline::{self, Role, Shared};
 use crate::routes::{Route, Routes};
 use crate::runtime::Runtime;
 
@@ -108,12 +108,34 @@ impl Live {
         })
         .await?;
         let (stop, stopped) = watch::channel(false);
+        let role = match route.exclusive {
+            Some(_) => Role::Queue,
+            None => Role::Process,
+        };
         let mut tasks = vec![pipeline::spawn_route(
             self.shared.clone(),
             consumer,
             route.clone(),
+            role,
             stopped.clone(),
         )];
+        if let Some(exclusive) = &route.exclusive {
+            let queue =
+                crate::setup::patiently(|| crate::setup::ensure_queue(&self.js, &config)).await?;
+            for p in 0..exclusive.partitions {
+                let consumer = crate::setup::patiently(|| {
+                    crate::exclusive::partition_consumer(&queue, &config, &route.name, p)
+                })
+                .await?;
+                tasks.push(pipeline::spawn_route(
+                    self.shared.clone(),
+                    consumer,
+                    route.clone(),
+                    Role::Partition(p),
+                    stopped.clone(),
+                ));
+            }
+        }
         if let Some(runtime) = &self.runtime {
             let watcher = crate::components::watch_route(
                 &self.js,

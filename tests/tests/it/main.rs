@@ -10,6 +10,7 @@ mod cluster;
 mod config;
 mod conformance;
 mod dedup;
+mod exclusive;
 mod failures;
 mod fairness;
 mod forever;

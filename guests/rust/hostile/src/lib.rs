@@ -5,7 +5,8 @@
 //! contents; `trap-midway` logs and outputs, then hits `unreachable`; `emit:<outputs>` returns
 //! exactly the outputs described (records split by 0x1E, fields by 0x1F: subject, then header
 //! name and value pairs); `reject:<n>` rejects with an `n`-byte reason; `retry:<ms>` asks for
-//! a retry after `ms`; `sleep-reject:<ms>` sleeps, then rejects; `spin-sleep:<a>:<b>` computes for `a` ms, then sleeps `b` ms. Any other
+//! a retry after `ms`; `sleep-reject:<ms>` sleeps, then rejects; `spin-sleep:<a>:<b>` computes for `a` ms, then sleeps `b` ms; `probe:<ms>[:<n>]` retries until attempt `n`, then
+//! sleeps and reports its wall-clock start and end. Any other
 //! payload is echoed back on `<subject>.done`.
 
 wit_bindgen::generate!({
@@ -124,6 +125,26 @@ impl Guest for Hostile {
                 Ok(text) => Ok(vec![output(done, text.into_bytes())]),
                 Err(e) => Err(Failure::Reject(format!("read: {e}"))),
             },
+            s if s.starts_with("probe:") => {
+                // probe:<ms>[:<n>]: asks for a retry until attempt n, then sleeps ms and
+                // reports when it ran (wall clock, µs), for tests of one-at-a-time execution.
+                let mut parts = s["probe:".len()..].split(':').map(|p| p.parse::<u64>().unwrap_or(0));
+                let (ms, until) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+                if u64::from(event.attempt) < until {
+                    return Err(Failure::Retry(RetryRequest { reason: "probe: not yet".into(), delay_ms: Some(10) }));
+                }
+                let now = || {
+                    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros())
+                };
+                let start = now();
+                std::thread::sleep(std::time::Duration::from_millis(ms));
+                let end = now();
+                let report = format!(
+                    "{{\"subject\":\"{}\",\"sequence\":{},\"key\":\"{}\",\"attempt\":{},\"start\":{start},\"end\":{end}}}",
+                    event.subject, event.stream_sequence, event.key, event.attempt
+                );
+                Ok(vec![output(done, report.into_bytes())])
+            }
             s if s.starts_with("sleep:") => {
                 let ms: u64 = s["sleep:".len()..].parse().unwrap_or(0);
                 std::thread::sleep(std::time::Duration::from_millis(ms));

@@ -1,0 +1,198 @@
+//! Exclusive routes (`exclusive_by`): at most one message per entity runs at a time, across
+//! every host, in the order the messages were published. Built from JetStream primitives
+//! only (the design and its failure analysis: `docs/exclusive.md`):
+//!
+//! - the route's consumer on the source stream hands out one message at a time
+//!   (`max_ack_pending = 1`); the host that holds it copies it, in source order, onto
+//!   `dedup.exclusive.<source stream>.<route>.<partition>.<entity>` in the work-queue stream
+//!   `<source stream>_EXCLUSIVE`, then acks it. The copy's `Nats-Msg-Id` is the source
+//!   sequence, so a copy made twice (a host died between publish and ack) is stored once;
+//! - each partition has a durable consumer with `max_ack_pending = 1`: the server hands out
+//!   a partition's next message only once the previous one is acked or terminated, to
+//!   whichever host pulls. A nak (retry, busy claim) keeps the message pending, so the
+//!   partition waits for it: order holds through retries, redeliveries and host deaths;
+//! - an entity always hashes to the same partition; there are as many partitions as the
+//!   route's concurrency, so other entities run in parallel.
+
+use std::time::Duration;
+
+use anyhow::Context as _;
+use async_nats::jetstream::consumer::{pull, AckPolicy, PullConsumer};
+use async_nats::jetstream::stream;
+use async_nats::HeaderMap;
+
+use crate::config::Config;
+use crate::subject::EXCLUSIVE_PREFIX;
+
+/// Headers the host sets on a message it queues for an exclusive route.
+pub mod headers {
+    /// The subject the message was published on.
+    pub const SUBJECT: &str = "Dedup-Source-Subject";
+    /// Its sequence in the source stream.
+    pub const SEQUENCE: &str = "Dedup-Source-Sequence";
+    /// Its own `Nats-Msg-Id` (the queued copy carries another).
+    pub const MSG_ID: &str = "Dedup-Source-Msg-Id";
+}
+
+/// The work-queue stream of a deployment's exclusive routes.
+pub fn stream_name(config: &Config) -> String {
+    format!("{}_EXCLUSIVE", config.source.stream)
+}
+
+/// The subjects of that stream.
+pub fn stream_subjects(config: &Config) -> String {
+    format!("{EXCLUSIVE_PREFIX}{}.>", config.source.stream)
+}
+
+/// The number of partitions of a route: its concurrency.
+pub fn partitions(config: &Config, route: &crate::config::RouteConfig) -> usize {
+    route.concurrency(&config.host).max(1)
+}
+
+/// A stable hash of an entity key (FNV-1a, 64 bits): the same on every host and version.
+pub fn entity_hash(entity: &str) -> u64 {
+    entity.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// Where a message of `entity` waits: its partition's subject, with the entity's hash as the
+/// last token (the newest message per entity is found by that subject).
+pub fn work_subject(config: &Config, route: &str, partitions: usize, entity: &str) -> String {
+    let hash = entity_hash(entity);
+    let partition = hash % partitions as u64;
+    format!(
+        "{EXCLUSIVE_PREFIX}{}.{route}.{partition}.{hash:016x}",
+        config.source.stream
+    )
+}
+
+/// The durable consumer of one partition: `<source.consumer>-<route>-p<partition>`.
+pub fn partition_consumer_name(config: &Config, route: &str, partition: usize) -> String {
+    format!("{}-{route}-p{partition}", config.source.consumer)
+}
+
+/// Creates or updates the consumer of one partition of `route`.
+pub async fn partition_consumer(
+    work: &stream::Stream,
+    config: &Config,
+    route: &str,
+    partition: usize,
+) -> anyhow::Result<PullConsumer> {
+    let name = partition_consumer_name(config, route, partition);
+    let filter = format!(
+        "{EXCLUSIVE_PREFIX}{}.{route}.{partition}.*",
+        config.source.stream
+    );
+    work.create_consumer(pull::Config {
+        durable_name: Some(name.clone()),
+        filter_subject: filter,
+        ack_policy: AckPolicy::Explicit,
+        ack_wait: config.source.ack_wait,
+        max_deliver: config.source.server_max_deliver,
+        // One message of the partition at a time: the next only after an ack or term.
+        max_ack_pending: 1,
+        ..Default::default()
+    })
+    .await
+    .with_context(|| {
+        format!(
+            "cannot create or bind consumer `{name}` of `{}`",
+            stream_name(config)
+        )
+    })
+}
+
+/// How long the route's source consumer waits for the ack of the message being queued: the
+/// copy is one publish, so a host that holds it longer has died.
+pub const ORDER_ACK_WAIT: Duration = Duration::from_secs(5);
+
+/// The headers of the queued copy: the original's, plus where it came from; its
+/// `Nats-Msg-Id` (the copy's dedup id) is `<route>.<sequence>`, the original's is kept aside.
+pub fn queued_headers(
+    original: Option<&HeaderMap>,
+    route: &str,
+    subject: &str,
+    sequence: u64,
+) -> HeaderMap {
+    let mut h = HeaderMap::new();
+    if let Some(original) = original {
+        for (name, values) in original.iter() {
+            for value in values {
+                if AsRef::<str>::as_ref(name).eq_ignore_ascii_case(crate::idempotency::MSG_ID) {
+                    h.append(headers::MSG_ID, value.as_str());
+                } else {
+                    h.append(name.clone(), value.clone());
+                }
+            }
+        }
+    }
+    h.insert(headers::SUBJECT, subject);
+    h.insert(headers::SEQUENCE, sequence.to_string().as_str());
+    h.insert(
+        crate::idempotency::MSG_ID,
+        format!("{route}.{sequence}").as_str(),
+    );
+    h
+}
+
+/// The original of a queued copy: its subject, source sequence and headers as published
+/// (with its own `Nats-Msg-Id` back). `None` when the copy lacks what the host set.
+pub fn original(queued: Option<&HeaderMap>) -> Option<(String, u64, HeaderMap)> {
+    let queued = queued?;
+    let subject = queued.get(headers::SUBJECT)?.as_str().to_string();
+    let sequence = queued.get(headers::SEQUENCE)?.as_str().parse().ok()?;
+    let mut h = HeaderMap::new();
+    for (name, values) in queued.iter() {
+        let name_str: &str = name.as_ref();
+        if [
+            headers::SUBJECT,
+            headers::SEQUENCE,
+            crate::idempotency::MSG_ID,
+        ]
+        .iter()
+        .any(|n| name_str.eq_ignore_ascii_case(n))
+        {
+            continue;
+        }
+        for value in values {
+            if name_str.eq_ignore_ascii_case(headers::MSG_ID) {
+                h.append(crate::idempotency::MSG_ID, value.as_str());
+            } else {
+                h.append(name.clone(), value.clone());
+            }
+        }
+    }
+    Some((subject, sequence, h))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_queued_copy_gives_back_its_original() {
+        let mut h = HeaderMap::new();
+        h.insert("Nats-Msg-Id", "evt-1");
+        h.insert("Account", "a-1");
+        let queued = queued_headers(Some(&h), "ledger", "ledger.adjust.a-1", 42);
+        assert_eq!(queued.get("Nats-Msg-Id").unwrap().as_str(), "ledger.42");
+        let (subject, sequence, back) = original(Some(&queued)).unwrap();
+        assert_eq!((subject.as_str(), sequence), ("ledger.adjust.a-1", 42));
+        assert_eq!(back.get("Nats-Msg-Id").unwrap().as_str(), "evt-1");
+        assert_eq!(back.get("Account").unwrap().as_str(), "a-1");
+        assert!(back.get(headers::SUBJECT).is_none() && back.get(headers::MSG_ID).is_none());
+    }
+
+    #[test]
+    fn an_entity_always_lands_in_the_same_partition() {
+        let config = Config::default();
+        let a = work_subject(&config, "r", 16, "account-1");
+        assert_eq!(a, work_subject(&config, "r", 16, "account-1"));
+        assert!(a.starts_with("dedup.exclusive.DEDUP_EVENTS.r."), "{a}");
+        let spread: std::collections::HashSet<u64> = (0..200)
+            .map(|i| entity_hash(&format!("e{i}")) % 16)
+            .collect();
+        assert_eq!(spread.len(), 16, "200 entities reach every partition");
+    }
+}

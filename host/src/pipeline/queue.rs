@@ -1,0 +1,98 @@
+//! An exclusive route's source messages, queued per entity (`crate::exclusive`): the route's
+//! consumer hands out one message at a time; it is copied onto its entity's partition of the
+//! work queue and only then acked, so the queue holds each route's messages in source order.
+
+use std::sync::Arc;
+
+use async_nats::jetstream::context::PublishErrorKind;
+use async_nats::jetstream::{self, AckKind};
+
+use super::message::{Delivery, ERROR_RETRY};
+use super::Shared;
+use crate::claim::ClaimStore;
+use crate::exclusive;
+use crate::idempotency;
+use crate::metrics::MessageOutcome;
+use crate::routes::Route;
+
+impl<S: ClaimStore> Shared<S> {
+    /// Queues one message of an exclusive route, then acks it. A message without an entity
+    /// key, or too big to queue, is dead-lettered.
+    pub(super) async fn queue(&self, message: jetstream::Message, route: &Arc<Route>) {
+        let Some(exclusive) = &route.exclusive else {
+            tracing::error!(
+                route = route.name,
+                "queueing for a route that is not exclusive"
+            );
+            let _ = message.ack_with(AckKind::Nak(Some(ERROR_RETRY))).await;
+            return;
+        };
+        let sequence = match message.info() {
+            Ok(info) => info.stream_sequence,
+            Err(e) => {
+                tracing::error!("delivery without JetStream metadata, terminating it: {e}");
+                let _ = message.ack_with(AckKind::Term).await;
+                return;
+            }
+        };
+        let (message, acker) = message.split();
+        let d = Delivery {
+            message,
+            acker: Arc::new(acker),
+            sequence,
+            queued: None,
+        };
+        let entity = match idempotency::derive(
+            &exclusive.by,
+            &d.message.subject,
+            d.message.headers.as_ref(),
+            &d.message.payload,
+        ) {
+            Ok(entity) => entity,
+            Err(missing) => {
+                let reason = format!("no entity key (exclusive_by): {missing}");
+                return self
+                    .dead_letter_unclaimed(&d, &route.name, "", &reason)
+                    .await;
+            }
+        };
+        let subject =
+            exclusive::work_subject(&self.config, &route.name, exclusive.partitions, &entity);
+        let headers = exclusive::queued_headers(
+            d.message.headers.as_ref(),
+            &route.name,
+            &d.message.subject,
+            sequence,
+        );
+        let stored = async {
+            self.js
+                .publish_with_headers(subject, headers, d.message.payload.clone())
+                .await?
+                .await
+        }
+        .await;
+        match stored {
+            Ok(_) => {
+                // Not confirmed: the route's next message waits for this ack, and a lost one
+                // only means a redelivery, queued again under the same id and dropped.
+                if let Err(e) = d.acker.ack().await {
+                    tracing::warn!(route = route.name, sequence, "queue ack not sent: {e}");
+                }
+            }
+            Err(e) if e.kind() == PublishErrorKind::MaxPayloadExceeded => {
+                let reason = format!("too big to queue for exclusive route `{}`: {e}", route.name);
+                self.dead_letter_unclaimed(&d, &route.name, "", &reason)
+                    .await;
+            }
+            Err(e) => {
+                tracing::warn!(
+                    route = route.name,
+                    sequence,
+                    "cannot queue, will retry: {e}"
+                );
+                route.metrics.outcome(MessageOutcome::Error);
+                self.settle(&d, AckKind::Nak(Some(ERROR_RETRY))).await;
+            }
+        }
+    }
+}

@@ -1,0 +1,265 @@
+//! Exclusive routes (`exclusive_by`): across three `dedup-host run` processes, the messages
+//! of one entity never run at the same time and run in publish order, while other entities
+//! run in parallel; also with a host killed -9 midway and a message failing twice; and
+//! coalescing. The guest (`hostile`'s `probe:`) reports when it ran; the test reads those
+//! reports from the output stream and would see any overlap.
+
+use std::collections::{BTreeMap, HashSet};
+use std::process::Child;
+use std::time::{Duration, Instant};
+
+use dedup_host::claim::ClaimState;
+use dedup_host_tests::harness::{wait_for, TestEnv, Timing, OUTPUTS};
+
+const ENTITIES: usize = 40;
+const EVENTS: usize = 25;
+
+fn route(extra: &str) -> String {
+    format!(
+        r#"
+[[routes]]
+name = "ex"
+subject = "in.ex.*"
+component = "{{guest:hostile}}"
+exclusive_by = {{ subject_token = 2 }}
+concurrency = 8
+allowed_outputs = ["in.ex.*.done"]
+{extra}
+"#
+    )
+}
+
+/// One run as the guest reported it.
+#[derive(Debug, Clone)]
+struct Run {
+    entity: String,
+    sequence: u64,
+    start: u64,
+    end: u64,
+}
+
+async fn runs(env: &TestEnv) -> Vec<Run> {
+    env.messages(OUTPUTS)
+        .await
+        .iter()
+        .map(|m| {
+            let v: serde_json::Value = serde_json::from_slice(&m.payload).expect("a probe report");
+            let subject = v["subject"].as_str().unwrap();
+            Run {
+                entity: subject.rsplit('.').next().unwrap().to_string(),
+                sequence: v["sequence"].as_u64().unwrap(),
+                start: v["start"].as_u64().unwrap(),
+                end: v["end"].as_u64().unwrap(),
+            }
+        })
+        .collect()
+}
+
+/// Publishes ENTITIES x EVENTS probes from four concurrent publishers, interleaved; the
+/// publish order of an entity is its stream order. `special` gets a payload of its own.
+async fn publish_workload(env: &TestEnv, special: Option<(&str, &str)>) -> Vec<String> {
+    let mut keys = Vec::new();
+    let mut tasks = Vec::new();
+    for publisher in 0..4 {
+        let js = env.js.clone();
+        let special = special.map(|(k, p)| (k.to_string(), p.to_string()));
+        let mut mine = Vec::new();
+        for event in 0..EVENTS {
+            for entity in (publisher..ENTITIES).step_by(4) {
+                mine.push((entity, event));
+            }
+        }
+        keys.extend(mine.iter().map(|(e, n)| format!("e{e}-{n}")));
+        tasks.push(tokio::spawn(async move {
+            for (entity, event) in mine {
+                let key = format!("e{entity}-{event}");
+                let payload = match &special {
+                    Some((k, p)) if *k == key => p.clone(),
+                    _ => "probe:20".to_string(),
+                };
+                let mut h = async_nats::HeaderMap::new();
+                h.insert("Nats-Msg-Id", key.as_str());
+                js.publish_with_headers(format!("in.ex.e{entity}"), h, payload.into())
+                    .await
+                    .unwrap()
+                    .await
+                    .unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    keys
+}
+
+/// Per entity: runs never overlap, and their order is the publish order. Returns whether
+/// runs of different entities overlapped (parallelism) and the serial time they add up to.
+fn check_exclusive_and_ordered(runs: &[Run]) -> (bool, Duration) {
+    let mut by_entity: BTreeMap<&str, Vec<&Run>> = BTreeMap::new();
+    for r in runs {
+        by_entity.entry(&r.entity).or_default().push(r);
+    }
+    for (entity, runs) in &mut by_entity {
+        runs.sort_by_key(|r| r.start);
+        for pair in runs.windows(2) {
+            assert!(
+                pair[0].end <= pair[1].start,
+                "{entity}: two runs overlap: {:?} and {:?}",
+                pair[0],
+                pair[1]
+            );
+            assert!(
+                pair[0].sequence < pair[1].sequence,
+                "{entity}: sequence {} ran before {}, against publish order",
+                pair[1].sequence,
+                pair[0].sequence
+            );
+        }
+    }
+    let mut all: Vec<&Run> = runs.iter().collect();
+    all.sort_by_key(|r| r.start);
+    let parallel = all
+        .windows(2)
+        .any(|p| p[0].entity != p[1].entity && p[1].start < p[0].end);
+    let serial = runs.iter().map(|r| r.end - r.start).sum::<u64>();
+    (parallel, Duration::from_micros(serial))
+}
+
+fn stop(mut child: Child) {
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+async fn wait_all(env: &TestEnv, keys: &[String], within: Duration) {
+    wait_for(within, "every key completed", || async {
+        for key in keys {
+            let record = env.claim("ex", key).await?;
+            if record.state != ClaimState::Completed {
+                return None;
+            }
+        }
+        Some(())
+    })
+    .await;
+}
+
+async fn exclusive_workload(faults: bool) {
+    let env = TestEnv::start().await;
+    let timing = Timing::default();
+    let routes = route("");
+    let mut hosts = Vec::new();
+    for i in 0..3 {
+        hosts.push(env.host_process(&timing, &routes, &format!("ex-{i}")).await);
+    }
+    let started = Instant::now();
+    // One message of one entity fails twice before it succeeds.
+    let special = faults.then_some(("e7-3", "probe:20:3"));
+    let publishing = publish_workload(&env, special);
+    let keys = if faults {
+        let (keys, victim) = tokio::join!(publishing, async {
+            tokio::time::sleep(Duration::from_millis(800)).await;
+            let mut victim = hosts.remove(0);
+            victim.kill().expect("kill -9");
+            let _ = victim.wait();
+        });
+        let _ = victim;
+        keys
+    } else {
+        publishing.await
+    };
+    wait_all(&env, &keys, Duration::from_secs(90)).await;
+    let elapsed = started.elapsed();
+    let runs = runs(&env).await;
+    assert_eq!(runs.len(), ENTITIES * EVENTS, "one output per key");
+    let distinct: HashSet<u64> = runs.iter().map(|r| r.sequence).collect();
+    assert_eq!(distinct.len(), runs.len(), "no key ran to an output twice");
+    let (parallel, serial) = check_exclusive_and_ordered(&runs);
+    assert!(parallel, "other entities ran in parallel");
+    eprintln!(
+        "exclusive ({}): {} runs in {elapsed:?}; the runs add up to {serial:?} (ratio {:.2})",
+        if faults { "with faults" } else { "clean" },
+        runs.len(),
+        elapsed.as_secs_f64() / serial.as_secs_f64()
+    );
+    env.wait_drained(Duration::from_secs(30)).await;
+    for h in hosts {
+        stop(h);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_message_per_entity_at_a_time_in_publish_order_across_three_hosts() {
+    exclusive_workload(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exclusive_and_ordered_through_a_killed_host_and_a_failing_message() {
+    exclusive_workload(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn coalescing_runs_the_first_and_the_last_update_and_few_between() {
+    let env = TestEnv::start().await;
+    let host = env
+        .host(&Timing::default(), &route("coalesce = true"), "co")
+        .await;
+    // The first update is running (slowly) while the other 99 arrive.
+    env.publish("in.ex.doc", "u0", &[], "probe:300").await;
+    wait_for(
+        Duration::from_secs(10),
+        "the first update running",
+        || async { env.claim("ex", "u0").await.map(|_| ()) },
+    )
+    .await;
+    let mut keys = vec!["u0".to_string()];
+    for i in 1..100 {
+        let key = format!("u{i}");
+        env.publish("in.ex.doc", &key, &[], "probe:300").await;
+        keys.push(key);
+    }
+    wait_all(&env, &keys, Duration::from_secs(30)).await;
+    let runs = runs(&env).await;
+    let sequences: Vec<u64> = runs.iter().map(|r| r.sequence).collect();
+    assert!(
+        sequences.contains(&1),
+        "the first update ran: {sequences:?}"
+    );
+    assert!(
+        sequences.contains(&100),
+        "the last update ran: {sequences:?}"
+    );
+    assert!(runs.len() < 10, "far fewer than 100 runs: {sequences:?}");
+    let last = runs.iter().max_by_key(|r| r.end).unwrap();
+    assert_eq!(last.sequence, 100, "the last state wins");
+    check_exclusive_and_ordered(&runs);
+    let metrics = host.metrics().encode();
+    assert!(
+        metrics.contains(&format!(
+            r#"dedup_messages_total{{route="ex",outcome="coalesced"}} {}"#,
+            100 - runs.len()
+        )),
+        "{metrics}"
+    );
+    host.shutdown().await.unwrap();
+}
+
+#[test]
+fn coalescing_without_an_entity_key_is_refused() {
+    let text = format!(
+        "[source]\nsubjects = [\"in.>\"]\n{}",
+        route("coalesce = true").replace("exclusive_by = { subject_token = 2 }\n", "")
+    )
+    .replace("{guest:hostile}", "/dev/null");
+    let err = dedup_host::config::Config::parse(
+        &text,
+        std::path::Path::new("t.toml"),
+        std::env::temp_dir(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("routes[0].coalesce") && err.contains("set exclusive_by"),
+        "{err}"
+    );
+}
