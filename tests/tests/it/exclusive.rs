@@ -157,13 +157,12 @@ async fn exclusive_workload(faults: bool) {
     let special = faults.then_some(("e7-3", "probe:20:3"));
     let publishing = publish_workload(&env, special);
     let keys = if faults {
-        let (keys, victim) = tokio::join!(publishing, async {
+        let (keys, ()) = tokio::join!(publishing, async {
             tokio::time::sleep(Duration::from_millis(800)).await;
             let mut victim = hosts.remove(0);
             victim.kill().expect("kill -9");
             let _ = victim.wait();
         });
-        let _ = victim;
         keys
     } else {
         publishing.await
