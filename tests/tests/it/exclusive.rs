@@ -182,6 +182,11 @@ async fn exclusive_workload(faults: bool) {
         elapsed.as_secs_f64() / serial.as_secs_f64()
     );
     env.wait_drained(Duration::from_secs(30)).await;
+    let config = env.config(&timing, &routes);
+    let report = dedup_host::ops::audit::run(&env.js, &config, None)
+        .await
+        .unwrap();
+    assert!(report.anomalies.is_empty(), "{:?}", report.anomalies);
     for h in hosts {
         stop(h);
     }
