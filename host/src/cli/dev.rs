@@ -139,6 +139,12 @@ const EVENTS: &[DemoEvent] = &[
     ),
     ev(
         "demo.ledger.adjust",
+        "l-4",
+        r#"{"account":"acc-1","amount":-400,"transaction_id":"tx-4"}"#,
+        "same account as tx-1: waits for it",
+    ),
+    ev(
+        "demo.ledger.adjust",
         "l-1-resend",
         r#"{"account":"acc-1","amount":2500,"transaction_id":"tx-1"}"#,
         "new message id, same transaction: the claim skips it",
@@ -170,7 +176,11 @@ const EVENTS: &[DemoEvent] = &[
 ];
 
 async fn demo(config: Config) -> anyhow::Result<()> {
-    let outputs_stream = config.output_streams.first().map(|o| o.name.clone());
+    let outputs_streams: Vec<String> = config
+        .output_streams
+        .iter()
+        .map(|o| o.name.clone())
+        .collect();
     let dead_stream = config.dead_letter.stream.clone();
     let client = crate::connect::connect(&config, "dedup-host demo publisher").await?;
     let js = async_nats::jetstream::new(client);
@@ -207,6 +217,7 @@ async fn demo(config: Config) -> anyhow::Result<()> {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    let late = super::demo_modes::late_rerun(&js, &audit_config).await?;
     let hits = dedup_hits(&host.metrics().encode());
     let stats = host.shutdown().await?;
 
@@ -224,13 +235,15 @@ async fn demo(config: Config) -> anyhow::Result<()> {
     println!("  dead-lettered        {}", stats.dead_lettered);
     println!("  outputs published    {}", stats.outputs_published);
     println!("  metric dedup_hits    {hits} (scrape it with `dev --metrics-addr 127.0.0.1:9464`)");
-    if let Some(name) = outputs_stream {
+    for name in &outputs_streams {
         println!("\nOutputs in stream {name}:");
-        print_stream(&js, &name, |m| {
+        print_stream(&js, name, |m| {
             String::from_utf8_lossy(&m.payload).to_string()
         })
         .await?;
     }
+    super::demo_modes::print_exclusive(&js, &audit_config).await?;
+    println!("\nForever deduplication: {late}");
     println!("\nDead letters in stream {dead_stream}:");
     print_stream(&js, &dead_stream, |m| {
         let reason = m

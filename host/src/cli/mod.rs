@@ -1,6 +1,7 @@
 //! The `dedup-host` command line: flag definitions and dispatch to each subcommand.
 
 mod author;
+mod demo_modes;
 mod deploy;
 mod dev;
 mod invoke;

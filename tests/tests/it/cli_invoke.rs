@@ -68,7 +68,10 @@ fn invoke_prints_outputs_for_each_example_guest() {
         "t1",
     ]);
     assert_ok(&out);
-    assert_eq!(json(&out)["outputs"][0]["subject"], "ledger.entries.acc-7");
+    assert_eq!(
+        json(&out)["outputs"][0]["subject"],
+        "ledger.entries.acc-7.t1"
+    );
 
     let flaky = guest("flaky");
     let args = [

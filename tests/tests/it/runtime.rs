@@ -79,7 +79,7 @@ async fn ledger_accepts_a_valid_adjustment() {
         panic!("expected success: {:?}", inv.outcome)
     };
     assert_eq!(outputs.len(), 1);
-    assert_eq!(outputs[0].subject, "ledger.entries.acc-1");
+    assert_eq!(outputs[0].subject, "ledger.entries.acc-1.tx-9");
     let entry: serde_json::Value = serde_json::from_slice(&outputs[0].payload).unwrap();
     assert_eq!(entry["amount"], -250);
     assert_eq!(entry["transaction_id"], "tx-9");

@@ -2,13 +2,16 @@
 //!
 //! Input: `{"account": "acc-1", "amount": -250, "transaction_id": "tx-9"}` (amount in minor
 //! units). Malformed input is rejected (dead-lettered) with the reason; a valid adjustment
-//! yields one output on `ledger.entries.<account>`.
+//! yields one output on `ledger.entries.<account>.<transaction_id>`: the subject carries the
+//! event's identity, so a forever output stream refuses a late re-run's entry. With the route
+//! config `work_ms`, it works that long first and reports when it ran (`ran_ms`, wall clock).
 
 wit_bindgen::generate!({
     path: "../../../wit",
     world: "handler-guest",
 });
 
+use dedup::handler::config;
 use dedup::handler::log::{log, Level};
 use dedup::handler::types::{Event, Failure, Header, Output};
 use exports::dedup::handler::handler::Guest;
@@ -31,6 +34,17 @@ struct Entry<'a> {
     transaction_id: &'a str,
     idempotency_key: &'a str,
     fencing_token: u64,
+    /// When the work ran (ms since the epoch), with `work_ms` configured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ran_ms: Option<[u64; 2]>,
+}
+
+fn valid_token(s: &str) -> bool {
+    !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
 struct Ledger;
@@ -39,21 +53,28 @@ impl Guest for Ledger {
     fn handle(event: Event) -> Result<Vec<Output>, Failure> {
         let adj: Adjustment = serde_json::from_slice(&event.payload)
             .map_err(|e| Failure::Reject(format!("malformed adjustment: {e}")))?;
-        if adj.account.is_empty() || !adj.account.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
-            return Err(Failure::Reject(format!(
-                "malformed adjustment: account `{}` must be non-empty and use only [A-Za-z0-9_-]",
-                adj.account
-            )));
+        for (field, value) in [("account", &adj.account), ("transaction_id", &adj.transaction_id)] {
+            if !valid_token(value) {
+                return Err(Failure::Reject(format!(
+                    "malformed adjustment: {field} `{value}` must be non-empty and use only [A-Za-z0-9_-]"
+                )));
+            }
         }
         if adj.amount == 0 {
             return Err(Failure::Reject("malformed adjustment: amount must not be zero".into()));
         }
+        let ran_ms = config::get("work_ms").and_then(|ms| ms.parse::<u64>().ok()).map(|ms| {
+            let start = now_ms();
+            std::thread::sleep(std::time::Duration::from_millis(ms));
+            [start, now_ms()]
+        });
         let entry = Entry {
             account: &adj.account,
             amount: adj.amount,
             transaction_id: &adj.transaction_id,
             idempotency_key: &event.key,
             fencing_token: event.fencing_token,
+            ran_ms,
         };
         log(
             Level::Info,
@@ -64,7 +85,7 @@ impl Guest for Ledger {
             ],
         );
         Ok(vec![Output {
-            subject: format!("ledger.entries.{}", adj.account),
+            subject: format!("ledger.entries.{}.{}", adj.account, adj.transaction_id),
             payload: serde_json::to_vec(&entry).expect("entry serializes"),
             headers: vec![Header { name: "Content-Type".into(), value: "application/json".into() }],
         }])

@@ -1,0 +1,95 @@
+//! The demo's exclusive and forever parts: ledger adjustments that run one per account at a
+//! time, and a late re-run whose ledger entry a forever stream refuses.
+
+use std::time::Duration;
+
+use async_nats::jetstream::Context as JetStream;
+use async_nats::HeaderMap;
+
+use crate::claim::{key, ClaimRecord, ClaimState};
+use crate::config::{Config, DedupMode};
+use crate::inspect::stream_messages;
+
+/// The route and transaction re-run late.
+const ROUTE: &str = "ledger";
+const TRANSACTION: &str = "tx-1";
+
+/// Prints when each ledger adjustment ran, per account, from the entries' `ran_ms`.
+pub(super) async fn print_exclusive(js: &JetStream, config: &Config) -> anyhow::Result<()> {
+    let Some(stream) = config
+        .output_streams
+        .iter()
+        .find(|o| o.name == "DEMO_LEDGER")
+    else {
+        return Ok(());
+    };
+    let mut runs = Vec::new();
+    for m in stream_messages(js, &stream.name).await? {
+        let entry: serde_json::Value = serde_json::from_slice(&m.payload)?;
+        let ran = &entry["ran_ms"];
+        if let (Some(start), Some(end)) = (ran[0].as_u64(), ran[1].as_u64()) {
+            let name = |f: &str| entry[f].as_str().unwrap_or("?").to_string();
+            runs.push((name("account"), name("transaction_id"), start, end));
+        }
+    }
+    let Some(first) = runs.iter().map(|r| r.2).min() else {
+        return Ok(());
+    };
+    runs.sort_by_key(|r| (r.0.clone(), r.2));
+    println!("\nExclusive by account (route `{ROUTE}`, 300 ms of work each):");
+    for (account, tx, start, end) in &runs {
+        let at = |t: u64| (t - first) as f64 / 1000.0;
+        println!(
+            "  {account:<6} {tx:<5} ran {:.2}-{:.2} s",
+            at(*start),
+            at(*end)
+        );
+    }
+    println!("  one account's adjustments never overlap and run in publish order; other accounts run beside them");
+    Ok(())
+}
+
+/// Forgets `tx-1`'s completed record (as the bucket's max age would), waits past the forever
+/// ledger stream's duplicate window and publishes the adjustment again: it runs again, and
+/// the stream refuses its entry. Returns what happened, in one line.
+pub(super) async fn late_rerun(js: &JetStream, config: &Config) -> anyhow::Result<String> {
+    let Some(ledger) = config
+        .output_streams
+        .iter()
+        .find(|o| o.dedup == DedupMode::Forever)
+    else {
+        return Ok("no forever output stream configured".into());
+    };
+    let kv = js.get_key_value(&config.claims.bucket).await?;
+    let claim_key = key::encode(ROUTE, TRANSACTION);
+    kv.purge(&claim_key).await?;
+    tokio::time::sleep(ledger.duplicate_window + Duration::from_millis(300)).await;
+    let mut h = HeaderMap::new();
+    h.insert("Nats-Msg-Id", "l-1-late");
+    let payload = r#"{"account":"acc-1","amount":2500,"transaction_id":"tx-1"}"#;
+    js.publish_with_headers("demo.ledger.adjust", h, payload.into())
+        .await?
+        .await?;
+    let started = std::time::Instant::now();
+    let record = loop {
+        if let Some(entry) = kv.get(&claim_key).await? {
+            let record = ClaimRecord::from_bytes(&entry)?;
+            if record.state == ClaimState::Completed {
+                break record;
+            }
+        }
+        anyhow::ensure!(
+            started.elapsed() < Duration::from_secs(30),
+            "the late re-run did not complete"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let refused = record.outputs.iter().all(|o| o.duplicate);
+    Ok(format!(
+        "{TRANSACTION} re-run {:.1} s later, after its record was dropped and past the {:?} window: its entry {} by {} (forever: the subject already holds it)",
+        ledger.duplicate_window.as_secs_f64() + 0.3,
+        ledger.duplicate_window,
+        if refused { "was refused" } else { "was NOT refused" },
+        ledger.name
+    ))
+}
