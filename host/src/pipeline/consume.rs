@@ -20,6 +20,8 @@ use crate::routes::{Guest, Route};
 const PULL_EXPIRES: Duration = Duration::from_secs(2);
 /// Idle heartbeat the server sends during a pull; two missed ones end the stream.
 const PULL_HEARTBEAT: Duration = Duration::from_secs(1);
+/// The pull request size of consumers that hand out one message at a time.
+const ONE_AT_A_TIME_BATCH: usize = 16;
 /// First and largest wait before pulling again after a failure.
 const RETRY_FIRST: Duration = Duration::from_millis(100);
 const RETRY_MAX: Duration = Duration::from_secs(5);
@@ -80,6 +82,13 @@ pub(super) async fn consume<S: ClaimStore>(
         (Some(r), Role::Process) => r.max_in_flight,
         (None, Role::Process) => shared.config.host.max_in_flight,
     };
+    // A one-at-a-time consumer still asks for several: the request stays open at the server,
+    // which delivers the next message on it as soon as the previous one is acked (a request
+    // for one, renewed after each message, stalled until it expired).
+    let batch = match role {
+        Role::Queue | Role::Partition(_) => ONE_AT_A_TIME_BATCH,
+        Role::Process => in_flight,
+    };
     let name = route.as_ref().map_or("(unrouted)", |r| r.name.as_str());
     let permits = Arc::new(Semaphore::new(in_flight));
     let mut serving = route.as_ref().map(|r| r.subscribe());
@@ -113,7 +122,7 @@ pub(super) async fn consume<S: ClaimStore>(
                 }
             }
         }
-        let mut messages = match pull(&consumer, in_flight).await {
+        let mut messages = match pull(&consumer, batch).await {
             Ok(m) => {
                 bound(true);
                 m

@@ -73,6 +73,7 @@ impl<S: ClaimStore> Shared<S> {
         .await;
         match stored {
             Ok(_) => {
+                tracing::debug!(route = route.name, sequence, "queued");
                 // Not confirmed: the route's next message waits for this ack, and a lost one
                 // only means a redelivery, queued again under the same id and dropped.
                 if let Err(e) = d.acker.ack().await {

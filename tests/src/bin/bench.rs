@@ -1,7 +1,8 @@
 //! `dedup-bench`: runs dedup-host's benchmarks:
 //! `dedup-bench invoke [ITERATIONS]`, `dedup-bench pipeline [MESSAGES] [LATENCY_SAMPLES]`, `dedup-bench fairness [MESSAGES]`,
 //! `dedup-bench deploy [DEPLOYS]`, `dedup-bench load [GUEST...]`,
-//! `dedup-bench languages [ITERATIONS]`, `dedup-bench ops [MESSAGES] [ROUNDS] [AUDITED]`.
+//! `dedup-bench languages [ITERATIONS]`, `dedup-bench ops [MESSAGES] [ROUNDS] [AUDITED]`,
+//! `dedup-bench exclusive [MESSAGES] [ROUNDS]`.
 
 use dedup_host_tests::bench;
 
@@ -29,6 +30,7 @@ async fn main() -> anyhow::Result<()> {
         "pipeline" => bench::pipeline::run(number(1, 20_000)?, number(2, 500)?).await,
         "fairness" => bench::fairness::run(number(1, 20_000)?).await,
         "languages" => bench::languages::run(number(1, 1_000)?).await,
+        "exclusive" => bench::exclusive::run(number(1, 5_000)?, number(2, 3)?).await,
         "ops" => bench::ops::run(number(1, 20_000)?, number(2, 3)?, number(3, 100_000)?).await,
         "deploy" => bench::hotload::deploy_latency(number(1, 10)?).await,
         "load" => {
@@ -41,7 +43,7 @@ async fn main() -> anyhow::Result<()> {
             bench::hotload::load_times(&guests, 5)
         }
         other => anyhow::bail!(
-            "unknown benchmark `{other}`; choose: invoke, pipeline, fairness, deploy, load, languages, ops"
+            "unknown benchmark `{other}`; choose: invoke, pipeline, fairness, deploy, load, languages, ops, exclusive"
         ),
     }
 }

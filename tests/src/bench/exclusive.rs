@@ -1,0 +1,146 @@
+//! What `exclusive_by` costs: throughput of an exclusive `uppercase` route with 1, 10 and
+//! 1,000 distinct entities, against the same route without `exclusive_by`, each in rounds
+//! alternating in one run on one nats-server (an in-process host, 16 guest slots: 16
+//! partitions).
+
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream::{self, Context};
+use async_nats::HeaderMap;
+use dedup_host::config::Config;
+use dedup_host::serve;
+
+use super::bench_config_text;
+use crate::guests::guest;
+use crate::nats::NatsServer;
+
+/// The settings compared: a label, and the entities (`None`: not exclusive, 1,000 entities).
+const SETTINGS: [(&str, Option<usize>); 4] = [
+    ("not exclusive (1,000 entities)", None),
+    ("exclusive, 1,000 entities", Some(1000)),
+    ("exclusive, 10 entities", Some(10)),
+    ("exclusive, 1 entity", Some(1)),
+];
+
+/// Runs `rounds` rounds of every setting with `messages` messages each.
+pub async fn run(messages: usize, rounds: usize) -> anyhow::Result<()> {
+    let server = NatsServer::start();
+    let js = jetstream::new(server.connect().await);
+    let only: Option<usize> = std::env::var("BENCH_ONLY")
+        .ok()
+        .and_then(|v| v.parse().ok());
+    let mut rates = vec![Vec::new(); SETTINGS.len()];
+    for round in 0..rounds {
+        // Alternate the order so that a drift over the run falls on every setting alike.
+        let order: Vec<usize> = if round % 2 == 0 {
+            (0..SETTINGS.len()).collect()
+        } else {
+            (0..SETTINGS.len()).rev().collect()
+        };
+        for i in order {
+            let name = format!("x{round}s{i}");
+            let rate = throughput(&server, &js, &name, SETTINGS[i].1, messages).await?;
+            rates[i].push(rate);
+        }
+    }
+    println!("exclusive routes (uppercase, {messages} messages per round, {rounds} rounds, 16 guest slots = 16 partitions, in-process host):");
+    let median = |v: &Vec<f64>| {
+        let mut v = v.clone();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let base = median(&rates[0]);
+    for (i, (label, _)) in SETTINGS.iter().enumerate() {
+        let rate = median(&rates[i]);
+        println!(
+            "  {label:<32} {rate:>8.0} msg/s   ratio to not exclusive {:.2}   (rounds {:.0?})",
+            rate / base,
+            rates[i]
+        );
+    }
+    Ok(())
+}
+
+/// One host draining `n` messages spread over the entities; returns messages per second.
+async fn throughput(
+    server: &NatsServer,
+    js: &Context,
+    name: &str,
+    entities: Option<usize>,
+    n: usize,
+) -> anyhow::Result<f64> {
+    let exclusive = if entities.is_some() {
+        "exclusive_by = { subject_token = 2 }"
+    } else {
+        ""
+    };
+    let routes = format!(
+        "[[routes]]\nname = \"bench\"\nsubject = \"{name}.in.*\"\ncomponent = \"{}\"\nallowed_outputs = [\"{name}.in.*.done\"]\nconcurrency = 16\n{exclusive}\n",
+        guest("uppercase").display()
+    );
+    let text = bench_config_text(
+        server,
+        name,
+        &format!("{name}.in.*"),
+        &format!("{name}.in.*.done"),
+        "",
+        &routes,
+    );
+    let config = Config::parse(
+        &text,
+        std::path::Path::new("bench.toml"),
+        std::env::temp_dir(),
+    )?;
+    let host = serve::start(config).await?;
+    let outputs = format!("OUT_{name}");
+    let stored = |js: Context, stream: String| async move {
+        let mut s = js.get_stream(&stream).await.ok()?;
+        Some(s.info().await.ok()?.state.messages)
+    };
+    let entities = entities.unwrap_or(1000);
+    let publish = |count: usize, prefix: &'static str| {
+        let js = js.clone();
+        let name = name.to_string();
+        async move {
+            let mut acks = Vec::with_capacity(1024);
+            for i in 0..count {
+                let mut h = HeaderMap::new();
+                h.insert("Nats-Msg-Id", format!("{prefix}-{i}").as_str());
+                let subject = format!("{name}.in.e{}", i % entities);
+                acks.push(
+                    js.publish_with_headers(subject, h, vec![b'a'; 1024].into())
+                        .await?,
+                );
+                if acks.len() == 1024 {
+                    for a in acks.drain(..) {
+                        a.await?;
+                    }
+                }
+            }
+            for a in acks {
+                a.await?;
+            }
+            anyhow::Ok(())
+        }
+    };
+    let wait = |target: u64| {
+        let (js, outputs) = (js.clone(), outputs.clone());
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(600);
+            while stored(js.clone(), outputs.clone()).await.unwrap_or(0) < target {
+                anyhow::ensure!(Instant::now() < deadline, "the host did not drain");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Ok(())
+        }
+    };
+    // Warm up: consumers bound, the guest compiled.
+    publish(100, "warm").await?;
+    wait(100).await?;
+    let started = Instant::now();
+    publish(n, "m").await?;
+    wait(100 + n as u64).await?;
+    let rate = n as f64 / started.elapsed().as_secs_f64();
+    host.shutdown().await?;
+    Ok(rate)
+}
