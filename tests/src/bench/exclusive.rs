@@ -26,9 +26,6 @@ const SETTINGS: [(&str, Option<usize>); 4] = [
 pub async fn run(messages: usize, rounds: usize) -> anyhow::Result<()> {
     let server = NatsServer::start();
     let js = jetstream::new(server.connect().await);
-    let only: Option<usize> = std::env::var("BENCH_ONLY")
-        .ok()
-        .and_then(|v| v.parse().ok());
     let mut rates = vec![Vec::new(); SETTINGS.len()];
     for round in 0..rounds {
         // Alternate the order so that a drift over the run falls on every setting alike.
