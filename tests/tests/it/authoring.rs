@@ -148,6 +148,37 @@ fn a_missing_project_or_a_bad_name_is_refused_with_the_fix() {
     assert!(!dir.exists(), "nothing written");
 }
 
+#[test]
+fn a_missing_toolchain_is_named_with_the_command_that_installs_it() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("greeter");
+    let (code, text) = dedup_host(&[
+        "new",
+        "--lang",
+        "python",
+        "greeter",
+        "--dir",
+        dir.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{text}");
+    // A PATH without the Python toolchain the tests installed (componentize-py).
+    let out = Command::new(host_binary())
+        .args(["build", dir.to_str().unwrap()])
+        .env("PATH", "/usr/bin:/bin")
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    assert!(
+        text.contains("missing toolchain: componentize-py")
+            && text.contains("install it with:  pip install componentize-py==")
+            && text.contains("dedup-host build --install"),
+        "{text}"
+    );
+    assert!(!dir.join("greeter.wasm").exists());
+}
+
 /// The README's authoring section, run from an empty folder with only `dedup-host` added to
 /// the PATH, against a real nats-server.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
