@@ -6,11 +6,10 @@
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, Context};
-use async_nats::HeaderMap;
 use dedup_host::config::Config;
 use dedup_host::serve;
 
-use super::bench_config_text;
+use super::{bench_config_text, publish_spread};
 use crate::guests::guest;
 use crate::nats::NatsServer;
 
@@ -96,29 +95,8 @@ async fn throughput(
     };
     let entities = entities.unwrap_or(1000);
     let publish = |count: usize, prefix: &'static str| {
-        let js = js.clone();
-        let name = name.to_string();
-        async move {
-            let mut acks = Vec::with_capacity(1024);
-            for i in 0..count {
-                let mut h = HeaderMap::new();
-                h.insert("Nats-Msg-Id", format!("{prefix}-{i}").as_str());
-                let subject = format!("{name}.in.e{}", i % entities);
-                acks.push(
-                    js.publish_with_headers(subject, h, vec![b'a'; 1024].into())
-                        .await?,
-                );
-                if acks.len() == 1024 {
-                    for a in acks.drain(..) {
-                        a.await?;
-                    }
-                }
-            }
-            for a in acks {
-                a.await?;
-            }
-            anyhow::Ok(())
-        }
+        let spread = move |i: usize| format!("{name}.in.e{}", i % entities);
+        publish_spread(js, spread, prefix, count, &[b'a'; 1024])
     };
     let wait = |target: u64| {
         let (js, outputs) = (js.clone(), outputs.clone());

@@ -58,12 +58,23 @@ pub async fn publish_many(
     n: usize,
     payload: &[u8],
 ) -> anyhow::Result<()> {
+    publish_spread(js, |_| subject.to_string(), prefix, n, payload).await
+}
+
+/// Like [`publish_many`], with message `i` on `subject(i)`.
+pub async fn publish_spread(
+    js: &Context,
+    subject: impl Fn(usize) -> String,
+    prefix: &str,
+    n: usize,
+    payload: &[u8],
+) -> anyhow::Result<()> {
     let mut acks = Vec::with_capacity(1024);
     for i in 0..n {
         let mut h = HeaderMap::new();
         h.insert("Nats-Msg-Id", format!("{prefix}-{i}").as_str());
         acks.push(
-            js.publish_with_headers(subject.to_string(), h, payload.to_vec().into())
+            js.publish_with_headers(subject(i), h, payload.to_vec().into())
                 .await?,
         );
         if acks.len() == 1024 {

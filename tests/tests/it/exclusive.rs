@@ -267,3 +267,40 @@ fn coalescing_without_an_entity_key_is_refused() {
         "{err}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn setup_provisions_the_queue_and_a_one_at_a_time_route_consumer() {
+    let env = TestEnv::start().await;
+    let path = env.path("setup.toml");
+    std::fs::write(&path, env.config_text(&Timing::default(), &route(""))).unwrap();
+    let run = || {
+        let out = std::process::Command::new(dedup_host_tests::guests::host_binary())
+            .args(["setup", "--config"])
+            .arg(&path)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string()
+            + &String::from_utf8_lossy(&out.stderr);
+        (out.status.code(), text)
+    };
+    let (code, text) = run();
+    assert_eq!(code, Some(0), "{text}");
+    let mut queue = env.js.get_stream("EVENTS_EXCLUSIVE").await.unwrap();
+    let config = queue.info().await.unwrap().config.clone();
+    assert_eq!(
+        (config.retention, config.subjects),
+        (
+            async_nats::jetstream::stream::RetentionPolicy::WorkQueue,
+            vec!["dedup.exclusive.EVENTS.>".to_string()]
+        )
+    );
+    let source = env.js.get_stream("EVENTS").await.unwrap();
+    let consumer = source.consumer_info("hosts-ex").await.unwrap();
+    assert_eq!(consumer.config.max_ack_pending, 1);
+    let (code, text) = run();
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        !text.contains("DIFFERS") && !text.contains("created"),
+        "{text}"
+    );
+}
