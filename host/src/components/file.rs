@@ -33,12 +33,19 @@ pub async fn watch(
 ) {
     let origin = path.display().to_string();
     // The stamp of the version last offered, the one seen last and since when. A file there
-    // at start is offered at once (the route starts unserved).
+    // at start is offered at once (the route starts unserved), unless it changed within the
+    // last interval: it may still be being written.
     let mut offered = None;
     let mut last = stamp(&path);
-    let mut since = Instant::now()
-        .checked_sub(interval)
-        .unwrap_or_else(Instant::now);
+    let settled =
+        last.is_none_or(|(modified, _)| modified.elapsed().is_ok_and(|age| age >= interval));
+    let mut since = if settled {
+        Instant::now()
+            .checked_sub(interval)
+            .unwrap_or_else(Instant::now)
+    } else {
+        Instant::now()
+    };
     let mut first = true;
     let poked = || async {
         match &poke {
