@@ -56,15 +56,17 @@ pub fn entity_hash(entity: &str) -> u64 {
     })
 }
 
+/// The subjects of `route`'s queue, below which each partition has its own token.
+pub fn route_subjects(config: &Config, route: &str) -> String {
+    format!("{EXCLUSIVE_PREFIX}{}.{route}", config.source.stream)
+}
+
 /// Where a message of `entity` waits: its partition's subject, with the entity's hash as the
 /// last token (the newest message per entity is found by that subject).
 pub fn work_subject(config: &Config, route: &str, partitions: usize, entity: &str) -> String {
     let hash = entity_hash(entity);
     let partition = hash % partitions as u64;
-    format!(
-        "{EXCLUSIVE_PREFIX}{}.{route}.{partition}.{hash:016x}",
-        config.source.stream
-    )
+    format!("{}.{partition}.{hash:016x}", route_subjects(config, route))
 }
 
 /// The durable consumer of one partition: `<source.consumer>-<route>-p<partition>`.
@@ -80,10 +82,7 @@ pub async fn partition_consumer(
     partition: usize,
 ) -> anyhow::Result<PullConsumer> {
     let name = partition_consumer_name(config, route, partition);
-    let filter = format!(
-        "{EXCLUSIVE_PREFIX}{}.{route}.{partition}.*",
-        config.source.stream
-    );
+    let filter = format!("{}.{partition}.*", route_subjects(config, route));
     work.create_consumer(pull::Config {
         durable_name: Some(name.clone()),
         filter_subject: filter,

@@ -5,19 +5,19 @@
 mod derived;
 pub mod diff;
 mod modes;
+mod route;
 mod validate;
 
 pub use modes::DedupMode;
+pub use route::{
+    KeySource, MissingKey, RouteConfig, DEFAULT_COMPILE_TIMEOUT, DEFAULT_MAX_COMPONENT_BYTES,
+};
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::Deserialize;
 use thiserror::Error;
-
-use crate::limits::Limits;
-use crate::runtime::TrapKind;
 
 /// Default source stream name.
 pub const DEFAULT_STREAM: &str = "DEDUP_EVENTS";
@@ -393,128 +393,6 @@ fn durations<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<Duration>, D:
 
 fn default_output_window() -> Duration {
     DEFAULT_OUTPUT_DUPLICATE_WINDOW
-}
-
-/// Where a route finds a message's idempotency key.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "snake_case")]
-pub enum KeySource {
-    /// A header's value.
-    Header(String),
-    /// A subject token, 0-based (`orders.<id>.created` -> 1).
-    SubjectToken(usize),
-    /// A JSON pointer into the payload (`/order/id`).
-    JsonPointer(String),
-}
-
-impl Default for KeySource {
-    fn default() -> Self {
-        KeySource::Header("Nats-Msg-Id".into())
-    }
-}
-
-/// What to do with a message that carries no idempotency key.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum MissingKey {
-    /// Dead-letter it with the reason, then terminate it.
-    #[default]
-    DeadLetter,
-    /// Use the stream sequence as the key (dedups redeliveries, not republishes).
-    StreamSequence,
-}
-
-/// One route: a subject filter and its handler.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RouteConfig {
-    /// Route name: `[A-Za-z0-9_-]+`, unique. It prefixes claim keys and output ids.
-    pub name: String,
-    /// Subject filter (NATS wildcards allowed).
-    pub subject: String,
-    /// Path of the component (relative to the config file), watched for new versions. When
-    /// unset, the component is object `<name>` of the `components.bucket` object store, and
-    /// the route is served only while that object exists.
-    #[serde(default)]
-    pub component: Option<PathBuf>,
-    /// Where the idempotency key comes from (default: the `Nats-Msg-Id` header).
-    #[serde(default)]
-    pub key: KeySource,
-    /// What to do when the key is missing.
-    #[serde(default)]
-    pub missing_key: MissingKey,
-    /// Where the entity key comes from, for a route that works on one message per entity at
-    /// a time, across every host, in publish order (same forms as `key`). None (the
-    /// default): messages run in parallel whatever they concern.
-    #[serde(default)]
-    pub exclusive_by: Option<KeySource>,
-    /// With `exclusive_by`: a message is skipped (completed without running) when a newer one
-    /// of its entity is already waiting, so the handler sees the latest state.
-    #[serde(default)]
-    pub coalesce: bool,
-    /// Largest payload accepted; bigger ones are dead-lettered.
-    #[serde(default = "default_max_payload")]
-    pub max_payload_bytes: usize,
-    /// Values the guest reads through the `config` import.
-    #[serde(default)]
-    pub config: BTreeMap<String, String>,
-    /// Resource limits of each invocation.
-    #[serde(default)]
-    pub limits: Limits,
-    /// Trap kinds that fail a message at once instead of being retried, e.g.
-    /// `["timeout", "memory"]` (names as in the claim record). `forbidden_output` always is.
-    #[serde(default)]
-    pub permanent_traps: Vec<TrapKind>,
-    /// Subject filters the handler may publish outputs to (wildcards allowed). Empty (the
-    /// default): no outputs at all. An output elsewhere fails its message permanently.
-    #[serde(default)]
-    pub allowed_outputs: Vec<String>,
-    /// A directory the handler may read (not write), seen by the guest as `/data`.
-    /// Relative to the config file. None by default: no files at all.
-    #[serde(default)]
-    pub read_only_dir: Option<PathBuf>,
-    /// Guests of this route running at once; `host.concurrency` when unset.
-    #[serde(default)]
-    pub concurrency: Option<usize>,
-    /// Messages of this route in flight at once; `host.max_in_flight` when unset.
-    #[serde(default)]
-    pub max_in_flight: Option<usize>,
-    /// Largest component accepted for this route, in bytes; a bigger one is refused before
-    /// it is compiled (default 64 MiB; the Python runtime is about 18 MB).
-    #[serde(default = "default_max_component_bytes")]
-    pub max_component_bytes: usize,
-    /// Longest a new component may take to compile; a slower one is refused (default 60s).
-    #[serde(default = "default_compile_timeout", with = "humantime_serde")]
-    pub compile_timeout: Duration,
-}
-
-/// Default largest component a route accepts.
-pub const DEFAULT_MAX_COMPONENT_BYTES: usize = 64 << 20;
-/// Default bound on compiling one component.
-pub const DEFAULT_COMPILE_TIMEOUT: Duration = Duration::from_secs(60);
-
-fn default_max_component_bytes() -> usize {
-    DEFAULT_MAX_COMPONENT_BYTES
-}
-
-fn default_compile_timeout() -> Duration {
-    DEFAULT_COMPILE_TIMEOUT
-}
-
-impl RouteConfig {
-    /// Guests of this route running at once.
-    pub fn concurrency(&self, host: &HostConfig) -> usize {
-        self.concurrency.unwrap_or(host.concurrency)
-    }
-
-    /// Messages of this route in flight at once.
-    pub fn max_in_flight(&self, host: &HostConfig) -> usize {
-        self.max_in_flight.unwrap_or(host.max_in_flight)
-    }
-}
-
-fn default_max_payload() -> usize {
-    DEFAULT_MAX_PAYLOAD
 }
 
 /// Why a configuration was refused.

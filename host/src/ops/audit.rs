@@ -269,11 +269,7 @@ fn missing_outputs(
 /// The source sequence of the first message an exclusive route's queue still holds (the
 /// queue keeps each route's messages in source order, and only until they are run).
 async fn first_queued(js: &Context, config: &Config, route: &str) -> anyhow::Result<Option<u64>> {
-    let filter = format!(
-        "{}{}.{route}.>",
-        crate::subject::EXCLUSIVE_PREFIX,
-        config.source.stream
-    );
+    let filter = format!("{}.>", crate::exclusive::route_subjects(config, route));
     let Ok(queue) = js.get_stream(crate::exclusive::stream_name(config)).await else {
         return Ok(None);
     };

@@ -48,13 +48,8 @@ impl<S: ClaimStore> Shared<S> {
     /// Processes one delivery of `route`'s consumer to its end, or, with no route, one of the
     /// consumer of subjects no route takes. Never panics on a message's content.
     pub(crate) async fn process(&self, message: jetstream::Message, route: Option<Arc<Route>>) {
-        let (sequence, published) = match message.info() {
-            Ok(info) => (info.stream_sequence, info.published),
-            Err(e) => {
-                tracing::error!("delivery without JetStream metadata, terminating it: {e}");
-                let _ = message.ack_with(AckKind::Term).await;
-                return;
-            }
+        let Some((sequence, published)) = position(&message).await else {
+            return;
         };
         let metrics = self.metrics_of(route.as_ref());
         let in_flight = metrics.in_flight();
@@ -305,6 +300,19 @@ impl<S: ClaimStore> Shared<S> {
                 tracing::debug!("cannot tell whether a newer message waits, running this one: {e}");
                 false
             }
+        }
+    }
+}
+
+/// A delivery's sequence in its stream and when it was stored. A delivery without JetStream
+/// metadata is terminated (`None`): it cannot be told apart from another.
+pub(super) async fn position(message: &jetstream::Message) -> Option<(u64, time::OffsetDateTime)> {
+    match message.info() {
+        Ok(info) => Some((info.stream_sequence, info.published)),
+        Err(e) => {
+            tracing::error!("delivery without JetStream metadata, terminating it: {e}");
+            let _ = message.ack_with(AckKind::Term).await;
+            None
         }
     }
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use async_nats::jetstream::context::PublishErrorKind;
 use async_nats::jetstream::{self, AckKind};
 
-use super::message::{Delivery, ERROR_RETRY};
+use super::message::{position, Delivery, ERROR_RETRY};
 use super::Shared;
 use crate::claim::ClaimStore;
 use crate::exclusive;
@@ -27,13 +27,8 @@ impl<S: ClaimStore> Shared<S> {
             let _ = message.ack_with(AckKind::Nak(Some(ERROR_RETRY))).await;
             return;
         };
-        let sequence = match message.info() {
-            Ok(info) => info.stream_sequence,
-            Err(e) => {
-                tracing::error!("delivery without JetStream metadata, terminating it: {e}");
-                let _ = message.ack_with(AckKind::Term).await;
-                return;
-            }
+        let Some((sequence, _)) = position(&message).await else {
+            return;
         };
         let (message, acker) = message.split();
         let d = Delivery {
