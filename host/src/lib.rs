@@ -25,6 +25,7 @@ pub mod config;
 pub mod connect;
 pub mod dev;
 pub mod exclusive;
+pub mod fenced;
 pub mod forever;
 pub mod health;
 pub mod host_api;

@@ -12,6 +12,9 @@ pub const DEFAULT_MEMORY_BYTES: u64 = 64 << 20;
 pub const DEFAULT_TABLE_ELEMENTS: u64 = 20_000;
 /// Default cap on outputs per invocation.
 pub const DEFAULT_MAX_OUTPUTS: usize = 1_000;
+/// Most outputs of a fenced route's invocation: an atomic batch holds at most 1,000 messages,
+/// one of them the claim record (`max_outputs` is lowered to this for fenced routes).
+pub const MAX_FENCED_OUTPUTS: usize = 999;
 /// Default cap on the summed payload and header bytes of all outputs of one invocation.
 pub const DEFAULT_MAX_OUTPUT_BYTES: u64 = 8 << 20;
 /// Default cap on log lines per invocation.

@@ -75,10 +75,13 @@ pub enum DedupLayer {
     Claim,
     /// An output the output stream reported as a duplicate.
     Output,
+    /// A fenced commit the server refused because the claim had moved to another owner: a
+    /// stale owner's whole output set, stopped at the stream.
+    Fence,
 }
 
 impl DedupLayer {
-    const ALL: [DedupLayer; 3] = [Self::Stream, Self::Claim, Self::Output];
+    const ALL: [DedupLayer; 4] = [Self::Stream, Self::Claim, Self::Output, Self::Fence];
 
     /// The `layer` label value.
     pub fn label(self) -> &'static str {
@@ -86,6 +89,7 @@ impl DedupLayer {
             Self::Stream => "stream",
             Self::Claim => "claim",
             Self::Output => "output",
+            Self::Fence => "fence",
         }
     }
 }

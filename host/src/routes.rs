@@ -83,6 +83,9 @@ pub struct Route {
     pub metrics: Arc<RouteMetrics>,
     /// One message per entity at a time, in order (`exclusive_by`), if set.
     pub exclusive: Option<Exclusive>,
+    /// For a fenced route (`effects = "fenced"`): the output stream its outputs and claim
+    /// records are committed to together.
+    pub fenced: Option<String>,
 }
 
 /// How an exclusive route tells entities apart and queues their messages.
@@ -141,6 +144,16 @@ impl Route {
     /// Follows changes of the served handler.
     pub fn subscribe(&self) -> watch::Receiver<Option<Guest>> {
         self.guest.subscribe()
+    }
+
+    /// Where the claim of idempotency key `key` is kept: a key of the claim bucket, or for a
+    /// fenced route a subject of its output stream ([`crate::fenced`]).
+    pub fn claim_key(&self, key: &str) -> String {
+        let claim_key = crate::claim::key::encode(&self.name, key);
+        match &self.fenced {
+            Some(stream) => crate::fenced::claim_subject(stream, &claim_key),
+            None => claim_key,
+        }
     }
 
     /// Whether a trap of this kind fails the message without a retry.
@@ -246,6 +259,12 @@ impl Routes {
     ) -> Arc<Route> {
         let route_metrics = metrics.route(&r.name);
         route_metrics.serving(guest.as_ref().map(Guest::digest));
+        let fenced = config.fenced_stream(r).map(|o| o.name.clone());
+        let mut limits = r.limits.clone();
+        if fenced.is_some() {
+            // One batch holds every output and the claim record.
+            limits.max_outputs = limits.max_outputs.min(crate::limits::MAX_FENCED_OUTPUTS);
+        }
         Arc::new(Route {
             name: r.name.clone(),
             subject: r.subject.clone(),
@@ -253,7 +272,7 @@ impl Routes {
             missing_key: r.missing_key,
             max_payload_bytes: r.max_payload_bytes,
             options: InvokeOptions {
-                limits: r.limits.clone(),
+                limits,
                 config: Arc::new(r.config.clone()),
                 allowed_outputs: Some(r.allowed_outputs.clone().into()),
                 read_only_dir: r
@@ -276,6 +295,7 @@ impl Routes {
                 partitions: crate::exclusive::partitions(config, r),
                 coalesce: r.coalesce,
             }),
+            fenced,
             guest: watch::Sender::new(guest),
             refused: std::sync::Mutex::new(None),
             decided: std::sync::atomic::AtomicBool::new(false),

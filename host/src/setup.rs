@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 
-use crate::config::{Config, DedupMode, Storage};
+use crate::config::{Config, DedupMode, EffectsMode, Storage};
 use crate::subject;
 
 /// Handles to everything set up.
@@ -33,6 +33,9 @@ pub(crate) struct StreamSpec {
     pub(crate) forever: bool,
     /// Work-queue retention (a message leaves once acked): the exclusive routes' queue.
     pub(crate) work_queue: bool,
+    /// Accepts atomic batches and subject rollups, and holds fenced routes' claim records
+    /// (`effects = "fenced"`; the claim subjects are in `subjects`).
+    pub(crate) fenced: bool,
     /// The config field that names the stream, for messages.
     pub(crate) field: String,
 }
@@ -63,6 +66,10 @@ impl StreamSpec {
         if self.work_queue {
             config.retention = stream::RetentionPolicy::WorkQueue;
         }
+        if self.fenced {
+            config.allow_atomic_publish = true;
+            config.allow_rollup = true;
+        }
         config
     }
 
@@ -72,6 +79,12 @@ impl StreamSpec {
             return Some(format!(
                 "has {:?} retention, not work-queue (the queue of exclusive routes)",
                 have.retention
+            ));
+        }
+        if self.fenced && !(have.allow_atomic_publish && have.allow_rollup && !have.deny_purge) {
+            return Some(format!(
+                "does not accept what fenced effects need (atomic batches: {}, rollups: {}, deny purge: {}); fenced streams need allow_atomic and allow_rollup_hdrs, without deny_purge (nats-server 2.12+)",
+                have.allow_atomic_publish, have.allow_rollup, have.deny_purge
             ));
         }
         (self.forever && !crate::forever::is_forever(have)).then(|| {
@@ -93,6 +106,7 @@ pub(crate) fn stream_specs(config: &Config) -> Vec<StreamSpec> {
             replicas: config.source.replicas,
             forever: config.source.dedup == DedupMode::Forever,
             work_queue: false,
+            fenced: false,
             field: "source.stream".into(),
         },
         StreamSpec {
@@ -102,17 +116,24 @@ pub(crate) fn stream_specs(config: &Config) -> Vec<StreamSpec> {
             replicas: config.dead_letter.replicas,
             forever: false,
             work_queue: false,
+            fenced: false,
             field: "dead_letter.stream".into(),
         },
     ];
     for (i, o) in config.output_streams.iter().enumerate() {
+        let fenced = o.effects == EffectsMode::Fenced;
+        let mut subjects = o.subjects.clone();
+        if fenced {
+            subjects.push(crate::fenced::claim_subjects(&o.name));
+        }
         specs.push(StreamSpec {
             name: o.name.clone(),
-            subjects: o.subjects.clone(),
+            subjects,
             duplicate_window: o.duplicate_window,
             replicas: o.replicas,
             forever: o.dedup == DedupMode::Forever,
             work_queue: false,
+            fenced,
             field: format!("output_streams[{i}]"),
         });
     }
@@ -124,6 +145,7 @@ pub(crate) fn stream_specs(config: &Config) -> Vec<StreamSpec> {
             replicas: config.source.replicas,
             forever: false,
             work_queue: true,
+            fenced: false,
             field: "routes[].exclusive_by".into(),
         });
     }
@@ -176,6 +198,10 @@ async fn check_output_windows(js: &Context, config: &Config) -> anyhow::Result<(
             continue;
         }
         for r in &config.routes {
+            if config.fenced_stream(r).is_some() {
+                // Its re-runs are refused by the fence, however late.
+                continue;
+            }
             let reached = r
                 .allowed_outputs
                 .iter()

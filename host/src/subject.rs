@@ -14,7 +14,7 @@ pub fn is_valid_filter(filter: &str) -> bool {
 
 /// Subject prefixes of the server's own APIs and internals (JetStream, KV, object store,
 /// system account, Raft groups, reply inboxes). No guest output may ever land there.
-pub const RESERVED_PREFIXES: [&str; 8] = [
+pub const RESERVED_PREFIXES: [&str; 9] = [
     "$JS.",
     "$KV.",
     "$O.",
@@ -23,6 +23,7 @@ pub const RESERVED_PREFIXES: [&str; 8] = [
     "_INBOX.",
     CONTROL_PREFIX,
     EXCLUSIVE_PREFIX,
+    FENCED_CLAIMS_PREFIX,
 ];
 
 /// Where hosts take orders (`dedup-host reload`): never reachable by a guest.
@@ -31,6 +32,10 @@ pub const CONTROL_PREFIX: &str = "dedup.control.";
 /// Where exclusive routes queue their messages per entity (`crate::exclusive`): only the
 /// host writes there.
 pub const EXCLUSIVE_PREFIX: &str = "dedup.exclusive.";
+
+/// Where fenced output streams hold claim records (`crate::fenced`): a guest output there
+/// would forge one.
+pub const FENCED_CLAIMS_PREFIX: &str = "_dedup.claims.";
 
 /// The subject every host of a deployment (named by its source stream) listens on for
 /// `dedup-host reload`.

@@ -72,6 +72,9 @@ pub struct TestEnv {
     pub dir: tempfile::TempDir,
     /// A JetStream context for the test's own publishing and reading.
     pub js: Context,
+    /// Makes the output stream fenced (`effects = "fenced"`) with a 1 s duplicate window,
+    /// so that no window can hide a second output set.
+    pub fenced_outputs: bool,
 }
 
 impl TestEnv {
@@ -85,6 +88,7 @@ impl TestEnv {
             },
             dir: tempfile::tempdir().expect("temp dir"),
             js,
+            fenced_outputs: false,
         }
     }
 
@@ -97,6 +101,7 @@ impl TestEnv {
             servers,
             dir: tempfile::tempdir().expect("temp dir"),
             js,
+            fenced_outputs: false,
         }
     }
 
@@ -123,6 +128,11 @@ impl TestEnv {
         } = timing;
         let replicas = self.servers.nodes.len();
         let storage = if replicas > 1 { "file" } else { "memory" };
+        let outputs = if self.fenced_outputs {
+            "duplicate_window = \"1s\"\neffects = \"fenced\""
+        } else {
+            "duplicate_window = \"5m\""
+        };
         let components = if replicas > 1 {
             format!("\n[components]\nreplicas = {replicas}\n")
         } else {
@@ -163,7 +173,7 @@ replicas = {replicas}
 [[output_streams]]
 name = "{OUTPUTS}"
 subjects = ["in.*.*.done", "ledger.entries.>", "out.>"]
-duplicate_window = "5m"
+{outputs}
 replicas = {replicas}
 
 {routes}
@@ -279,9 +289,35 @@ replicas = {replicas}
 
     /// The claim record of a route's key.
     pub async fn claim(&self, route: &str, idempotency_key: &str) -> Option<ClaimRecord> {
+        if self.fenced_outputs {
+            return self
+                .fenced_claim(route, idempotency_key)
+                .await
+                .map(|(r, _)| r);
+        }
         let kv = self.js.get_key_value(BUCKET).await.ok()?;
         let entry = kv.get(key::encode(route, idempotency_key)).await.ok()??;
         Some(ClaimRecord::from_bytes(&entry).expect("claim record parses"))
+    }
+
+    /// The claim record and revision of a fenced route's key, from the fenced output stream.
+    pub async fn fenced_claim(&self, route: &str, key: &str) -> Option<(ClaimRecord, u64)> {
+        use dedup_host::claim::ClaimStore as _;
+        let subject = dedup_host::fenced::claim_subject(OUTPUTS, &key::encode(route, key));
+        dedup_host::claim::stream::StreamClaimStore::new(self.js.clone())
+            .get(&subject)
+            .await
+            .ok()?
+    }
+
+    /// The outputs in the output stream (without a fenced stream's claim records).
+    pub async fn outputs(&self) -> Vec<async_nats::jetstream::message::StreamMessage> {
+        let mut all = self.messages(OUTPUTS).await;
+        all.retain(|m| {
+            !m.subject
+                .starts_with(dedup_host::subject::FENCED_CLAIMS_PREFIX)
+        });
+        all
     }
 
     /// Pending and unacknowledged counts, summed over every consumer of the source stream

@@ -26,7 +26,7 @@ impl KvClaimStore {
 }
 
 /// Whether an error's source chain carries one of the compare-and-swap conflict codes.
-fn is_cas_conflict(err: &(dyn std::error::Error + 'static)) -> bool {
+pub(crate) fn is_cas_conflict(err: &(dyn std::error::Error + 'static)) -> bool {
     let mut current: Option<&(dyn std::error::Error + 'static)> = Some(err);
     while let Some(e) = current {
         if let Some(js) = e.downcast_ref::<async_nats::jetstream::Error>() {

@@ -2,16 +2,20 @@
 //!
 //! - [`record`]: the stored value and its states.
 //! - [`key`]: encoding any idempotency key into a valid, collision-free KV key.
-//! - [`store`]: the storage trait, with [`kv::KvClaimStore`] (NATS KV) and
-//!   [`memory::MemoryClaimStore`] (unit tests, `invoke`).
+//! - [`store`]: the storage trait, with [`kv::KvClaimStore`] (NATS KV),
+//!   [`stream::StreamClaimStore`] (subjects of a fenced output stream),
+//!   [`host::HostClaimStore`] (either, by key) and [`memory::MemoryClaimStore`] (unit tests,
+//!   `invoke`).
 //! - [`protocol`]: the claim protocol on top of a store (DESIGN.md §2).
 
+pub mod host;
 pub mod key;
 pub mod kv;
 pub mod memory;
 pub mod protocol;
 pub mod record;
 pub mod store;
+pub mod stream;
 
 pub use protocol::{ClaimOutcome, Claimer, Lease, LeaseLost};
 pub use record::{ClaimRecord, ClaimState, OutputRef};

@@ -1,6 +1,7 @@
 //! The claim protocol (DESIGN.md §2): ownership is decided only by the result of a write,
 //! every write to a held key goes through its [`Lease`], and a lost lease stays lost.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -79,6 +80,7 @@ impl<S: ClaimStore> Claimer<S> {
             retry_at_ms: None,
             fencing_token: None,
             outputs: Vec::new(),
+            batch_outputs: None,
             created_ms: previous.map_or(now, |p| p.created_ms),
             updated_ms: now,
         }
@@ -247,6 +249,26 @@ impl<S: ClaimStore> Lease<S> {
         change: impl FnOnce(&mut ClaimRecord),
         last: bool,
     ) -> Result<(), LeaseLost> {
+        let (store, key) = (self.store.clone(), self.key.clone());
+        self.write_via(change, last, |next, revision| async move {
+            store.update(&key, &next, revision).await
+        })
+        .await
+    }
+
+    /// Writes the next record with `put(record, expected revision)`, which returns the new
+    /// revision: a plain update, or a fenced commit that carries outputs with it. Every write
+    /// to the key goes through here, one at a time.
+    async fn write_via<F, Fut>(
+        &self,
+        change: impl FnOnce(&mut ClaimRecord),
+        last: bool,
+        put: F,
+    ) -> Result<(), LeaseLost>
+    where
+        F: FnOnce(ClaimRecord, u64) -> Fut,
+        Fut: Future<Output = Result<u64, ClaimError>>,
+    {
         let mut state = self.state.lock().await;
         if state.lost {
             return Err(LeaseLost::Reclaimed);
@@ -259,30 +281,23 @@ impl<S: ClaimStore> Lease<S> {
         next.fencing_token = Some(self.fencing_token);
         next.updated_ms = now_ms();
         let started = Instant::now();
-        match self.store.update(&self.key, &next, state.revision).await {
-            Ok(revision) => {
-                state.record = next;
-                state.revision = revision;
-                state.written_at = started;
-                state.settled = last;
-                Ok(())
-            }
+        let written = match put(next.clone(), state.revision).await {
+            Ok(revision) => Ok(revision),
             Err(ClaimError::Conflict) => {
                 state.lost = true;
-                Err(LeaseLost::Reclaimed)
+                return Err(LeaseLost::Reclaimed);
             }
-            Err(e) => match landed(self.store.as_ref(), &self.key, &next).await {
-                // The write landed; only its answer was lost (a leader change, typically).
-                Some(revision) => {
-                    state.record = next;
-                    state.revision = revision;
-                    state.written_at = started;
-                    state.settled = last;
-                    Ok(())
-                }
-                None => Err(LeaseLost::Unavailable(e.to_string())),
-            },
-        }
+            // The write may have landed; only its answer was lost (a leader change, typically).
+            Err(e) => landed(self.store.as_ref(), &self.key, &next)
+                .await
+                .ok_or_else(|| LeaseLost::Unavailable(e.to_string())),
+        };
+        let revision = written?;
+        state.record = next;
+        state.revision = revision;
+        state.written_at = started;
+        state.settled = last;
+        Ok(())
     }
 
     /// Extends the lease (a heartbeat).
@@ -320,6 +335,23 @@ impl<S: ClaimStore> Lease<S> {
             true,
         )
         .await
+    }
+
+    /// Records success through `commit(record, expected revision)`, which must write the
+    /// completed record together with the `outputs` outputs (a fenced batch) and return the
+    /// record's new revision. A commit refused because the key moved loses the lease; one
+    /// whose answer was lost is recognized by reading the record back (rule 13).
+    pub async fn complete_with<F, Fut>(&self, outputs: u32, commit: F) -> Result<(), LeaseLost>
+    where
+        F: FnOnce(ClaimRecord, u64) -> Fut,
+        Fut: Future<Output = Result<u64, ClaimError>>,
+    {
+        let change = |r: &mut ClaimRecord| {
+            r.state = ClaimState::Completed;
+            r.reason = None;
+            r.batch_outputs = Some(outputs);
+        };
+        self.write_via(change, true, commit).await
     }
 
     /// Records a failed attempt that may be retried, not before `retry_in` from now.

@@ -59,6 +59,10 @@ pub struct ClaimRecord {
     /// Where each output of a completed key was stored, in output order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub outputs: Vec<OutputRef>,
+    /// Completed by a fenced commit: this many outputs were stored in the same atomic batch,
+    /// at the sequences right before this record's own in the same stream.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch_outputs: Option<u32>,
     /// Unix milliseconds of the first claim.
     pub created_ms: u64,
     /// Unix milliseconds of this write.

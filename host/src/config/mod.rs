@@ -4,11 +4,12 @@
 
 mod derived;
 pub mod diff;
+mod effects;
 mod modes;
 mod route;
 mod validate;
 
-pub use modes::DedupMode;
+pub use modes::{DedupMode, EffectsMode};
 pub use route::{
     KeySource, MissingKey, RouteConfig, DEFAULT_COMPILE_TIMEOUT, DEFAULT_MAX_COMPONENT_BYTES,
 };
@@ -370,6 +371,12 @@ pub struct OutputStreamConfig {
     /// window need not outlast a re-run.
     #[serde(default)]
     pub dedup: DedupMode,
+    /// `window` (default) or `fenced`: a fenced stream also accepts atomic batches and holds,
+    /// under `_dedup.claims.<name>.>`, the claim records of the routes with
+    /// `effects = "fenced"` whose outputs it captures (downstream consumers filter on their
+    /// own subjects). Its duplicate window plays no part for those routes.
+    #[serde(default)]
+    pub effects: EffectsMode,
 }
 
 fn one() -> usize {

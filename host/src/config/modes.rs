@@ -14,3 +14,20 @@ pub enum DedupMode {
     /// its subject, and a repeat is refused at any later time within the stream's retention.
     Forever,
 }
+
+/// How a route's outputs are made to take effect once (docs/fenced.md).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EffectsMode {
+    /// Outputs carry deterministic `Nats-Msg-Id`s and a re-run's copies are dropped by the
+    /// receiving stream, inside its duplicate window (which must outlast a re-run). Works
+    /// with any stream, including ones the host does not own.
+    #[default]
+    Window,
+    /// On a route: its outputs and its completed claim record are committed as one atomic
+    /// batch to the fenced output stream that captures them, and the server refuses the
+    /// batch if the claim moved (a stale owner): no window plays a part. On an output
+    /// stream: the stream accepts such batches and holds the claim records of the routes
+    /// fenced on it (nats-server 2.12+).
+    Fenced,
+}

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::{HostConfig, DEFAULT_MAX_PAYLOAD};
+use super::{EffectsMode, HostConfig, DEFAULT_MAX_PAYLOAD};
 use crate::limits::Limits;
 use crate::runtime::TrapKind;
 
@@ -85,6 +85,11 @@ pub struct RouteConfig {
     /// default): no outputs at all. An output elsewhere fails its message permanently.
     #[serde(default)]
     pub allowed_outputs: Vec<String>,
+    /// `window` (default): outputs are deduplicated by the receiving stream inside its
+    /// duplicate window. `fenced`: outputs and completion are one atomic batch on the fenced
+    /// output stream capturing every `allowed_outputs` filter, refused for a stale owner.
+    #[serde(default)]
+    pub effects: EffectsMode,
     /// A directory the handler may read (not write), seen by the guest as `/data`.
     /// Relative to the config file. None by default: no files at all.
     #[serde(default)]

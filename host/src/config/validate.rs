@@ -2,7 +2,7 @@
 
 use std::collections::HashSet;
 
-use super::{Config, DedupMode, KeySource, Problem};
+use super::{Config, DedupMode, EffectsMode, KeySource, Problem};
 use crate::runtime::engine::DEFAULT_POOL_MEMORY_BYTES;
 use crate::subject;
 
@@ -37,6 +37,7 @@ impl Config {
         self.validate_timing(&mut p);
         self.validate_names(&mut p);
         self.validate_routes(&mut p);
+        self.validate_effects(&mut |ok, field, message| p.check(ok, field, message));
         if let Some(dir) = &self.components.dir {
             let dir = self.resolve(dir);
             p.check(
@@ -185,6 +186,10 @@ impl Config {
         for (i, o) in self.output_streams.iter().enumerate() {
             // A forever stream refuses a re-run's output by its subject, at any time.
             if o.dedup == DedupMode::Forever {
+                continue;
+            }
+            // Fenced routes' re-runs are refused by the claim record, not the window.
+            if o.effects == EffectsMode::Fenced && !self.window_route_reaches(&o.subjects) {
                 continue;
             }
             p.check(o.duplicate_window > gap, format!("output_streams[{i}].duplicate_window"), format!("{:?} is shorter than the longest gap between two runs of one key ({gap:?} = largest route deadline + lease + clock_skew + largest backoff + ack_wait + claims.pause_margin): a re-run could publish an output twice", o.duplicate_window));

@@ -10,7 +10,7 @@ use async_nats::jetstream::{self, AckKind};
 use super::heartbeat::Heartbeat;
 use super::Shared;
 use crate::bindings::{Event, Header};
-use crate::claim::{key, ClaimError, ClaimOutcome, ClaimStore, Lease};
+use crate::claim::{ClaimError, ClaimOutcome, ClaimStore, Lease};
 use crate::config::MissingKey;
 use crate::idempotency;
 use crate::metrics::MessageOutcome;
@@ -142,7 +142,7 @@ impl<S: ClaimStore> Shared<S> {
             // The route stopped being served after this message was pulled: leave it for later.
             return self.settle(d, AckKind::Nak(Some(ERROR_RETRY))).await;
         };
-        let claim_key = key::encode(&route.name, &key);
+        let claim_key = route.claim_key(&key);
         let started = std::time::Instant::now();
         let claimed = self.claimer.claim(&claim_key, guest.digest()).await;
         route.metrics.claim_write(started.elapsed());

@@ -25,6 +25,9 @@ impl<S: ClaimStore> Shared<S> {
         outputs: &[Output],
         heartbeat: &mut Heartbeat,
     ) {
+        if c.route.fenced.is_some() {
+            return self.commit_fenced(c, outputs).await;
+        }
         if let Err(e) = c.lease.confirm().await {
             return self.write_failed(c, e, false).await;
         }
@@ -50,6 +53,38 @@ impl<S: ClaimStore> Shared<S> {
         c.route.metrics.outcome(MessageOutcome::Processed);
         if let Err(e) = c.d.acker.double_ack().await {
             // Completed is recorded: a redelivery finds it and acks.
+            tracing::warn!("ack not confirmed: {e}");
+        }
+    }
+
+    /// Success on a fenced route: the outputs and the completed record as one atomic batch,
+    /// which the server stores only while the claim is still this owner's (no confirmation
+    /// write first, no race against the heartbeat: the fence decides), then ack with
+    /// confirmation. Refused or not, nothing partial is ever stored.
+    async fn commit_fenced(&self, c: &Claimed<'_, S>, outputs: &[Output]) {
+        let trace = trace_context(c.d);
+        let (js, subject) = (&self.js, c.lease.key());
+        let started = std::time::Instant::now();
+        let committed = c
+            .lease
+            .complete_with(outputs.len() as u32, |record, revision| async move {
+                crate::fenced::commit::commit(js, subject, &record, revision, outputs, &trace).await
+            })
+            .await;
+        match committed {
+            Ok(()) => {}
+            Err(LeaseLost::Reclaimed) => {
+                c.route.metrics.hit(DedupLayer::Fence, 1);
+                tracing::warn!("fenced commit refused: the claim moved to another owner; none of this attempt's outputs were stored");
+                c.route.metrics.outcome(MessageOutcome::LostClaim);
+                return;
+            }
+            Err(e) => return self.write_failed(c, e, false).await,
+        }
+        c.route.metrics.claim_write(started.elapsed());
+        c.route.metrics.outputs(outputs.len() as u64);
+        c.route.metrics.outcome(MessageOutcome::Processed);
+        if let Err(e) = c.d.acker.double_ack().await {
             tracing::warn!("ack not confirmed: {e}");
         }
     }

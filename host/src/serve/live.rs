@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::claim::kv::KvClaimStore;
+use crate::claim::host::HostClaimStore;
 use crate::config::diff::ConfigDiff;
 use crate::config::{Config, ConfigError};
 use crate::pipeline::{self, Role, Shared};
@@ -48,7 +48,7 @@ struct Served {
 pub(crate) struct Live {
     pub(crate) config: Mutex<Arc<Config>>,
     pub(crate) js: async_nats::jetstream::Context,
-    pub(crate) shared: Arc<Shared<KvClaimStore>>,
+    pub(crate) shared: Arc<Shared<HostClaimStore>>,
     pub(crate) runtime: Option<Runtime>,
     pub(crate) routes: Arc<Routes>,
     pub(crate) instance_id: String,
@@ -65,7 +65,7 @@ impl Live {
     pub(crate) fn new(
         config: Arc<Config>,
         js: async_nats::jetstream::Context,
-        shared: Arc<Shared<KvClaimStore>>,
+        shared: Arc<Shared<HostClaimStore>>,
         runtime: Option<Runtime>,
         routes: Arc<Routes>,
         instance_id: String,

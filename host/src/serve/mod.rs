@@ -13,6 +13,7 @@ use anyhow::Context as _;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::claim::host::HostClaimStore;
 use crate::claim::kv::KvClaimStore;
 use crate::claim::Claimer;
 use crate::config::Config;
@@ -194,7 +195,10 @@ pub async fn start_with_routes(
     let js = async_nats::jetstream::new(client.clone());
     let setup = crate::setup::ensure_patiently(&js, &config).await?;
     let claimer = Claimer::new(
-        Arc::new(KvClaimStore::new(setup.claims)),
+        Arc::new(HostClaimStore::new(
+            KvClaimStore::new(setup.claims),
+            js.clone(),
+        )),
         instance_id.clone(),
         config.claims.lease,
         config.claims.clock_skew,

@@ -13,6 +13,7 @@ mod dedup;
 mod exclusive;
 mod failures;
 mod fairness;
+mod fenced;
 mod forever;
 mod hotload;
 mod lifecycle;

@@ -74,6 +74,7 @@ async fn a_claim_left_by_a_dead_owner_is_taken_over_after_its_lease() {
         retry_at_ms: None,
         fencing_token: None,
         outputs: Vec::new(),
+        batch_outputs: None,
         created_ms: now,
         updated_ms: now,
     };

@@ -1,5 +1,8 @@
 //! Example handler: asks for a retry while `attempt` is below the route's `succeed_on_attempt`
-//! config value (default 3), then succeeds with one output on `<subject>.done`.
+//! config value (default 3), then succeeds with one output on `<subject>.done`. With the
+//! config `outputs = N` it returns N outputs (payloads `<i>/<N> attempt <a> token <t>`), and
+//! with `work_ms = M` it works that long first: tests of fenced commits and takeovers use
+//! both.
 
 wit_bindgen::generate!({
     path: "../../../wit",
@@ -34,12 +37,39 @@ impl Guest for Flaky {
                 delay_ms: None,
             }));
         }
-        Ok(vec![Output {
-            subject: format!("{}.done", event.subject),
-            payload: format!("succeeded on attempt {}", event.attempt).into_bytes(),
-            headers: Vec::new(),
-        }])
+        if let Some(ms) = number("work_ms")? {
+            std::thread::sleep(std::time::Duration::from_millis(ms.into()));
+        }
+        let Some(count) = number("outputs")? else {
+            return Ok(vec![Output {
+                subject: format!("{}.done", event.subject),
+                payload: format!("succeeded on attempt {}", event.attempt).into_bytes(),
+                headers: Vec::new(),
+            }]);
+        };
+        Ok((0..count)
+            .map(|i| Output {
+                subject: format!("{}.done", event.subject),
+                payload: format!(
+                    "{i}/{count} attempt {} token {}",
+                    event.attempt, event.fencing_token
+                )
+                .into_bytes(),
+                headers: Vec::new(),
+            })
+            .collect())
     }
+}
+
+/// A whole-number config value, if set.
+fn number(name: &str) -> Result<Option<u32>, Failure> {
+    config::get(name)
+        .map(|v| {
+            v.trim()
+                .parse()
+                .map_err(|_| Failure::Reject(format!("config `{name}` = `{v}` is not a whole number")))
+        })
+        .transpose()
 }
 
 export!(Flaky);

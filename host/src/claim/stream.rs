@@ -1,0 +1,107 @@
+//! Claim records kept as subjects of an ordinary stream, the way NATS KV keeps keys: one
+//! subject per key, compare-and-swap through `Nats-Expected-Last-Subject-Sequence`, and a
+//! subject rollup so only the newest record stays. A fenced output stream holds its routes'
+//! claims like this, so that outputs and the completed record can be one atomic batch
+//! (docs/fenced.md).
+
+use async_nats::jetstream::stream::LastRawMessageErrorKind;
+use async_nats::jetstream::Context;
+use async_nats::HeaderMap;
+
+use super::kv::is_cas_conflict;
+use super::record::ClaimRecord;
+use super::store::{ClaimError, ClaimStore};
+
+/// The header that makes a write conditional on the subject's last sequence (0: none yet).
+pub const EXPECTED_LAST_SUBJECT_SEQUENCE: &str = "Nats-Expected-Last-Subject-Sequence";
+/// The header that makes a write replace every earlier message of its subject.
+pub const ROLLUP: &str = "Nats-Rollup";
+
+/// A [`ClaimStore`] whose keys are subjects `<prefix>.<stream>.<claim key>` of a stream
+/// (created with rollups allowed); the key passed in is the whole subject and names the
+/// stream in its third token. Revisions are stream sequences.
+#[derive(Clone)]
+pub struct StreamClaimStore {
+    js: Context,
+}
+
+impl StreamClaimStore {
+    /// A store writing through `js`.
+    pub fn new(js: Context) -> Self {
+        Self { js }
+    }
+
+    /// The headers of a record written over `revision` (0: the key must not exist).
+    pub fn write_headers(revision: u64) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(
+            EXPECTED_LAST_SUBJECT_SEQUENCE,
+            revision.to_string().as_str(),
+        );
+        h.insert(ROLLUP, "sub");
+        h
+    }
+
+    async fn put(
+        &self,
+        subject: &str,
+        record: &ClaimRecord,
+        revision: u64,
+    ) -> Result<u64, ClaimError> {
+        let sent = self
+            .js
+            .publish_with_headers(
+                subject.to_string(),
+                Self::write_headers(revision),
+                record.to_bytes(),
+            )
+            .await
+            .map_err(|e| ClaimError::Unavailable(e.to_string()))?;
+        match sent.await {
+            Ok(ack) => Ok(ack.sequence),
+            Err(e) if is_cas_conflict(&e) => Err(ClaimError::Conflict),
+            Err(e) => Err(ClaimError::Unavailable(e.to_string())),
+        }
+    }
+}
+
+/// The stream a claim subject lives in: its third token (`_dedup.claims.<stream>.…`).
+pub fn stream_of(subject: &str) -> Option<&str> {
+    subject.split('.').nth(2)
+}
+
+impl ClaimStore for StreamClaimStore {
+    async fn get(&self, key: &str) -> Result<Option<(ClaimRecord, u64)>, ClaimError> {
+        let name = stream_of(key)
+            .ok_or_else(|| ClaimError::Unavailable(format!("`{key}` names no stream")))?;
+        let stream = self
+            .js
+            .get_stream_no_info(name)
+            .await
+            .map_err(|e| ClaimError::Unavailable(e.to_string()))?;
+        let message = match stream.get_last_raw_message_by_subject(key).await {
+            Ok(message) => message,
+            Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => return Ok(None),
+            Err(e) => return Err(ClaimError::Unavailable(e.to_string())),
+        };
+        let record =
+            ClaimRecord::from_bytes(&message.payload).map_err(|e| ClaimError::Corrupt {
+                key: key.to_string(),
+                message: e.to_string(),
+            })?;
+        Ok(Some((record, message.sequence)))
+    }
+
+    async fn create(&self, key: &str, record: &ClaimRecord) -> Result<u64, ClaimError> {
+        self.put(key, record, 0).await
+    }
+
+    async fn update(
+        &self,
+        key: &str,
+        record: &ClaimRecord,
+        revision: u64,
+    ) -> Result<u64, ClaimError> {
+        self.put(key, record, revision).await
+    }
+}

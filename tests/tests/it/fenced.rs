@@ -1,0 +1,305 @@
+//! Fenced effects: a route's outputs and its completed claim record are one atomic batch on
+//! the output stream, which the server refuses if the claim moved. Every test runs with a 1 s
+//! duplicate window on the output stream, so that no window can hide a second output set.
+
+use std::collections::HashMap;
+use std::io::Read;
+use std::process::{Child, Command};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dedup_host::bindings::Output;
+use dedup_host::claim::host::HostClaimStore;
+use dedup_host::claim::kv::KvClaimStore;
+use dedup_host::claim::{key, ClaimOutcome, ClaimState, Claimer, LeaseLost};
+use dedup_host::fenced;
+use dedup_host::metrics::StatsSnapshot;
+use dedup_host_tests::harness::{wait_for, TestEnv, Timing, OUTPUTS};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// A fenced route of the `flaky` guest, succeeding at once with `outputs` outputs on
+/// `in.fan.<key>.done` after `work_ms`.
+fn route(outputs: u32, work_ms: u32) -> String {
+    format!(
+        r#"
+[[routes]]
+name = "fan"
+subject = "in.fan.*"
+component = "{{guest:flaky}}"
+key = {{ subject_token = 2 }}
+allowed_outputs = ["in.fan.*.done"]
+effects = "fenced"
+config = {{ succeed_on_attempt = "1", outputs = "{outputs}", work_ms = "{work_ms}" }}
+"#
+    )
+}
+
+async fn fenced_env() -> TestEnv {
+    let mut env = TestEnv::start().await;
+    env.fenced_outputs = true;
+    env
+}
+
+/// How many outputs each key has in the output stream.
+async fn sets(env: &TestEnv) -> HashMap<String, usize> {
+    let mut counts = HashMap::new();
+    for m in env.outputs().await {
+        let key = m.subject.split('.').nth(2).unwrap_or_default().to_string();
+        *counts.entry(key).or_default() += 1;
+    }
+    counts
+}
+
+fn signal(child: &Child, sig: &str) {
+    let status = Command::new("kill")
+        .args([sig, &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success(), "kill {sig} failed");
+}
+
+/// Stops a host process gracefully and returns its final counters.
+fn stop(mut child: Child) -> StatsSnapshot {
+    signal(&child, "-TERM");
+    let status = child.wait().expect("wait");
+    assert!(status.success(), "host exited with {status}");
+    let mut out = String::new();
+    child
+        .stdout
+        .take()
+        .expect("stdout")
+        .read_to_string(&mut out)
+        .expect("read stdout");
+    let line = out.lines().last().unwrap_or_default();
+    serde_json::from_str(line).unwrap_or_else(|e| panic!("final stats not JSON ({e}): {out}"))
+}
+
+fn outputs(n: usize, tag: &str) -> Vec<Output> {
+    (0..n)
+        .map(|i| Output {
+            subject: "in.fan.k1.done".into(),
+            payload: format!("{tag} {i}").into_bytes(),
+            headers: Vec::new(),
+        })
+        .collect()
+}
+
+/// The mechanism itself, without heartbeats: an owner whose lease was reclaimed and
+/// completed by another commits late, and the server refuses the whole batch, now and after
+/// the duplicate window has long passed.
+#[tokio::test]
+async fn the_server_refuses_a_stale_owners_commit_at_any_time() {
+    let env = fenced_env().await;
+    let config = env.config(&Timing::default(), &route(3, 0));
+    let setup = dedup_host::setup::ensure(&env.js, &config).await.unwrap();
+    let store = Arc::new(HostClaimStore::new(
+        KvClaimStore::new(setup.claims),
+        env.js.clone(),
+    ));
+    let claimer = |owner: &str| {
+        Claimer::new(
+            store.clone(),
+            owner,
+            Duration::from_millis(300),
+            Duration::ZERO,
+        )
+    };
+    let (stale, fresh) = (claimer("stale"), claimer("fresh"));
+    let subject = fenced::claim_subject(OUTPUTS, &key::encode("fan", "k1"));
+    let ClaimOutcome::Acquired(old) = stale.claim(&subject, "d").await.unwrap() else {
+        panic!("the first claim wins")
+    };
+    // The stale owner is paused past its lease; another takes the key over and completes it.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let ClaimOutcome::Acquired(new) = fresh.claim(&subject, "d").await.unwrap() else {
+        panic!("a lapsed lease is reclaimed")
+    };
+    let theirs = outputs(3, "fresh");
+    new.complete_with(3, |record, revision| {
+        let (js, subject, theirs) = (&env.js, &subject, &theirs);
+        async move { fenced::commit::commit(js, subject, &record, revision, theirs, &[]).await }
+    })
+    .await
+    .expect("the owner's commit lands");
+
+    // The stale owner resumes and commits: refused, now and long after the window.
+    for wait in [Duration::ZERO, Duration::from_millis(1500)] {
+        tokio::time::sleep(wait).await;
+        let mine = outputs(3, "stale");
+        let refused = old
+            .complete_with(3, |record, revision| {
+                let (js, subject, mine) = (&env.js, &subject, &mine);
+                async move { fenced::commit::commit(js, subject, &record, revision, mine, &[]).await }
+            })
+            .await;
+        assert!(
+            matches!(refused, Err(LeaseLost::Reclaimed)),
+            "stale commit must be refused: {refused:?}"
+        );
+    }
+    // A stale lease object says so without asking again; ask the server with a new one too.
+    let (record, revision) = env.fenced_claim("fan", "k1").await.unwrap();
+    assert_eq!(
+        (record.state, record.owner.as_str()),
+        (ClaimState::Completed, "fresh")
+    );
+    assert_eq!(record.batch_outputs, Some(3));
+    let late = outputs(3, "late");
+    let refused =
+        fenced::commit::commit(&env.js, &subject, &record, revision - 1, &late, &[]).await;
+    assert!(
+        matches!(refused, Err(dedup_host::claim::ClaimError::Conflict)),
+        "a batch expecting an old revision is refused: {refused:?}"
+    );
+    let stored = env.outputs().await;
+    let payloads: Vec<String> = stored
+        .iter()
+        .map(|m| String::from_utf8_lossy(&m.payload).into_owned())
+        .collect();
+    assert_eq!(payloads, ["fresh 0", "fresh 1", "fresh 2"]);
+    // The outputs are the sequences right before the record's own.
+    let sequences: Vec<u64> = stored.iter().map(|m| m.sequence).collect();
+    assert_eq!(sequences, [revision - 3, revision - 2, revision - 1]);
+}
+
+/// A host process frozen mid-run until another host has reclaimed and completed the key:
+/// when it resumes, nothing of its attempt is stored, whatever the 1 s window says.
+#[tokio::test]
+async fn a_host_frozen_past_its_lease_stores_nothing_when_it_resumes() {
+    let env = fenced_env().await;
+    let timing = Timing::default();
+    let routes = route(3, 1500);
+    let stale = env.host_process(&timing, &routes, "stale").await;
+    env.publish("in.fan.k1", "k1", &[], "x").await;
+    wait_for(Duration::from_secs(20), "stale to claim k1", || async {
+        env.claim("fan", "k1")
+            .await
+            .filter(|r| r.owner == "stale" && r.state == ClaimState::InProgress)
+    })
+    .await;
+    signal(&stale, "-STOP");
+    let host = env.host(&timing, &routes, "fresh").await;
+    env.wait_completed("fan", &["k1"], Duration::from_secs(30))
+        .await;
+    let record = env.claim("fan", "k1").await.unwrap();
+    assert_eq!(record.owner, "fresh");
+    // Past the output stream's duplicate window before the stale owner resumes.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    signal(&stale, "-CONT");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let stats = stop(stale);
+    assert_eq!(stats.lost_claims, 1, "{stats:?}");
+    assert_eq!(
+        (stats.processed, stats.outputs_published),
+        (0, 0),
+        "{stats:?}"
+    );
+    assert_eq!(
+        env.claim("fan", "k1").await.unwrap(),
+        record,
+        "the stale owner wrote nothing"
+    );
+    let stored = env.outputs().await;
+    assert_eq!(stored.len(), 3, "one output set");
+    let token = format!("token {}", record.fencing_token.unwrap());
+    for m in &stored {
+        let payload = String::from_utf8_lossy(&m.payload);
+        assert!(
+            payload.ends_with(&token),
+            "`{payload}` is the new owner's ({token})"
+        );
+    }
+    env.wait_drained(Duration::from_secs(10)).await;
+    host.shutdown().await.unwrap();
+}
+
+/// A TCP proxy to `upstream` that, the first time a client sends a batch commit, forwards it
+/// and then drops the connection without passing the server's answer back.
+async fn commit_cutting_proxy(upstream: String) -> (String, Arc<AtomicBool>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("nats://{}", listener.local_addr().unwrap());
+    let cut = Arc::new(AtomicBool::new(false));
+    let done = cut.clone();
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let server = tokio::net::TcpStream::connect(&upstream).await.unwrap();
+            tokio::spawn(pump(client, server, done.clone()));
+        }
+    });
+    (url, cut)
+}
+
+async fn pump(client: tokio::net::TcpStream, server: tokio::net::TcpStream, cut: Arc<AtomicBool>) {
+    let (mut client_rx, mut client_tx) = client.into_split();
+    let (mut server_rx, mut server_tx) = server.into_split();
+    let cutting = Arc::new(AtomicBool::new(false));
+    let mute = cutting.clone();
+    let down = tokio::spawn(async move {
+        let mut buf = vec![0u8; 64 * 1024];
+        while let Ok(n) = server_rx.read(&mut buf).await {
+            if n == 0 || mute.load(Ordering::SeqCst) {
+                return;
+            }
+            if client_tx.write_all(&buf[..n]).await.is_err() {
+                return;
+            }
+        }
+    });
+    let mut buf = vec![0u8; 64 * 1024];
+    while let Ok(n) = client_rx.read(&mut buf).await {
+        if n == 0 {
+            break;
+        }
+        let commit = buf[..n].windows(17).any(|w| w == b"Nats-Batch-Commit");
+        if commit && !cut.swap(true, Ordering::SeqCst) {
+            // The answer must never reach the client; the commit itself must reach the server.
+            cutting.store(true, Ordering::SeqCst);
+            let _ = server_tx.write_all(&buf[..n]).await;
+            let deadline = Instant::now() + Duration::from_millis(100);
+            while let Ok(Ok(n)) =
+                tokio::time::timeout_at(deadline.into(), client_rx.read(&mut buf)).await
+            {
+                if n == 0 || server_tx.write_all(&buf[..n]).await.is_err() {
+                    break;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            break;
+        }
+        if server_tx.write_all(&buf[..n]).await.is_err() {
+            break;
+        }
+    }
+    down.abort();
+}
+
+/// A commit whose answer is lost with the connection is recognized afterwards by its record
+/// (owner, nonce, time): the key is completed on the first attempt, with one output set.
+#[tokio::test]
+async fn a_commit_whose_answer_was_lost_is_recognized_without_a_second_set() {
+    let env = fenced_env().await;
+    let timing = Timing::default();
+    let upstream = env.server().url().trim_start_matches("nats://").to_string();
+    let (url, cut) = commit_cutting_proxy(upstream).await;
+    let mut config = env.config(&timing, &route(3, 0));
+    config.nats.urls = vec![url];
+    config.host.instance_id = Some("cut".into());
+    let host = dedup_host::serve::start(config).await.unwrap();
+    env.publish("in.fan.k1", "k1", &[], "x").await;
+    env.wait_completed("fan", &["k1"], Duration::from_secs(30))
+        .await;
+    assert!(
+        cut.load(Ordering::SeqCst),
+        "the proxy cut the commit's connection"
+    );
+    let record = env.claim("fan", "k1").await.unwrap();
+    assert_eq!(
+        (record.owner.as_str(), record.attempt, record.batch_outputs),
+        ("cut", 1, Some(3)),
+        "the first commit landed and was recognized: no second attempt"
+    );
+    env.wait_drained(Duration::from_secs(20)).await;
+    assert_eq!(sets(&env).await, HashMap::from([("k1".to_string(), 3)]));
+    host.shutdown().await.unwrap();
+}
