@@ -1,6 +1,7 @@
 //! Reading back what landed in a stream (the demo's summary, tests).
 
 use async_nats::jetstream::message::StreamMessage;
+use async_nats::jetstream::stream::LastRawMessageErrorKind;
 use async_nats::jetstream::Context;
 
 /// Every message currently in `stream`, in order.
@@ -14,7 +15,9 @@ pub async fn stream_messages(js: &Context, stream: &str) -> anyhow::Result<Vec<S
     for seq in state.first_sequence..=state.last_sequence {
         match s.get_raw_message(seq).await {
             Ok(m) => out.push(m),
-            Err(e) if e.to_string().contains("not found") => {} // deleted
+            // Deleted (or rolled up, as a fenced stream's older claim records are).
+            Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => {}
+            Err(e) if e.to_string().contains("not found") => {}
             Err(e) => return Err(e.into()),
         }
     }

@@ -11,6 +11,8 @@ use crate::bindings::Output;
 use crate::claim::kv::is_cas_conflict;
 use crate::claim::stream::StreamClaimStore;
 use crate::claim::{ClaimError, ClaimRecord};
+use crate::pipeline::effects::headers::OUTPUT_ID;
+use crate::pipeline::effects::output_id;
 use crate::runtime::outputs::header_map;
 
 /// The batch headers (checked in nats-server's `server/stream.go`).
@@ -31,7 +33,7 @@ const TOO_MANY_IN_FLIGHT: u64 = 10210;
 /// How often a batch the server did not take is sent again before giving up for now.
 const ATTEMPTS: u32 = 5;
 
-/// Commits `outputs` (headers checked at the sandbox boundary, plus the event's `trace`
+/// Commits `outputs` (each with [`OUTPUT_ID`] `<claim_key>#<index>`; headers checked at the sandbox boundary, plus the event's `trace`
 /// context where an output sets none) and `record` on `claim_subject`, expecting the claim at
 /// `revision`. Returns the record's new revision (its stream sequence; the outputs are the
 /// sequences right before it).
@@ -42,6 +44,7 @@ const ATTEMPTS: u32 = 5;
 pub async fn commit(
     js: &Context,
     claim_subject: &str,
+    claim_key: &str,
     record: &ClaimRecord,
     revision: u64,
     outputs: &[Output],
@@ -52,7 +55,16 @@ pub async fn commit(
         if attempt > 0 {
             tokio::time::sleep(Duration::from_millis(10 << attempt)).await;
         }
-        match send(js, claim_subject, record, revision, outputs, trace).await {
+        match send(
+            js,
+            (claim_subject, claim_key),
+            record,
+            revision,
+            outputs,
+            trace,
+        )
+        .await
+        {
             Ok(sequence) => return Ok(sequence),
             Err(e) if is_cas_conflict(&e) => return Err(ClaimError::Conflict),
             Err(e) if matches!(code(&e), Some(INCOMPLETE_BATCH | TOO_MANY_IN_FLIGHT)) => {
@@ -72,7 +84,7 @@ pub async fn commit(
 /// record with the commit and the expectation.
 async fn send(
     js: &Context,
-    claim_subject: &str,
+    (claim_subject, claim_key): (&str, &str),
     record: &ClaimRecord,
     revision: u64,
     outputs: &[Output],
@@ -87,6 +99,7 @@ async fn send(
                 h.insert(*name, *value);
             }
         }
+        h.insert(OUTPUT_ID, output_id(claim_key, i).as_str());
         h.insert(headers::BATCH_ID, id.as_str());
         h.insert(headers::BATCH_SEQUENCE, (i + 1).to_string().as_str());
         client

@@ -32,6 +32,32 @@ pub fn claim_key_of<'a>(stream: &str, subject: &'a str) -> Option<&'a str> {
         .strip_prefix('.')
 }
 
+/// The key the host's claim store ([`crate::claim::host::HostClaimStore`]) knows claim key
+/// `claim_key` of route `route` by: its claim subject when the route is fenced, else itself.
+pub fn store_key(config: &Config, route: &str, claim_key: &str) -> String {
+    let fenced = config.routes.iter().find(|r| r.name == route);
+    match fenced.and_then(|r| config.fenced_stream(r)) {
+        Some(o) => claim_subject(&o.name, claim_key),
+        None => claim_key.to_string(),
+    }
+}
+
+/// The claim store of the host's claims, for the operations commands: the bucket of
+/// `claims.bucket`, and the fenced output streams.
+pub async fn host_store(
+    js: &async_nats::jetstream::Context,
+    config: &Config,
+) -> anyhow::Result<crate::claim::host::HostClaimStore> {
+    let kv = js
+        .get_key_value(&config.claims.bucket)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot open claim bucket `{}`: {e}", config.claims.bucket))?;
+    Ok(crate::claim::host::HostClaimStore::new(
+        crate::claim::kv::KvClaimStore::new(kv),
+        js.clone(),
+    ))
+}
+
 /// Where the claim of route `route`'s idempotency key `key` is kept: a key of the claim
 /// bucket, or (for a fenced route) a subject of its fenced output stream.
 pub fn claim_location(config: &Config, route: &RouteConfig, key: &str) -> ClaimLocation {

@@ -17,7 +17,7 @@ use serde::Serialize;
 use super::letters::{self, Letter, Selection};
 use super::scan;
 use crate::claim::{key, ClaimRecord, ClaimState};
-use crate::config::{Config, MissingKey};
+use crate::config::{Config, EffectsMode, MissingKey};
 use crate::idempotency;
 use crate::pipeline::effects::output_id;
 use crate::subject;
@@ -63,7 +63,12 @@ pub async fn run(
     since: Option<SystemTime>,
 ) -> anyhow::Result<Report> {
     let source = scan::stream(js, &config.source.stream, "", since).await?;
-    let claims = scan::claims(js, &config.claims.bucket).await?;
+    let mut claims = scan::claims(js, &config.claims.bucket).await?;
+    for s in &config.output_streams {
+        if s.effects == EffectsMode::Fenced {
+            claims.extend(scan::fenced_claims(js, &s.name).await?);
+        }
+    }
     let letters = letters::list(js, config, &Selection::default()).await?;
     let mut ack_floors = HashMap::new();
     let stream = js.get_stream(&config.source.stream).await?;
@@ -263,6 +268,12 @@ fn missing_outputs(
                 .is_some_and(|c| c.iter().any(|(s, _)| *s == o.stream));
             (audited.contains(o.stream.as_str()) && !present).then_some(id)
         })
+        .chain(
+            // A fenced commit's outputs, identified by their Dedup-Output-Id.
+            (0..record.batch_outputs.unwrap_or(0) as usize)
+                .map(|i| output_id(claim_key, i))
+                .filter(|id| !outputs.contains_key(id)),
+        )
         .collect()
 }
 

@@ -17,7 +17,7 @@ use bytes::Bytes;
 use serde::Serialize;
 
 use super::scan::{self, Stored};
-use crate::claim::{key, ClaimRecord, ClaimState};
+use crate::claim::{key, ClaimRecord, ClaimState, ClaimStore as _};
 use crate::config::Config;
 use crate::idempotency::{MSG_ID, REPLAYED_MSG_ID};
 use crate::pipeline::effects::headers;
@@ -130,7 +130,7 @@ pub async fn replay(
     letters: Vec<Letter>,
     dry_run: bool,
 ) -> anyhow::Result<Vec<Action>> {
-    let kv = js.get_key_value(&config.claims.bucket).await?;
+    let store = crate::fenced::host_store(js, config).await?;
     let mut actions = Vec::with_capacity(letters.len());
     for letter in letters {
         let action = |action, detail: String| Action {
@@ -156,17 +156,17 @@ pub async fn replay(
         };
         let mut reset = None;
         if let Some(claim_key) = letter.claim_key() {
-            match kv.entry(&claim_key).await? {
-                Some(entry) if entry.operation == async_nats::jetstream::kv::Operation::Put => {
-                    let record = ClaimRecord::from_bytes(&entry.value)?;
+            let claim_key = crate::fenced::store_key(config, &letter.route, &claim_key);
+            match store.get(&claim_key).await? {
+                Some((record, revision)) => {
                     if !resettable(&record) {
                         let state = format!("{:?}", record.state).to_lowercase();
                         actions.push(action("skipped", format!("key is {state} (attempt {}): replayed already, or retried by the pipeline", record.attempt)));
                         continue;
                     }
-                    reset = Some((claim_key, record, entry.revision));
+                    reset = Some((claim_key, record, revision));
                 }
-                _ => {} // no record (aged out or never claimed): the replay claims afresh
+                None => {} // no record (aged out or never claimed): the replay claims afresh
             }
         }
         let detail = format!(
@@ -190,7 +190,7 @@ pub async fn replay(
             record.retry_at_ms = None;
             record.reason = Some(format!("{REPLAY_REASON} {}", letter.sequence));
             record.updated_ms = crate::claim::record::now_ms();
-            if let Err(e) = kv.update(&claim_key, record.to_bytes(), revision).await {
+            if let Err(e) = store.update(&claim_key, &record, revision).await {
                 actions.push(action(
                     "skipped",
                     format!("key changed meanwhile, not reset: {e}"),
@@ -290,17 +290,18 @@ pub async fn purge(
     named: bool,
     dry_run: bool,
 ) -> anyhow::Result<Vec<Action>> {
-    let kv = js.get_key_value(&config.claims.bucket).await?;
+    let store = crate::fenced::host_store(js, config).await?;
     let stream = js.get_stream(&config.dead_letter.stream).await?;
     let mut actions = Vec::new();
     for letter in letters {
         let done = match letter.claim_key() {
-            Some(claim_key) => match kv.get(&claim_key).await? {
-                Some(bytes) => {
-                    ClaimRecord::from_bytes(&bytes).is_ok_and(|r| r.state == ClaimState::Completed)
-                }
-                None => false,
-            },
+            Some(claim_key) => {
+                let claim_key = crate::fenced::store_key(config, &letter.route, &claim_key);
+                store
+                    .get(&claim_key)
+                    .await?
+                    .is_some_and(|(r, _)| r.state == ClaimState::Completed)
+            }
             None => named,
         };
         let (action, detail) = match (done, dry_run) {

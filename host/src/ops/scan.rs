@@ -88,12 +88,33 @@ pub async fn claims(
     Ok(out)
 }
 
-/// The message ids (`Nats-Msg-Id`) stored in `stream`, with every sequence carrying each
-/// (headers only: payloads are not read).
+/// The claim records a fenced output stream holds: claim key → (record, revision).
+pub async fn fenced_claims(
+    js: &Context,
+    stream: &str,
+) -> anyhow::Result<HashMap<String, (ClaimRecord, u64)>> {
+    let filter = crate::fenced::claim_subjects(stream);
+    let messages = scan(js, stream, &filter, DeliverPolicy::LastPerSubject, false).await?;
+    let mut out = HashMap::with_capacity(messages.len());
+    for m in messages {
+        let Some(key) = crate::fenced::claim_key_of(stream, &m.subject) else {
+            continue;
+        };
+        if let Ok(record) = ClaimRecord::from_bytes(&m.payload) {
+            out.insert(key.to_string(), (record, m.sequence));
+        }
+    }
+    Ok(out)
+}
+
+/// The output ids stored in `stream` (`Nats-Msg-Id`, or a fenced output's
+/// `Dedup-Output-Id`), with every sequence carrying each (headers only: payloads are not
+/// read).
 pub async fn message_ids(js: &Context, stream: &str) -> anyhow::Result<HashMap<String, Vec<u64>>> {
     let mut out: HashMap<String, Vec<u64>> = HashMap::new();
     for m in scan(js, stream, "", DeliverPolicy::All, true).await? {
-        if let Some(id) = m.header("Nats-Msg-Id") {
+        let fenced = m.header(crate::pipeline::effects::headers::OUTPUT_ID);
+        if let Some(id) = m.header("Nats-Msg-Id").or(fenced) {
             out.entry(id.to_string()).or_default().push(m.sequence);
         }
     }

@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use super::letters::{self, Letter, Selection};
 use super::scan;
-use crate::claim::{key, ClaimRecord};
+use crate::claim::{key, ClaimRecord, ClaimStore as _};
 use crate::config::Config;
 use crate::idempotency;
 use crate::pipeline::effects::output_id;
@@ -91,12 +91,11 @@ pub async fn tell(
         }
     };
     let claim_key = key::encode(route, &key);
-    let kv = js.get_key_value(&config.claims.bucket).await?;
-    let (claim, revision) = match kv.entry(&claim_key).await? {
-        Some(e) if e.operation == async_nats::jetstream::kv::Operation::Put => {
-            (Some(ClaimRecord::from_bytes(&e.value)?), Some(e.revision))
-        }
-        _ => (None, None),
+    let store = crate::fenced::host_store(js, config).await?;
+    let store_key = crate::fenced::store_key(config, route, &claim_key);
+    let (claim, revision) = match store.get(&store_key).await? {
+        Some((record, revision)) => (Some(record), Some(revision)),
+        None => (None, None),
     };
     let mut outputs = Vec::new();
     for (i, o) in claim.iter().flat_map(|c| c.outputs.iter()).enumerate() {
@@ -115,6 +114,29 @@ pub async fn tell(
             sequence: o.sequence,
             present,
         });
+    }
+    // A fenced commit's outputs are the sequences right before its record, same stream.
+    if let (Some(n), Some(revision), Some(stream)) = (
+        claim.as_ref().and_then(|c| c.batch_outputs),
+        revision,
+        crate::claim::stream::stream_of(&store_key).filter(|_| store_key != claim_key),
+    ) {
+        let s = js.get_stream(stream).await?;
+        for i in 0..u64::from(n) {
+            let id = output_id(&claim_key, i as usize);
+            let sequence = revision - u64::from(n) + i;
+            let present = s.get_raw_message(sequence).await.is_ok_and(|m| {
+                m.headers
+                    .get(crate::pipeline::effects::headers::OUTPUT_ID)
+                    .is_some_and(|v| v.as_str() == id)
+            });
+            outputs.push(OutputState {
+                id,
+                stream: stream.to_string(),
+                sequence,
+                present,
+            });
+        }
     }
     let selection = Selection {
         route: Some(route.to_string()),

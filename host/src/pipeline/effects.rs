@@ -33,6 +33,9 @@ pub mod headers {
     /// The prefix the original's `Nats-*` headers are kept under (`Nats-TTL` becomes
     /// `Dedup-Original-Nats-TTL`), so they cannot act on the dead-letter stream.
     pub const ORIGINAL_PREFIX: &str = "Dedup-Original-";
+    /// On a fenced route's outputs (which carry no `Nats-Msg-Id`): `<claim key>#<index>`,
+    /// as a message id would be, so `audit` and `inspect` can tell whose output it is.
+    pub const OUTPUT_ID: &str = "Dedup-Output-Id";
 }
 
 /// Room kept under the server's max payload for the protocol line and rounding.

@@ -64,11 +64,16 @@ impl<S: ClaimStore> Shared<S> {
     async fn commit_fenced(&self, c: &Claimed<'_, S>, outputs: &[Output]) {
         let trace = trace_context(c.d);
         let (js, subject) = (&self.js, c.lease.key());
+        let stream = c.route.fenced.as_deref().unwrap_or_default();
+        let claim_key = crate::fenced::claim_key_of(stream, subject).unwrap_or(subject);
         let started = std::time::Instant::now();
         let committed = c
             .lease
             .complete_with(outputs.len() as u32, |record, revision| async move {
-                crate::fenced::commit::commit(js, subject, &record, revision, outputs, &trace).await
+                crate::fenced::commit::commit(
+                    js, subject, claim_key, &record, revision, outputs, &trace,
+                )
+                .await
             })
             .await;
         match committed {
@@ -79,7 +84,13 @@ impl<S: ClaimStore> Shared<S> {
                 c.route.metrics.outcome(MessageOutcome::LostClaim);
                 return;
             }
-            Err(e) => return self.write_failed(c, e, false).await,
+            Err(LeaseLost::Unavailable(e)) => {
+                // Not stored (or landing later, which the next claim's compare-and-swap sees):
+                // hand the key back without counting an attempt (rule 14).
+                return self
+                    .release(c, &format!("fenced commit not confirmed: {e}"))
+                    .await;
+            }
         }
         c.route.metrics.claim_write(started.elapsed());
         c.route.metrics.outputs(outputs.len() as u64);

@@ -1,7 +1,8 @@
 //! Throughput and added latency of the dedup guard against raw JetStream consumption, all on
 //! one nats-server in one run:
 //! (1) raw pull + ack, (2) the guard with a no-op handler, (3) the full pipeline with
-//! `uppercase`, (4) raw KV create at the same concurrency (the server's write ceiling).
+//! `uppercase`, (4) raw KV create at the same concurrency (the server's write ceiling), (5) the
+//! full pipeline with fenced effects (outputs and completion as one atomic batch).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -10,7 +11,7 @@ use std::time::Instant;
 use async_nats::jetstream::consumer::{pull, AckPolicy};
 use async_nats::jetstream::{self, stream, Context};
 use async_nats::HeaderMap;
-use dedup_host::config::Config;
+use dedup_host::config::{Config, EffectsMode};
 use dedup_host::routes::{Guest, Routes};
 use dedup_host::serve::{self, RunningHost};
 use futures::StreamExt;
@@ -37,8 +38,25 @@ pub async fn run(messages: usize, samples: usize) -> anyhow::Result<()> {
 
     let raw = raw_pull_ack(&js, messages, samples).await?;
     let noop = guarded(&server, &js, "noop", messages, samples, None).await?;
-    let full = guarded(&server, &js, "wasm", messages, samples, Some("uppercase")).await?;
+    let full = guarded(
+        &server,
+        &js,
+        "wasm",
+        messages,
+        samples,
+        Some(Effects::Window),
+    )
+    .await?;
     let kv = kv_create(&js, messages).await?;
+    let fenced = guarded(
+        &server,
+        &js,
+        "fenced",
+        messages,
+        samples,
+        Some(Effects::Fenced),
+    )
+    .await?;
 
     println!("dedup guard vs raw JetStream ({messages} messages each, {CONCURRENCY} in flight, file storage, one nats-server):");
     let row = |name: &str, f: &Figures| {
@@ -52,6 +70,12 @@ pub async fn run(messages: usize, samples: usize) -> anyhow::Result<()> {
     row("(2) guard, no-op handler", &noop);
     row("(3) full pipeline, uppercase", &full);
     println!("  {:<34} {:>9.0} creates/s", "(4) raw KV create", kv);
+    row("(5) full pipeline, fenced effects", &fenced);
+    println!(
+        "  ratio (5)/(3)                      {:.2}",
+        fenced.rate / full.rate
+    );
+    println!("  writes per message: (3) 3 (claim create, output, completed); (5) 2 (claim create, one batch of output + completed record)");
     println!(
         "  ratio (2)/(1)                      {:.2}",
         noop.rate / raw.rate
@@ -128,20 +152,36 @@ async fn raw_pull_ack(js: &Context, n: usize, samples: usize) -> anyhow::Result<
     })
 }
 
-fn guarded_config(server: &NatsServer, name: &str) -> anyhow::Result<Config> {
+/// How the full pipeline's outputs take effect.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Effects {
+    Window,
+    Fenced,
+}
+
+fn guarded_config(
+    server: &NatsServer,
+    name: &str,
+    effects: Option<Effects>,
+) -> anyhow::Result<Config> {
     let routes = format!(
         "[[routes]]\nname = \"bench\"\nsubject = \"g{name}.in.*\"\ncomponent = \"{}\"\nallowed_outputs = [\"g{name}.in.*.done\"]",
         guest("uppercase").display()
     );
     let host = format!("concurrency = {CONCURRENCY}");
-    bench_config(
+    let mut config = bench_config(
         server,
         name,
         &format!("g{name}.in.*"),
         &format!("g{name}.in.*.done"),
         &host,
         &routes,
-    )
+    )?;
+    if effects == Some(Effects::Fenced) {
+        config.output_streams[0].effects = EffectsMode::Fenced;
+        config.routes[0].effects = EffectsMode::Fenced;
+    }
+    Ok(config)
 }
 
 /// Waits until the host has processed `target` messages. `spin` polls without sleeping (for
@@ -163,9 +203,9 @@ async fn guarded(
     name: &str,
     n: usize,
     samples: usize,
-    wasm: Option<&str>,
+    wasm: Option<Effects>,
 ) -> anyhow::Result<Figures> {
-    let config = guarded_config(server, name)?;
+    let config = guarded_config(server, name, wasm)?;
     let host = match wasm {
         Some(_) => serve::start(config).await?,
         None => {

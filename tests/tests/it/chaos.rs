@@ -3,6 +3,8 @@
 //! ids, while a host is killed and restarted, another is paused past its lease and resumed, and
 //! a NATS node is killed and restarted. Afterwards the streams and the KV must show exactly one
 //! output per key, every key completed, no dead letters, nothing pending or unacknowledged.
+//! The same workload runs again with fenced effects and a 1 s duplicate window on the output
+//! stream: the fence, not the window, keeps every output single.
 
 use std::collections::HashMap;
 use std::process::{Child, Command};
@@ -52,12 +54,24 @@ fn stop(mut child: Child) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exactly_once_through_host_kills_pauses_and_a_node_restart() {
+    chaos(ROUTES.to_string(), false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fenced_effects_stay_exactly_once_with_a_one_second_window() {
+    let routes = format!("{ROUTES}effects = \"fenced\"\n");
+    chaos(routes, true).await;
+}
+
+async fn chaos(routes: String, fenced: bool) {
+    let routes = routes.as_str();
     let mut env = TestEnv::start_cluster().await;
+    env.fenced_outputs = fenced;
     let timing = timing();
     let mut hosts: Vec<Child> = Vec::new();
     for i in 0..3 {
         hosts.push(
-            env.host_process(&timing, ROUTES, &format!("chaos-{i}"))
+            env.host_process(&timing, routes, &format!("chaos-{i}"))
                 .await,
         );
     }
@@ -97,7 +111,7 @@ async fn exactly_once_through_host_kills_pauses_and_a_node_restart() {
     // kill -9 a host, then start it again.
     stop(hosts.remove(0));
     tokio::time::sleep(Duration::from_secs(2)).await;
-    hosts.insert(0, env.host_process(&timing, ROUTES, "chaos-0b").await);
+    hosts.insert(0, env.host_process(&timing, routes, "chaos-0b").await);
     // Pause a host past its lease (3 s + skew), then let it go on.
     signal(&hosts[1], "-STOP");
     tokio::time::sleep(Duration::from_secs(5)).await;
@@ -127,7 +141,12 @@ async fn exactly_once_through_host_kills_pauses_and_a_node_restart() {
     };
 
     // Exactly one output per key.
-    let outputs = read_stream(&env, OUTPUTS).await;
+    let mut outputs = read_stream(&env, OUTPUTS).await;
+    // A fenced stream also holds the claim records.
+    outputs.retain(|m| {
+        !m.subject
+            .starts_with(dedup_host::subject::FENCED_CLAIMS_PREFIX)
+    });
     let mut per_key: HashMap<String, usize> = HashMap::new();
     for m in &outputs {
         *per_key.entry(m.subject.to_string()).or_default() += 1;
@@ -144,7 +163,7 @@ async fn exactly_once_through_host_kills_pauses_and_a_node_restart() {
         reruns += record.attempt.saturating_sub(1);
     }
     // The cross-layer audit agrees: nothing lost, stuck or doubled.
-    let config = env.config(&timing, ROUTES);
+    let config = env.config(&timing, routes);
     let report = dedup_host::ops::audit::run(&env.js, &config, None)
         .await
         .unwrap();
@@ -171,8 +190,17 @@ async fn read_stream(
     }
 }
 
-/// How many keys are completed, if the bucket answers.
+/// How many keys are completed, if the bucket (or the fenced stream) answers.
 async fn completed(env: &TestEnv) -> Option<usize> {
+    if env.fenced_outputs {
+        let claims = dedup_host::ops::scan::fenced_claims(&env.js, OUTPUTS)
+            .await
+            .ok()?;
+        let done = claims
+            .values()
+            .filter(|(r, _)| r.state == ClaimState::Completed);
+        return Some(done.count());
+    }
     let kv = env.js.get_key_value("claims").await.ok()?;
     let mut done = 0;
     for k in 0..KEYS {

@@ -118,7 +118,9 @@ async fn the_server_refuses_a_stale_owners_commit_at_any_time() {
     let theirs = outputs(3, "fresh");
     new.complete_with(3, |record, revision| {
         let (js, subject, theirs) = (&env.js, &subject, &theirs);
-        async move { fenced::commit::commit(js, subject, &record, revision, theirs, &[]).await }
+        async move {
+            fenced::commit::commit(js, subject, "fan.k.k1", &record, revision, theirs, &[]).await
+        }
     })
     .await
     .expect("the owner's commit lands");
@@ -130,7 +132,10 @@ async fn the_server_refuses_a_stale_owners_commit_at_any_time() {
         let refused = old
             .complete_with(3, |record, revision| {
                 let (js, subject, mine) = (&env.js, &subject, &mine);
-                async move { fenced::commit::commit(js, subject, &record, revision, mine, &[]).await }
+                async move {
+                    fenced::commit::commit(js, subject, "fan.k.k1", &record, revision, mine, &[])
+                        .await
+                }
             })
             .await;
         assert!(
@@ -146,8 +151,16 @@ async fn the_server_refuses_a_stale_owners_commit_at_any_time() {
     );
     assert_eq!(record.batch_outputs, Some(3));
     let late = outputs(3, "late");
-    let refused =
-        fenced::commit::commit(&env.js, &subject, &record, revision - 1, &late, &[]).await;
+    let refused = fenced::commit::commit(
+        &env.js,
+        &subject,
+        "fan.k.k1",
+        &record,
+        revision - 1,
+        &late,
+        &[],
+    )
+    .await;
     assert!(
         matches!(refused, Err(dedup_host::claim::ClaimError::Conflict)),
         "a batch expecting an old revision is refused: {refused:?}"
@@ -302,4 +315,111 @@ async fn a_commit_whose_answer_was_lost_is_recognized_without_a_second_set() {
     env.wait_drained(Duration::from_secs(20)).await;
     assert_eq!(sets(&env).await, HashMap::from([("k1".to_string(), 3)]));
     host.shutdown().await.unwrap();
+}
+
+/// A message with 50 outputs, its host killed with -9 at random points again and again:
+/// between kills, every key has all 50 outputs or none, and in the end exactly 50.
+#[tokio::test]
+async fn fifty_outputs_land_all_or_nothing_across_many_kills() {
+    const KEYS: usize = 150;
+    let env = fenced_env().await;
+    let timing = Timing::default();
+    // Long enough that the work spans several kills.
+    let routes = route(50, 40);
+    let config = env.config(&timing, &routes);
+    dedup_host::setup::ensure(&env.js, &config).await.unwrap();
+    for k in 0..KEYS {
+        env.publish(&format!("in.fan.k{k}"), &format!("k{k}"), &[], "x")
+            .await;
+    }
+    let mut seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+        | 1;
+    let (mut partial_seen, mut progress) = (Vec::new(), Vec::new());
+    for round in 0..8 {
+        let mut victim = env
+            .host_process(&timing, &routes, &format!("victim-{round}"))
+            .await;
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        tokio::time::sleep(Duration::from_millis(50 + seed % 400)).await;
+        victim.kill().expect("kill -9");
+        let _ = victim.wait();
+        let counts = sets(&env).await;
+        progress.push(counts.len());
+        partial_seen.extend(
+            counts
+                .iter()
+                .filter(|(_, n)| **n != 50)
+                .map(|(k, n)| (round, k.clone(), *n)),
+        );
+    }
+    assert!(
+        partial_seen.is_empty(),
+        "partial output sets: {partial_seen:?}"
+    );
+    let host = env.host(&timing, &routes, "finisher").await;
+    let keys: Vec<String> = (0..KEYS).map(|k| format!("k{k}")).collect();
+    let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+    env.wait_completed("fan", &keys, Duration::from_secs(60))
+        .await;
+    env.wait_drained(Duration::from_secs(30)).await;
+    let counts = sets(&env).await;
+    assert_eq!(counts.len(), KEYS, "{counts:?}");
+    assert!(counts.values().all(|n| *n == 50), "{counts:?}");
+    for k in &keys {
+        let record = env.claim("fan", k).await.unwrap();
+        assert_eq!(record.batch_outputs, Some(50));
+    }
+    host.shutdown().await.unwrap();
+}
+
+/// The fenced stream loses its quorum while the handler runs, so the commit fails; the key
+/// runs again once the nodes are back, long after the 1 s window, and the downstream still
+/// sees one output set.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_failed_by_a_leader_outage_is_never_doubled() {
+    let mut env = TestEnv::start_cluster().await;
+    env.fenced_outputs = true;
+    let timing = Timing::default();
+    let routes = route(3, 1500);
+    let mut host = env.host_process(&timing, &routes, "first").await;
+    env.publish("in.fan.k1", "k1", &[], "x").await;
+    wait_for(Duration::from_secs(20), "first to claim k1", || async {
+        env.claim("fan", "k1")
+            .await
+            .filter(|r| r.owner == "first" && r.state == ClaimState::InProgress)
+    })
+    .await;
+    let outage = Instant::now();
+    env.servers.nodes[1].kill();
+    env.servers.nodes[2].kill();
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    env.servers.nodes[1].restart();
+    env.servers.nodes[2].restart();
+    env.wait_completed("fan", &["k1"], Duration::from_secs(90))
+        .await;
+    let record = env.claim("fan", "k1").await.unwrap();
+    println!(
+        "completed {:?} after the outage began, attempt {}, by {}",
+        outage.elapsed(),
+        record.attempt,
+        record.owner
+    );
+    assert!(outage.elapsed() > Duration::from_secs(6));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(sets(&env).await, HashMap::from([("k1".to_string(), 3)]));
+    let token = format!("token {}", record.fencing_token.unwrap());
+    for m in env.outputs().await {
+        let payload = String::from_utf8_lossy(&m.payload).into_owned();
+        assert!(
+            payload.ends_with(&token),
+            "`{payload}` is the recorded owner's ({token})"
+        );
+    }
+    let _ = host.kill();
+    let _ = host.wait();
 }
