@@ -167,6 +167,12 @@ pub async fn ensure(js: &Context, config: &Config) -> anyhow::Result<Setup> {
         config.dead_letter.stream
     );
     for output in specs {
+        if output.fenced && output.replicas == 1 {
+            tracing::warn!(
+                "output stream `{}` is fenced at one replica on file storage: nats-server stages every atomic batch in a file store of its own, which costs milliseconds per commit; give it 3 replicas on a cluster for speed",
+                output.name
+            );
+        }
         ensure_stream(js, output).await?;
     }
     check_output_windows(js, config).await?;

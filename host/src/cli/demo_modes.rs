@@ -93,3 +93,41 @@ pub(super) async fn late_rerun(js: &JetStream, config: &Config) -> anyhow::Resul
         ledger.name
     ))
 }
+
+/// Plays a stale owner of a fenced route's first key: it commits an output set expecting the
+/// revision its claim had before completion, and the server refuses the whole batch. Returns
+/// what happened, in one line.
+pub(super) async fn stale_commit(js: &JetStream, config: &Config) -> anyhow::Result<String> {
+    use crate::claim::ClaimStore as _;
+    let Some((route, stream)) = config
+        .routes
+        .iter()
+        .find_map(|r| Some((r, config.fenced_stream(r)?)))
+    else {
+        return Ok("no fenced route configured".into());
+    };
+    let claim_key = key::encode(&route.name, "u-1");
+    let subject = crate::fenced::claim_subject(&stream.name, &claim_key);
+    let store = crate::claim::stream::StreamClaimStore::new(js.clone());
+    let Some((record, revision)) = store.get(&subject).await? else {
+        return Ok(format!("`{}` key u-1 has no claim record", route.name));
+    };
+    let stale = crate::bindings::Output {
+        subject: "demo.upper.greeting.done".into(),
+        payload: b"A STALE OWNER'S OUTPUT".to_vec(),
+        headers: Vec::new(),
+    };
+    let before = revision - 1 - u64::from(record.batch_outputs.unwrap_or(0));
+    let refused =
+        crate::fenced::commit::commit(js, &subject, &claim_key, &record, before, &[stale], &[])
+            .await;
+    Ok(format!(
+        "route `{}` commits outputs and completion as one atomic batch on {}; a stale owner's batch for u-1 (expecting revision {before}, now {revision}) {}",
+        route.name,
+        stream.name,
+        match refused {
+            Err(crate::claim::ClaimError::Conflict) => "was refused whole by the server: nothing stored".to_string(),
+            other => format!("was NOT refused: {other:?}"),
+        }
+    ))
+}

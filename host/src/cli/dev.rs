@@ -218,6 +218,7 @@ async fn demo(config: Config) -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let late = super::demo_modes::late_rerun(&js, &audit_config).await?;
+    let fenced = super::demo_modes::stale_commit(&js, &audit_config).await?;
     let hits = dedup_hits(&host.metrics().encode());
     let stats = host.shutdown().await?;
 
@@ -237,11 +238,9 @@ async fn demo(config: Config) -> anyhow::Result<()> {
     println!("  metric dedup_hits    {hits} (scrape it with `dev --metrics-addr 127.0.0.1:9464`)");
     for name in &outputs_streams {
         println!("\nOutputs in stream {name}:");
-        print_stream(&js, name, |m| {
-            String::from_utf8_lossy(&m.payload).to_string()
-        })
-        .await?;
+        print_stream(&js, name, show_output).await?;
     }
+    println!("\nFenced effects: {fenced}");
     super::demo_modes::print_exclusive(&js, &audit_config).await?;
     println!("\nForever deduplication: {late}");
     println!("\nDead letters in stream {dead_stream}:");
@@ -284,10 +283,26 @@ async fn demo(config: Config) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// An output as the demo shows it; a fenced stream's claim record as its state.
+fn show_output(m: &async_nats::jetstream::message::StreamMessage) -> String {
+    if !m.subject.starts_with(crate::subject::FENCED_CLAIMS_PREFIX) {
+        return String::from_utf8_lossy(&m.payload).to_string();
+    }
+    match crate::claim::ClaimRecord::from_bytes(&m.payload) {
+        Ok(r) => format!(
+            "claim record: {:?} by {}, with its {} output(s) in one atomic batch",
+            r.state,
+            r.owner,
+            r.batch_outputs.unwrap_or(0)
+        ),
+        Err(e) => format!("claim record that does not parse: {e}"),
+    }
+}
+
 /// The host's `dedup_hits_total` series of a scrape, summed per layer: `claim=.. output=..`
 /// (the publisher's stream duplicates are counted above, from its publish acks).
 fn dedup_hits(scrape: &str) -> String {
-    ["claim", "output"]
+    ["claim", "output", "fence"]
         .iter()
         .map(|layer| {
             let needle = format!("layer=\"{layer}\"}} ");

@@ -3,6 +3,7 @@
 
 pub mod exclusive;
 pub mod fairness;
+pub mod fenced;
 pub mod hotload;
 pub mod invoke;
 pub mod languages;

@@ -25,9 +25,9 @@ const CONCURRENCY: usize = 64;
 /// Stream writes per guarded message with one output: claim create, output, completed.
 const WRITES_PER_MESSAGE: f64 = 3.0;
 
-struct Figures {
-    rate: f64,
-    latency: Percentiles,
+pub(super) struct Figures {
+    pub(super) rate: f64,
+    pub(super) latency: Percentiles,
 }
 
 /// Runs all four scenarios with `messages` each and `samples` sequential latency probes.
@@ -154,12 +154,14 @@ async fn raw_pull_ack(js: &Context, n: usize, samples: usize) -> anyhow::Result<
 
 /// How the full pipeline's outputs take effect.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Effects {
+pub(super) enum Effects {
+    /// Outputs deduplicated by the stream's window (the default).
     Window,
+    /// Outputs and completion as one atomic batch.
     Fenced,
 }
 
-fn guarded_config(
+pub(super) fn guarded_config(
     server: &NatsServer,
     name: &str,
     effects: Option<Effects>,
@@ -206,9 +208,22 @@ async fn guarded(
     wasm: Option<Effects>,
 ) -> anyhow::Result<Figures> {
     let config = guarded_config(server, name, wasm)?;
+    guarded_run(config, js, name, n, samples, wasm.is_some()).await
+}
+
+/// Drains `n` pre-published messages through a host started with `config` (with `uppercase`
+/// when `wasm`, else the no-op guest), then probes `samples` one at a time.
+pub(super) async fn guarded_run(
+    config: Config,
+    js: &Context,
+    name: &str,
+    n: usize,
+    samples: usize,
+    wasm: bool,
+) -> anyhow::Result<Figures> {
     let host = match wasm {
-        Some(_) => serve::start(config).await?,
-        None => {
+        true => serve::start(config).await?,
+        false => {
             let routes = Routes::with_guest(&config, Guest::Noop);
             serve::start_with_routes(config, routes, None).await?
         }

@@ -28,6 +28,7 @@ async fn main() -> anyhow::Result<()> {
     match which {
         "invoke" => bench::invoke::run(number(1, 20_000)?).await,
         "pipeline" => bench::pipeline::run(number(1, 20_000)?, number(2, 500)?).await,
+        "fenced" => bench::fenced::run(number(1, 10_000)?, number(2, 300)?).await,
         "fairness" => bench::fairness::run(number(1, 20_000)?).await,
         "languages" => bench::languages::run(number(1, 1_000)?).await,
         "exclusive" => bench::exclusive::run(number(1, 5_000)?, number(2, 3)?).await,
@@ -43,7 +44,7 @@ async fn main() -> anyhow::Result<()> {
             bench::hotload::load_times(&guests, 5)
         }
         other => anyhow::bail!(
-            "unknown benchmark `{other}`; choose: invoke, pipeline, fairness, deploy, load, languages, ops, exclusive"
+            "unknown benchmark `{other}`; choose: invoke, pipeline, fenced, fairness, deploy, load, languages, ops, exclusive"
         ),
     }
 }

@@ -1,0 +1,46 @@
+//! Fenced effects against window effects on a 3-node cluster at three replicas, in one run:
+//! the full pipeline with `uppercase` and one output, outputs deduplicated by the window
+//! versus outputs and completion committed as one atomic batch. (On one server at one
+//! replica with file storage, nats-server stages every atomic batch in a file store of its
+//! own, which costs milliseconds per batch: `pipeline` shows that case as scenario (5).)
+
+use async_nats::jetstream;
+
+use super::pipeline::{guarded_config, guarded_run, Effects, Figures};
+use super::us;
+use crate::nats::NatsCluster;
+
+/// Runs both modes with `messages` each and `samples` sequential probes.
+pub async fn run(messages: usize, samples: usize) -> anyhow::Result<()> {
+    let cluster = NatsCluster::start(3);
+    let js = jetstream::new(cluster.connect().await);
+    let mut figures = Vec::new();
+    for (name, effects) in [("window", Effects::Window), ("fenced", Effects::Fenced)] {
+        let mut config = guarded_config(&cluster.nodes[0], name, Some(effects))?;
+        config.nats.urls = cluster.urls();
+        config.source.replicas = 3;
+        config.claims.replicas = 3;
+        config.dead_letter.replicas = 3;
+        config.output_streams[0].replicas = 3;
+        figures.push((
+            name,
+            guarded_run(config, &js, name, messages, samples, true).await?,
+        ));
+    }
+    println!("window vs fenced effects ({messages} messages each, 3-node cluster, replicas 3, file storage):");
+    let row = |name: &str, writes: u32, f: &Figures| {
+        println!(
+            "  {name:<8} {:>8.0} msg/s   writes per message {writes}   sequential p50 {:>8} us  p99 {:>8} us",
+            f.rate,
+            us(f.latency.p50),
+            us(f.latency.p99)
+        )
+    };
+    row("window", 3, &figures[0].1);
+    row("fenced", 2, &figures[1].1);
+    println!(
+        "  ratio fenced / window   {:.2}",
+        figures[1].1.rate / figures[0].1.rate
+    );
+    Ok(())
+}
