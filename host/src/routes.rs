@@ -86,6 +86,8 @@ pub struct Route {
     /// For a fenced route (`effects = "fenced"`): the output stream its outputs and claim
     /// records are committed to together.
     pub fenced: Option<String>,
+    /// Runs first and creates the key completed after publishing (`claim = "after"`).
+    pub claim_after: bool,
 }
 
 /// How an exclusive route tells entities apart and queues their messages.
@@ -296,6 +298,7 @@ impl Routes {
                 coalesce: r.coalesce,
             }),
             fenced,
+            claim_after: r.claim == crate::config::ClaimMode::After,
             guest: watch::Sender::new(guest),
             refused: std::sync::Mutex::new(None),
             decided: std::sync::atomic::AtomicBool::new(false),

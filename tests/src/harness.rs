@@ -392,3 +392,29 @@ where
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// Sends `sig` (`-STOP`, `-CONT`, `-TERM`, ...) to a host process.
+pub fn signal(child: &Child, sig: &str) {
+    let status = Command::new("kill")
+        .args([sig, &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success(), "kill {sig} failed");
+}
+
+/// Stops a host process gracefully and returns its final counters (the JSON line it prints).
+pub fn stop_gracefully(mut child: Child) -> dedup_host::metrics::StatsSnapshot {
+    use std::io::Read as _;
+    signal(&child, "-TERM");
+    let status = child.wait().expect("wait");
+    assert!(status.success(), "host exited with {status}");
+    let mut out = String::new();
+    child
+        .stdout
+        .take()
+        .expect("stdout")
+        .read_to_string(&mut out)
+        .expect("read stdout");
+    let line = out.lines().last().unwrap_or_default();
+    serde_json::from_str(line).unwrap_or_else(|e| panic!("final stats not JSON ({e}): {out}"))
+}

@@ -19,6 +19,12 @@ pub fn encode(route: &str, key: &str) -> String {
     }
 }
 
+/// The id of output `index` of a claim key, `<claim key>#<index>`: its `Nats-Msg-Id` (window
+/// effects) or its `Dedup-Output-Id` (fenced effects).
+pub fn output_id(claim_key: &str, index: usize) -> String {
+    format!("{claim_key}#{index}")
+}
+
 fn is_plain(key: &str) -> bool {
     !key.is_empty()
         && key.len() <= MAX_PLAIN_LEN

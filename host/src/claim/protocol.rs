@@ -86,6 +86,53 @@ impl<S: ClaimStore> Claimer<S> {
         }
     }
 
+    /// The record of a key settled without a lease (a claim-after route): completed with
+    /// where its outputs were stored, or failed for good with the reason.
+    pub fn settled(
+        &self,
+        digest: &str,
+        attempt: u32,
+        outcome: Result<Vec<OutputRef>, String>,
+    ) -> ClaimRecord {
+        let mut record = self.record(rand::random(), attempt, digest, None);
+        record.lease_expires_ms = 0;
+        match outcome {
+            Ok(outputs) => {
+                record.state = ClaimState::Completed;
+                record.outputs = outputs;
+            }
+            Err(reason) => {
+                record.state = ClaimState::Failed;
+                record.permanent = true;
+                record.reason = Some(reason);
+            }
+        }
+        record
+    }
+
+    /// Creates `key` as `record` (from [`Claimer::settled`]): `true` if this write made it,
+    /// `false` if the key existed (another host settled it first). A create whose answer was
+    /// lost counts as made when the store holds exactly `record` (rule 13).
+    pub async fn create_settled(
+        &self,
+        key: &str,
+        record: &ClaimRecord,
+    ) -> Result<bool, ClaimError> {
+        match self.store.create(key, record).await {
+            Ok(_) => Ok(true),
+            Err(ClaimError::Conflict) => {
+                Ok(landed(self.store.as_ref(), key, record).await.is_some())
+            }
+            Err(e @ ClaimError::Unavailable(_)) => {
+                match landed(self.store.as_ref(), key, record).await {
+                    Some(_) => Ok(true),
+                    None => Err(e),
+                }
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     /// Tries to claim `key` to run the component `digest`.
     pub async fn claim(&self, key: &str, digest: &str) -> Result<ClaimOutcome<S>, ClaimError> {
         let nonce: u64 = rand::random();

@@ -1,6 +1,11 @@
 //! Which routes commit fenced effects, and on which stream (docs/fenced.md).
 
-use super::{Config, DedupMode, EffectsMode, OutputStreamConfig, RouteConfig};
+use std::time::Duration;
+
+use super::{ClaimMode, Config, DedupMode, EffectsMode, OutputStreamConfig, RouteConfig};
+
+/// The longest deadline a claim-after route may have: a re-run repeats the whole work.
+pub const MAX_CLAIM_AFTER_DEADLINE: Duration = Duration::from_secs(5);
 use crate::subject;
 
 impl Config {
@@ -44,6 +49,14 @@ impl Config {
             );
         }
         for (i, r) in self.routes.iter().enumerate() {
+            if r.claim == ClaimMode::After {
+                let field = format!("routes[{i}].claim");
+                let d = r.limits.deadline;
+                check(r.effects == EffectsMode::Window, field.clone(), format!("route `{}`: claim = \"after\" has no claim to fence; use effects = \"window\" with it, or claim = \"before\" with fenced effects", r.name));
+                check(r.exclusive_by.is_none(), field.clone(), format!("route `{}`: claim = \"after\" cannot hold an entity exclusively; use claim = \"before\" with exclusive_by", r.name));
+                check(d <= MAX_CLAIM_AFTER_DEADLINE, field.clone(), format!("route `{}`: claim = \"after\" re-runs the whole handler when two hosts race, so it is for cheap handlers: limits.deadline is {d:?}, at most {MAX_CLAIM_AFTER_DEADLINE:?} is allowed; use claim = \"before\" for OCR, model calls and other long work", r.name));
+                check(self.source.ack_wait > d, field, format!("route `{}`: claim = \"after\" sends no progress acks, so source.ack_wait ({:?}) must exceed limits.deadline ({d:?}) or every slow message is delivered twice while it runs", r.name, self.source.ack_wait));
+            }
             if r.effects != EffectsMode::Fenced {
                 continue;
             }

@@ -9,7 +9,7 @@ mod modes;
 mod route;
 mod validate;
 
-pub use modes::{DedupMode, EffectsMode};
+pub use modes::{ClaimMode, DedupMode, EffectsMode};
 pub use route::{
     KeySource, MissingKey, RouteConfig, DEFAULT_COMPILE_TIMEOUT, DEFAULT_MAX_COMPONENT_BYTES,
 };

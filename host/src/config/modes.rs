@@ -31,3 +31,18 @@ pub enum EffectsMode {
     /// fenced on it (nats-server 2.12+).
     Fenced,
 }
+
+/// When a route claims a message's key (DESIGN.md §2, cost model).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ClaimMode {
+    /// Claim under a lease before running, heartbeat while running, record completion after
+    /// publishing: for expensive work (OCR, model calls) that must not run twice at once.
+    #[default]
+    Before,
+    /// Run first, publish the outputs with their message ids, then create the key as
+    /// completed: one write, no lease, no heartbeat. Two hosts may run one message at the
+    /// same time (only wasteful: guests have no other effects); the output stream's window
+    /// drops the loser's outputs. For cheap, pure handlers with a short deadline.
+    After,
+}

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::{EffectsMode, HostConfig, DEFAULT_MAX_PAYLOAD};
+use super::{ClaimMode, EffectsMode, HostConfig, DEFAULT_MAX_PAYLOAD};
 use crate::limits::Limits;
 use crate::runtime::TrapKind;
 
@@ -90,6 +90,11 @@ pub struct RouteConfig {
     /// output stream capturing every `allowed_outputs` filter, refused for a stale owner.
     #[serde(default)]
     pub effects: EffectsMode,
+    /// `before` (default): claim under a lease, then run. `after`: run, publish, then create
+    /// the key as completed (one write; only for cheap handlers with a deadline of at most
+    /// 5 s).
+    #[serde(default)]
+    pub claim: ClaimMode,
     /// A directory the handler may read (not write), seen by the guest as `/data`.
     /// Relative to the config file. None by default: no files at all.
     #[serde(default)]

@@ -7,12 +7,12 @@ use std::time::Duration;
 use async_nats::jetstream::context::PublishError;
 use async_nats::jetstream::Context;
 
+use super::OUTPUT_ID;
 use crate::bindings::Output;
+use crate::claim::key::output_id;
 use crate::claim::kv::is_cas_conflict;
 use crate::claim::stream::StreamClaimStore;
 use crate::claim::{ClaimError, ClaimRecord};
-use crate::pipeline::effects::headers::OUTPUT_ID;
-use crate::pipeline::effects::output_id;
 use crate::runtime::outputs::header_map;
 
 /// The batch headers (checked in nats-server's `server/stream.go`).

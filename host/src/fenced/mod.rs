@@ -10,6 +10,10 @@
 
 pub mod commit;
 
+/// On a fenced route's outputs (which carry no `Nats-Msg-Id`): `<claim key>#<index>`, as a
+/// message id would be, so `audit` and `inspect` can tell whose output it is.
+pub const OUTPUT_ID: &str = "Dedup-Output-Id";
+
 use crate::config::{Config, RouteConfig};
 use crate::subject::FENCED_CLAIMS_PREFIX;
 

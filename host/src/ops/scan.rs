@@ -113,7 +113,7 @@ pub async fn fenced_claims(
 pub async fn message_ids(js: &Context, stream: &str) -> anyhow::Result<HashMap<String, Vec<u64>>> {
     let mut out: HashMap<String, Vec<u64>> = HashMap::new();
     for m in scan(js, stream, "", DeliverPolicy::All, true).await? {
-        let fenced = m.header(crate::pipeline::effects::headers::OUTPUT_ID);
+        let fenced = m.header(crate::fenced::OUTPUT_ID);
         if let Some(id) = m.header("Nats-Msg-Id").or(fenced) {
             out.entry(id.to_string()).or_default().push(m.sequence);
         }

@@ -127,7 +127,7 @@ pub async fn tell(
             let sequence = revision - u64::from(n) + i;
             let present = s.get_raw_message(sequence).await.is_ok_and(|m| {
                 m.headers
-                    .get(crate::pipeline::effects::headers::OUTPUT_ID)
+                    .get(crate::fenced::OUTPUT_ID)
                     .is_some_and(|v| v.as_str() == id)
             });
             outputs.push(OutputState {

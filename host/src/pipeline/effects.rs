@@ -33,18 +33,12 @@ pub mod headers {
     /// The prefix the original's `Nats-*` headers are kept under (`Nats-TTL` becomes
     /// `Dedup-Original-Nats-TTL`), so they cannot act on the dead-letter stream.
     pub const ORIGINAL_PREFIX: &str = "Dedup-Original-";
-    /// On a fenced route's outputs (which carry no `Nats-Msg-Id`): `<claim key>#<index>`,
-    /// as a message id would be, so `audit` and `inspect` can tell whose output it is.
-    pub const OUTPUT_ID: &str = "Dedup-Output-Id";
 }
 
 /// Room kept under the server's max payload for the protocol line and rounding.
 const SIZE_MARGIN: usize = 512;
 
-/// The `Nats-Msg-Id` of output `index` of a claim key.
-pub fn output_id(claim_key: &str, index: usize) -> String {
-    format!("{claim_key}#{index}")
-}
+pub use crate::claim::key::output_id;
 
 /// Publishes outputs in order, pipelined, and waits for every stream ack. Returns where each
 /// was stored (a duplicate's sequence is the copy stored first). `trace` (the event's

@@ -42,6 +42,8 @@ pub(super) struct Delivery {
     pub(super) sequence: u64,
     /// For an exclusive route: where the message waited in the queue (subject, sequence).
     pub(super) queued: Option<(async_nats::Subject, u64)>,
+    /// How many times the server delivered it (this delivery included).
+    pub(super) delivered: u64,
 }
 
 impl<S: ClaimStore> Shared<S> {
@@ -51,6 +53,7 @@ impl<S: ClaimStore> Shared<S> {
         let Some((sequence, published)) = position(&message).await else {
             return;
         };
+        let delivered = message.info().map_or(1, |i| i.delivered.max(1) as u64);
         let metrics = self.metrics_of(route.as_ref());
         let in_flight = metrics.in_flight();
         let (mut message, acker) = message.split();
@@ -76,6 +79,7 @@ impl<S: ClaimStore> Shared<S> {
             acker: Arc::new(acker),
             sequence,
             queued,
+            delivered,
         };
         // Every line of this message's life carries its fields: these until it is claimed,
         // then all of them (see `run`). WARN, so that the span is enabled whenever the
@@ -143,6 +147,10 @@ impl<S: ClaimStore> Shared<S> {
             return self.settle(d, AckKind::Nak(Some(ERROR_RETRY))).await;
         };
         let claim_key = route.claim_key(&key);
+        if route.claim_after {
+            let keys = (key.as_str(), claim_key.as_str());
+            return self.run_after(d, &route, guest, keys).await;
+        }
         let started = std::time::Instant::now();
         let claimed = self.claimer.claim(&claim_key, guest.digest()).await;
         route.metrics.claim_write(started.elapsed());
@@ -326,7 +334,7 @@ impl Delivery {
 }
 
 /// The message's headers as the guest sees them.
-fn headers_of(message: &async_nats::Message) -> Vec<Header> {
+pub(super) fn headers_of(message: &async_nats::Message) -> Vec<Header> {
     let Some(headers) = &message.headers else {
         return Vec::new();
     };

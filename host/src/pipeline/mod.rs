@@ -3,6 +3,7 @@
 //! route cannot starve another), plus one that dead-letters what no route takes. Started and
 //! stopped by [`crate::serve`].
 //!
+//! - `after`: a claim-after route's message (run, publish, then create the key completed).
 //! - `consume`: pulling a consumer's messages, re-creating it when it is deleted.
 //! - `queue`: an exclusive route's messages queued per entity, in order.
 //! - `message`: one message, from its key and claim to the guest's outcome.
@@ -11,6 +12,7 @@
 //! - [`heartbeat`]: lease renewal plus progress acks while a guest runs.
 //! - [`effects`]: outputs and dead letters, with deterministic message ids.
 
+mod after;
 mod consume;
 pub mod effects;
 pub mod heartbeat;

@@ -36,6 +36,7 @@ impl<S: ClaimStore> Shared<S> {
             acker: Arc::new(acker),
             sequence,
             queued: None,
+            delivered: 1,
         };
         let entity = match idempotency::derive(
             &exclusive.by,

@@ -217,7 +217,7 @@ impl<S: ClaimStore> Shared<S> {
     }
 
     /// Publishes a dead letter for the delivery; a failure is logged and counted.
-    async fn publish_dead_letter(
+    pub(super) async fn publish_dead_letter(
         &self,
         d: &Delivery,
         letter: DeadLetter<'_>,
@@ -270,7 +270,7 @@ impl<S: ClaimStore> Shared<S> {
 }
 
 /// The event's W3C trace-context headers, carried to its outputs.
-fn trace_context(d: &Delivery) -> Vec<(&'static str, &str)> {
+pub(super) fn trace_context(d: &Delivery) -> Vec<(&'static str, &str)> {
     let Some(headers) = &d.message.headers else {
         return Vec::new();
     };

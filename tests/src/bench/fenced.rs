@@ -1,6 +1,7 @@
-//! Fenced effects against window effects on a 3-node cluster at three replicas, in one run:
-//! the full pipeline with `uppercase` and one output, outputs deduplicated by the window
-//! versus outputs and completion committed as one atomic batch. (On one server at one
+//! The three modes on a 3-node cluster at three replicas, in one run: the full pipeline with
+//! `uppercase` and one output, claimed before with outputs deduplicated by the window
+//! (the default), claimed before with outputs and completion as one atomic batch (fenced),
+//! and claimed after running (one create, no lease). (On one server at one
 //! replica with file storage, nats-server stages every atomic batch in a file store of its
 //! own, which costs milliseconds per batch: `pipeline` shows that case as scenario (5).)
 
@@ -15,7 +16,12 @@ pub async fn run(messages: usize, samples: usize) -> anyhow::Result<()> {
     let cluster = NatsCluster::start(3);
     let js = jetstream::new(cluster.connect().await);
     let mut figures = Vec::new();
-    for (name, effects) in [("window", Effects::Window), ("fenced", Effects::Fenced)] {
+    let modes = [
+        ("window", Effects::Window),
+        ("fenced", Effects::Fenced),
+        ("after", Effects::ClaimAfter),
+    ];
+    for (name, effects) in modes {
         let mut config = guarded_config(&cluster.nodes[0], name, Some(effects))?;
         config.nats.urls = cluster.urls();
         config.source.replicas = 3;
@@ -27,10 +33,10 @@ pub async fn run(messages: usize, samples: usize) -> anyhow::Result<()> {
             guarded_run(config, &js, name, messages, samples, true).await?,
         ));
     }
-    println!("window vs fenced effects ({messages} messages each, 3-node cluster, replicas 3, file storage):");
+    println!("claim before (window effects), fenced effects and claim after ({messages} messages each, 3-node cluster, replicas 3, file storage):");
     let row = |name: &str, writes: u32, f: &Figures| {
         println!(
-            "  {name:<8} {:>8.0} msg/s   writes per message {writes}   sequential p50 {:>8} us  p99 {:>8} us",
+            "  {name:<22} {:>8.0} msg/s   writes per message {writes}   sequential p50 {:>8} us  p99 {:>8} us",
             f.rate,
             us(f.latency.p50),
             us(f.latency.p99)

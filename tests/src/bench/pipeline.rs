@@ -11,7 +11,7 @@ use std::time::Instant;
 use async_nats::jetstream::consumer::{pull, AckPolicy};
 use async_nats::jetstream::{self, stream, Context};
 use async_nats::HeaderMap;
-use dedup_host::config::{Config, EffectsMode};
+use dedup_host::config::{ClaimMode, Config, EffectsMode};
 use dedup_host::routes::{Guest, Routes};
 use dedup_host::serve::{self, RunningHost};
 use futures::StreamExt;
@@ -57,6 +57,15 @@ pub async fn run(messages: usize, samples: usize) -> anyhow::Result<()> {
         Some(Effects::Fenced),
     )
     .await?;
+    let after = guarded(
+        &server,
+        &js,
+        "after",
+        messages,
+        samples,
+        Some(Effects::ClaimAfter),
+    )
+    .await?;
 
     println!("dedup guard vs raw JetStream ({messages} messages each, {CONCURRENCY} in flight, file storage, one nats-server):");
     let row = |name: &str, f: &Figures| {
@@ -71,11 +80,16 @@ pub async fn run(messages: usize, samples: usize) -> anyhow::Result<()> {
     row("(3) full pipeline, uppercase", &full);
     println!("  {:<34} {:>9.0} creates/s", "(4) raw KV create", kv);
     row("(5) full pipeline, fenced effects", &fenced);
+    row("(6) full pipeline, claim after", &after);
+    println!(
+        "  ratio (6)/(3)                      {:.2}",
+        after.rate / full.rate
+    );
     println!(
         "  ratio (5)/(3)                      {:.2}",
         fenced.rate / full.rate
     );
-    println!("  writes per message: (3) 3 (claim create, output, completed); (5) 2 (claim create, one batch of output + completed record)");
+    println!("  writes per message: (3) 3 (claim create, output, completed); (5) 2 (claim create, one batch of output + completed record); (6) 2 (output, completed create)");
     println!(
         "  ratio (2)/(1)                      {:.2}",
         noop.rate / raw.rate
@@ -159,6 +173,8 @@ pub(super) enum Effects {
     Window,
     /// Outputs and completion as one atomic batch.
     Fenced,
+    /// Run first, publish, then create the key completed (`claim = "after"`).
+    ClaimAfter,
 }
 
 pub(super) fn guarded_config(
@@ -182,6 +198,10 @@ pub(super) fn guarded_config(
     if effects == Some(Effects::Fenced) {
         config.output_streams[0].effects = EffectsMode::Fenced;
         config.routes[0].effects = EffectsMode::Fenced;
+    }
+    if effects == Some(Effects::ClaimAfter) {
+        config.routes[0].claim = ClaimMode::After;
+        config.routes[0].limits.deadline = std::time::Duration::from_secs(1);
     }
     Ok(config)
 }

@@ -130,3 +130,47 @@ fn unknown_fields_and_bad_values_name_the_field() {
         Err(ConfigError::Read { .. })
     ));
 }
+
+#[test]
+fn fenced_and_claim_after_routes_are_refused_where_they_cannot_hold() {
+    // A fenced route with no fenced stream capturing its outputs.
+    let text = good().replace(
+        "component =",
+        "allowed_outputs = [\"orders.*.done\"]\neffects = \"fenced\"\ncomponent =",
+    );
+    let shown = problems(&text);
+    assert!(shown.contains("routes[0].effects"), "{shown}");
+    assert!(
+        shown.contains("add `effects = \"fenced\"` to the output stream"),
+        "{shown}"
+    );
+    // Fixed by a fenced output stream that captures them; its 1 s window is then no problem.
+    let fixed = format!(
+        "{text}\n[[output_streams]]\nname = \"OUT\"\nsubjects = [\"orders.*.done\"]\nduplicate_window = \"1s\"\neffects = \"fenced\"\n"
+    );
+    let c = Config::parse(&fixed, Path::new("ok.toml"), ".".into()).expect("valid");
+    assert_eq!(c.fenced_stream(&c.routes[0]).unwrap().name, "OUT");
+    // Forever and fenced at once.
+    // (the output stream is the last table)
+    let both = format!("{fixed}dedup = \"forever\"\n");
+    assert!(problems(&both).contains("output_streams[0].dedup"));
+
+    // Claim-after with a long deadline, and with fenced effects.
+    let after = good().replace("component =", "claim = \"after\"\ncomponent =");
+    let shown = problems(&after);
+    assert!(
+        shown.contains("routes[0].claim") && shown.contains("at most 5s"),
+        "{shown}"
+    );
+    let short = after.replace(
+        "claim = \"after\"",
+        "claim = \"after\"\nlimits = { deadline = \"1s\" }",
+    );
+    Config::parse(&short, Path::new("ok.toml"), ".".into())
+        .expect("a short claim-after route is valid");
+    let fenced_after = fixed.replace(
+        "effects = \"fenced\"\ncomponent",
+        "effects = \"fenced\"\nclaim = \"after\"\nlimits = { deadline = \"1s\" }\ncomponent",
+    );
+    assert!(problems(&fenced_after).contains("no claim to fence"));
+}

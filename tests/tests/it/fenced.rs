@@ -3,8 +3,6 @@
 //! duplicate window on the output stream, so that no window can hide a second output set.
 
 use std::collections::HashMap;
-use std::io::Read;
-use std::process::{Child, Command};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -14,8 +12,7 @@ use dedup_host::claim::host::HostClaimStore;
 use dedup_host::claim::kv::KvClaimStore;
 use dedup_host::claim::{key, ClaimOutcome, ClaimState, Claimer, LeaseLost};
 use dedup_host::fenced;
-use dedup_host::metrics::StatsSnapshot;
-use dedup_host_tests::harness::{wait_for, TestEnv, Timing, OUTPUTS};
+use dedup_host_tests::harness::{signal, stop_gracefully, wait_for, TestEnv, Timing, OUTPUTS};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// A fenced route of the `flaky` guest, succeeding at once with `outputs` outputs on
@@ -49,30 +46,6 @@ async fn sets(env: &TestEnv) -> HashMap<String, usize> {
         *counts.entry(key).or_default() += 1;
     }
     counts
-}
-
-fn signal(child: &Child, sig: &str) {
-    let status = Command::new("kill")
-        .args([sig, &child.id().to_string()])
-        .status()
-        .expect("kill");
-    assert!(status.success(), "kill {sig} failed");
-}
-
-/// Stops a host process gracefully and returns its final counters.
-fn stop(mut child: Child) -> StatsSnapshot {
-    signal(&child, "-TERM");
-    let status = child.wait().expect("wait");
-    assert!(status.success(), "host exited with {status}");
-    let mut out = String::new();
-    child
-        .stdout
-        .take()
-        .expect("stdout")
-        .read_to_string(&mut out)
-        .expect("read stdout");
-    let line = out.lines().last().unwrap_or_default();
-    serde_json::from_str(line).unwrap_or_else(|e| panic!("final stats not JSON ({e}): {out}"))
 }
 
 fn outputs(n: usize, tag: &str) -> Vec<Output> {
@@ -201,7 +174,7 @@ async fn a_host_frozen_past_its_lease_stores_nothing_when_it_resumes() {
     tokio::time::sleep(Duration::from_millis(1500)).await;
     signal(&stale, "-CONT");
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let stats = stop(stale);
+    let stats = stop_gracefully(stale);
     assert_eq!(stats.lost_claims, 1, "{stats:?}");
     assert_eq!(
         (stats.processed, stats.outputs_published),

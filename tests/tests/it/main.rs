@@ -5,6 +5,7 @@ mod auth;
 mod authoring;
 mod boundary;
 mod chaos;
+mod claim_after;
 mod cli_invoke;
 mod cluster;
 mod config;

@@ -1,13 +1,12 @@
 //! Leases: a dead owner's claim is taken over, a stale owner's effects are dropped, and a live
 //! owner's heartbeats keep long work from being redelivered.
 
-use std::io::Read;
-use std::process::{Child, Command};
 use std::time::Duration;
 
 use dedup_host::claim::{key, ClaimRecord, ClaimState};
-use dedup_host::metrics::StatsSnapshot;
-use dedup_host_tests::harness::{wait_for, TestEnv, Timing, BUCKET, OUTPUTS};
+use dedup_host_tests::harness::{
+    signal, stop_gracefully, wait_for, TestEnv, Timing, BUCKET, OUTPUTS,
+};
 
 const SLEEPY: &str = r#"
 [[routes]]
@@ -28,30 +27,6 @@ async fn claimed_by(env: &TestEnv, key: &str, owner: &str) -> ClaimRecord {
         },
     )
     .await
-}
-
-fn signal(child: &Child, sig: &str) {
-    let status = Command::new("kill")
-        .args([sig, &child.id().to_string()])
-        .status()
-        .expect("kill");
-    assert!(status.success(), "kill {sig} failed");
-}
-
-/// Stops a host process gracefully and returns its final counters.
-fn stop(mut child: Child) -> StatsSnapshot {
-    signal(&child, "-TERM");
-    let status = child.wait().expect("wait");
-    assert!(status.success(), "host exited with {status}");
-    let mut out = String::new();
-    child
-        .stdout
-        .take()
-        .expect("stdout")
-        .read_to_string(&mut out)
-        .expect("read stdout");
-    let line = out.lines().last().unwrap_or_default();
-    serde_json::from_str(line).unwrap_or_else(|e| panic!("final stats not JSON ({e}): {out}"))
 }
 
 #[tokio::test]
@@ -156,7 +131,7 @@ async fn a_stale_owner_publishes_nothing_records_nothing_and_acks_nothing() {
     // Wake the stale owner: its guest finishes, but it has lost the claim.
     signal(&stale, "-CONT");
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let stats = stop(stale);
+    let stats = stop_gracefully(stale);
     assert_eq!(stats.lost_claims, 1, "{stats:?}");
     assert_eq!(
         (stats.processed, stats.outputs_published),

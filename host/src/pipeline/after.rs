@@ -1,0 +1,214 @@
+//! Claim-after routes (`claim = "after"`): run first, publish the outputs with their message
+//! ids, then create the key as completed. One write, no lease and no heartbeat. A host that
+//! loses the create finished second: another host completed the key, and the output stream
+//! dropped this run's outputs as duplicates of that host's (their ids are the same).
+//!
+//! Attempts are the server's delivery count (there is no record before the first outcome).
+
+use async_nats::jetstream::AckKind;
+
+use super::effects::{self, DeadLetter, DeadLetterError};
+use super::message::{Delivery, ERROR_RETRY};
+use super::settle::trace_context;
+use super::Shared;
+use crate::bindings::Event;
+use crate::claim::{ClaimError, ClaimState, ClaimStore};
+use crate::metrics::{DedupLayer, MessageOutcome};
+use crate::routes::{Guest, Route};
+use crate::runtime::{Outcome, TrapKind};
+use tracing::Instrument as _;
+
+/// One claim-after delivery: what it is, and the key it settles.
+struct After<'a> {
+    d: &'a Delivery,
+    route: &'a Route,
+    guest: Guest,
+    key: &'a str,
+    claim_key: &'a str,
+}
+
+impl<S: ClaimStore> Shared<S> {
+    /// Runs a claim-after delivery of `route` with idempotency key `key` (claim key
+    /// `claim_key`) on `guest` to its end.
+    pub(super) async fn run_after(
+        &self,
+        d: &Delivery,
+        route: &Route,
+        guest: Guest,
+        (key, claim_key): (&str, &str),
+    ) {
+        let a = After {
+            d,
+            route,
+            guest,
+            key,
+            claim_key,
+        };
+        // A read, not a claim: skip a key settled already (a resend, a redelivery).
+        match self.claimer.store().get(a.claim_key).await {
+            Ok(Some((r, _))) if r.state == ClaimState::Completed => {
+                route.metrics.outcome(MessageOutcome::Duplicate);
+                return self.settle(d, AckKind::Ack).await;
+            }
+            Ok(Some((r, _))) if r.state == ClaimState::Failed && r.permanent => {
+                route.metrics.outcome(MessageOutcome::Duplicate);
+                return self.settle(d, AckKind::Term).await;
+            }
+            Ok(_) => {}
+            Err(e @ ClaimError::Corrupt { .. }) => {
+                let reason = format!("{e}; delete the key from the claim bucket to run it again");
+                return self
+                    .dead_letter_unclaimed(d, &route.name, a.key, &reason)
+                    .await;
+            }
+            Err(e) => {
+                tracing::warn!("claim store unavailable, will retry: {e}");
+                route.metrics.outcome(MessageOutcome::Error);
+                return self.settle(d, AckKind::Nak(Some(ERROR_RETRY))).await;
+            }
+        }
+        let attempt = u32::try_from(d.delivered).unwrap_or(u32::MAX);
+        let event = Event {
+            subject: d.message.subject.to_string(),
+            payload: d.message.payload.to_vec(),
+            headers: super::message::headers_of(&d.message),
+            key: a.key.to_string(),
+            attempt,
+            fencing_token: 0,
+            stream_sequence: d.sequence,
+            route: route.name.clone(),
+        };
+        let (guest, options, slots) = (a.guest.clone(), route.options.clone(), route.slots.clone());
+        let call = async move {
+            let _slot = slots.acquire_owned().await.expect("guest slots open");
+            guest.invoke(event, &options).await
+        };
+        let invocation = match self.guest_runtime.spawn(call.in_current_span()).await {
+            Ok(invocation) => invocation,
+            Err(e) => {
+                tracing::warn!("guest task ended without an outcome: {e}");
+                route.metrics.outcome(MessageOutcome::Error);
+                return self.settle(d, AckKind::Nak(Some(ERROR_RETRY))).await;
+            }
+        };
+        route.metrics.guest_time(invocation.elapsed);
+        if let Outcome::Trap(trap) = &invocation.outcome {
+            route.metrics.trap(trap.kind.as_str());
+        }
+        let max = self.config.source.max_deliver;
+        match invocation.outcome {
+            Outcome::Success(outputs) => self.complete_after(&a, attempt, &outputs).await,
+            Outcome::Trap(trap) if trap.kind == TrapKind::PoolFull => {
+                route.metrics.outcome(MessageOutcome::Error);
+                self.settle(d, AckKind::Nak(Some(ERROR_RETRY))).await
+            }
+            Outcome::Trap(trap) if route.is_permanent(trap.kind) => {
+                self.give_up_after(&a, attempt, &trap.to_string()).await
+            }
+            Outcome::Reject { reason } => self.give_up_after(&a, attempt, &reason).await,
+            Outcome::Retry { reason, .. } if attempt >= max => {
+                let reason = format!("{reason} (attempt {attempt} of {max}, none left)");
+                self.give_up_after(&a, attempt, &reason).await
+            }
+            Outcome::Trap(trap) if attempt >= max => {
+                let reason = format!("{trap} (attempt {attempt} of {max}, none left)");
+                self.give_up_after(&a, attempt, &reason).await
+            }
+            Outcome::Retry { reason, .. } => self.retry_after(&a, attempt, &reason).await,
+            Outcome::Trap(trap) => self.retry_after(&a, attempt, &trap.to_string()).await,
+        }
+    }
+
+    async fn retry_after(&self, a: &After<'_>, attempt: u32, reason: &str) {
+        tracing::info!("attempt failed, will retry: {reason}");
+        a.route.metrics.outcome(MessageOutcome::Retried);
+        let delay = self.config.backoff_for(attempt);
+        self.settle(a.d, AckKind::Nak(Some(delay))).await
+    }
+
+    /// Publishes the outputs, then creates the key as completed (or finds that another host
+    /// did first), then acks with confirmation.
+    async fn complete_after(
+        &self,
+        a: &After<'_>,
+        attempt: u32,
+        outputs: &[crate::bindings::Output],
+    ) {
+        let metrics = &a.route.metrics;
+        let trace = trace_context(a.d);
+        let published = match effects::publish_outputs(&self.js, a.claim_key, outputs, trace).await
+        {
+            Ok(published) => published,
+            Err(e) => {
+                tracing::warn!("{e:#}, will retry");
+                metrics.outcome(MessageOutcome::Error);
+                return self.settle(a.d, AckKind::Nak(Some(ERROR_RETRY))).await;
+            }
+        };
+        let duplicates = published.iter().filter(|o| o.duplicate).count() as u64;
+        metrics.outputs(outputs.len() as u64);
+        metrics.hit(DedupLayer::Output, duplicates);
+        let record = self
+            .claimer
+            .settled(a.guest.digest(), attempt, Ok(published));
+        self.record_after(a, record, MessageOutcome::Processed, AckKind::Ack)
+            .await
+    }
+
+    /// Dead-letters the original, records the key as failed for good, terminates.
+    async fn give_up_after(&self, a: &After<'_>, attempt: u32, reason: &str) {
+        tracing::warn!("dead-lettering: {reason}");
+        let letter = DeadLetter {
+            reason,
+            attempt,
+            route: &a.route.name,
+            key: a.key,
+            id: format!("dl:{}", a.claim_key),
+        };
+        let recorded = match self
+            .publish_dead_letter(a.d, letter, &a.route.metrics)
+            .await
+        {
+            Ok(()) => reason.to_string(),
+            Err(DeadLetterError::Transient { .. }) => {
+                return self.settle(a.d, AckKind::Nak(Some(ERROR_RETRY))).await;
+            }
+            Err(e @ DeadLetterError::Refused { .. }) => format!("{reason}; not dead-lettered: {e}"),
+        };
+        let record = self
+            .claimer
+            .settled(a.guest.digest(), attempt, Err(recorded));
+        self.record_after(a, record, MessageOutcome::DeadLettered, AckKind::Term)
+            .await
+    }
+
+    /// Creates the key's settled record. Losing the create means another host settled the
+    /// key first: this delivery is a duplicate of its run.
+    async fn record_after(
+        &self,
+        a: &After<'_>,
+        record: crate::claim::ClaimRecord,
+        outcome: MessageOutcome,
+        kind: AckKind,
+    ) {
+        match self.claimer.create_settled(a.claim_key, &record).await {
+            Ok(true) => a.route.metrics.outcome(outcome),
+            Ok(false) => {
+                a.route.metrics.outcome(MessageOutcome::Duplicate);
+                a.route.metrics.hit(DedupLayer::Claim, 1);
+            }
+            Err(e) => {
+                tracing::warn!("recording the outcome failed, will retry: {e}");
+                a.route.metrics.outcome(MessageOutcome::Error);
+                return self.settle(a.d, AckKind::Nak(Some(ERROR_RETRY))).await;
+            }
+        }
+        if matches!(kind, AckKind::Ack) {
+            if let Err(e) = a.d.acker.double_ack().await {
+                tracing::warn!("ack not confirmed: {e}");
+            }
+        } else {
+            self.settle(a.d, kind).await;
+        }
+    }
+}
