@@ -157,16 +157,14 @@ pub async fn replay(
         let mut reset = None;
         if let Some(claim_key) = letter.claim_key() {
             let claim_key = crate::fenced::store_key(config, &letter.route, &claim_key);
-            match store.get(&claim_key).await? {
-                Some((record, revision)) => {
-                    if !resettable(&record) {
-                        let state = format!("{:?}", record.state).to_lowercase();
-                        actions.push(action("skipped", format!("key is {state} (attempt {}): replayed already, or retried by the pipeline", record.attempt)));
-                        continue;
-                    }
-                    reset = Some((claim_key, record, revision));
+            // No record (aged out or never claimed): the replay claims afresh.
+            if let Some((record, revision)) = store.get(&claim_key).await? {
+                if !resettable(&record) {
+                    let state = format!("{:?}", record.state).to_lowercase();
+                    actions.push(action("skipped", format!("key is {state} (attempt {}): replayed already, or retried by the pipeline", record.attempt)));
+                    continue;
                 }
-                None => {} // no record (aged out or never claimed): the replay claims afresh
+                reset = Some((claim_key, record, revision));
             }
         }
         let detail = format!(

@@ -11,7 +11,7 @@ use super::pipeline::{guarded_config, guarded_run, Effects, Figures};
 use super::us;
 use crate::nats::NatsCluster;
 
-/// Runs both modes with `messages` each and `samples` sequential probes.
+/// Runs the three modes with `messages` each and `samples` sequential probes.
 pub async fn run(messages: usize, samples: usize) -> anyhow::Result<()> {
     let cluster = NatsCluster::start(3);
     let js = jetstream::new(cluster.connect().await);
@@ -42,11 +42,17 @@ pub async fn run(messages: usize, samples: usize) -> anyhow::Result<()> {
             us(f.latency.p99)
         )
     };
-    row("window", 3, &figures[0].1);
-    row("fenced", 2, &figures[1].1);
+    row("claim before, window", 3, &figures[0].1);
+    row("claim before, fenced", 2, &figures[1].1);
+    row("claim after, window", 2, &figures[2].1);
+    let base = figures[0].1.rate;
     println!(
-        "  ratio fenced / window   {:.2}",
-        figures[1].1.rate / figures[0].1.rate
+        "  ratio fenced / claim before        {:.2}",
+        figures[1].1.rate / base
+    );
+    println!(
+        "  ratio claim after / claim before   {:.2}",
+        figures[2].1.rate / base
     );
     Ok(())
 }
