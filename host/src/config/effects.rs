@@ -1,4 +1,5 @@
-//! Which routes commit fenced effects, and on which stream (docs/fenced.md).
+//! The modes of a route's effects and claims: which routes commit fenced effects and on which
+//! stream (docs/fenced.md), and where claim-after is allowed.
 
 use std::time::Duration;
 

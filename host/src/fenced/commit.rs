@@ -30,6 +30,8 @@ pub mod headers {
 const INCOMPLETE_BATCH: u64 = 10176;
 /// The stream already has 50 batches in flight (or the server 1,000): nothing was stored.
 const TOO_MANY_IN_FLIGHT: u64 = 10210;
+/// The stream does not accept atomic batches (created without `allow_atomic`).
+const ATOMIC_DISABLED: u64 = 10174;
 /// How often a batch the server did not take is sent again before giving up for now.
 const ATTEMPTS: u32 = 5;
 
@@ -70,6 +72,11 @@ pub async fn commit(
             Err(e) if matches!(code(&e), Some(INCOMPLETE_BATCH | TOO_MANY_IN_FLIGHT)) => {
                 tracing::debug!("fenced batch not taken, sending it again: {e}");
                 last = Some(e);
+            }
+            Err(e) if code(&e) == Some(ATOMIC_DISABLED) => {
+                return Err(ClaimError::Unavailable(format!(
+                    "fenced commit refused, the stream of `{claim_subject}` does not accept atomic batches ({e}): mark its [[output_streams]] entry effects = \"fenced\" and restart the hosts, or run `dedup-host setup` to see what differs"
+                )));
             }
             Err(e) => return Err(ClaimError::Unavailable(format!("fenced commit: {e}"))),
         }
