@@ -36,8 +36,9 @@ pub async fn run(messages: usize, samples: usize) -> anyhow::Result<()> {
     println!("claim before (window effects), fenced effects and claim after ({messages} messages each, 3-node cluster, replicas 3, file storage):");
     let row = |name: &str, writes: u32, f: &Figures| {
         println!(
-            "  {name:<22} {:>8.0} msg/s   writes per message {writes}   sequential p50 {:>8} us  p99 {:>8} us",
+            "  {name:<22} {:>8.0} msg/s   writes per message {writes}   host cpu {:>6} us/msg   sequential p50 {:>8} us  p99 {:>8} us",
             f.rate,
+            f.cpu_per_message.map_or("-".into(), us),
             us(f.latency.p50),
             us(f.latency.p99)
         )

@@ -28,6 +28,8 @@ const WRITES_PER_MESSAGE: f64 = 3.0;
 pub(super) struct Figures {
     pub(super) rate: f64,
     pub(super) latency: Percentiles,
+    /// The host process's CPU time per message while draining (none for raw consumption).
+    pub(super) cpu_per_message: Option<std::time::Duration>,
 }
 
 /// Runs all four scenarios with `messages` each and `samples` sequential latency probes.
@@ -70,8 +72,8 @@ pub async fn run(messages: usize, samples: usize) -> anyhow::Result<()> {
     println!("dedup guard vs raw JetStream ({messages} messages each, {CONCURRENCY} in flight, file storage, one nats-server):");
     let row = |name: &str, f: &Figures| {
         println!(
-            "  {name:<34} {:>9.0} msg/s   sequential p50 {:>7} us  p99 {:>7} us   added p50 {:>7} us  p99 {:>7} us",
-            f.rate, us(f.latency.p50), us(f.latency.p99),
+            "  {name:<34} {:>9.0} msg/s   cpu {:>6} us/msg   sequential p50 {:>7} us  p99 {:>7} us   added p50 {:>7} us  p99 {:>7} us",
+            f.rate, f.cpu_per_message.map_or("-".into(), us), us(f.latency.p50), us(f.latency.p99),
             us(f.latency.p50.saturating_sub(raw.latency.p50)), us(f.latency.p99.saturating_sub(raw.latency.p99))
         )
     };
@@ -135,6 +137,7 @@ async fn raw_pull_ack(js: &Context, n: usize, samples: usize) -> anyhow::Result<
         .messages()
         .await?;
     let started = Instant::now();
+    let cpu = super::process_cpu();
     for _ in 0..n {
         let m = messages
             .next()
@@ -144,6 +147,7 @@ async fn raw_pull_ack(js: &Context, n: usize, samples: usize) -> anyhow::Result<
         m.ack().await.map_err(|e| anyhow::anyhow!("{e}"))?;
     }
     let rate = n as f64 / started.elapsed().as_secs_f64();
+    let cpu_per_message = Some((super::process_cpu() - cpu) / n as u32);
     let mut lat = Vec::with_capacity(samples);
     for i in 0..samples {
         let t = Instant::now();
@@ -163,6 +167,7 @@ async fn raw_pull_ack(js: &Context, n: usize, samples: usize) -> anyhow::Result<
     Ok(Figures {
         rate,
         latency: percentiles(&mut lat),
+        cpu_per_message,
     })
 }
 
@@ -259,8 +264,10 @@ pub(super) async fn guarded_run(
     settle(&host, 200, false).await;
     publish_batch(js, &format!("g{name}.in.x"), name, n).await?;
     let started = Instant::now();
+    let cpu = super::process_cpu();
     settle(&host, 200 + n as u64, false).await;
     let rate = n as f64 / started.elapsed().as_secs_f64();
+    let cpu_per_message = Some((super::process_cpu() - cpu) / n as u32);
     let mut lat = Vec::with_capacity(samples);
     for i in 0..samples {
         let done = host.stats().processed;
@@ -277,6 +284,7 @@ pub(super) async fn guarded_run(
     Ok(Figures {
         rate,
         latency: percentiles(&mut lat),
+        cpu_per_message,
     })
 }
 
