@@ -8,15 +8,13 @@
 use async_nats::jetstream::AckKind;
 
 use super::effects::{self, DeadLetter, DeadLetterError};
-use super::message::{Delivery, ERROR_RETRY};
+use super::message::{event, invoked, Delivery, ERROR_RETRY};
 use super::settle::trace_context;
 use super::Shared;
-use crate::bindings::Event;
 use crate::claim::{ClaimError, ClaimState, ClaimStore};
 use crate::metrics::{DedupLayer, MessageOutcome};
 use crate::routes::{Guest, Route};
 use crate::runtime::{Outcome, TrapKind};
-use tracing::Instrument as _;
 
 /// One claim-after delivery: what it is, and the key it settles.
 struct After<'a> {
@@ -68,22 +66,8 @@ impl<S: ClaimStore> Shared<S> {
             }
         }
         let attempt = u32::try_from(d.delivered).unwrap_or(u32::MAX);
-        let event = Event {
-            subject: d.message.subject.to_string(),
-            payload: d.message.payload.to_vec(),
-            headers: super::message::headers_of(&d.message),
-            key: a.key.to_string(),
-            attempt,
-            fencing_token: 0,
-            stream_sequence: d.sequence,
-            route: route.name.clone(),
-        };
-        let (guest, options, slots) = (a.guest.clone(), route.options.clone(), route.slots.clone());
-        let call = async move {
-            let _slot = slots.acquire_owned().await.expect("guest slots open");
-            guest.invoke(event, &options).await
-        };
-        let invocation = match self.guest_runtime.spawn(call.in_current_span()).await {
+        let event = event(d, route, key, attempt, 0);
+        let invocation = match self.call_guest(route, a.guest.clone(), event).await {
             Ok(invocation) => invocation,
             Err(e) => {
                 tracing::warn!("guest task ended without an outcome: {e}");
@@ -91,32 +75,26 @@ impl<S: ClaimStore> Shared<S> {
                 return self.settle(d, AckKind::Nak(Some(ERROR_RETRY))).await;
             }
         };
-        route.metrics.guest_time(invocation.elapsed);
-        if let Outcome::Trap(trap) = &invocation.outcome {
-            route.metrics.trap(trap.kind.as_str());
-        }
+        invoked(route, &invocation);
         let max = self.config.source.max_deliver;
-        match invocation.outcome {
-            Outcome::Success(outputs) => self.complete_after(&a, attempt, &outputs).await,
+        let failed = match invocation.outcome {
+            Outcome::Success(outputs) => return self.complete_after(&a, attempt, &outputs).await,
             Outcome::Trap(trap) if trap.kind == TrapKind::PoolFull => {
                 route.metrics.outcome(MessageOutcome::Error);
-                self.settle(d, AckKind::Nak(Some(ERROR_RETRY))).await
+                return self.settle(d, AckKind::Nak(Some(ERROR_RETRY))).await;
             }
             Outcome::Trap(trap) if route.is_permanent(trap.kind) => {
-                self.give_up_after(&a, attempt, &trap.to_string()).await
+                return self.give_up_after(&a, attempt, &trap.to_string()).await
             }
-            Outcome::Reject { reason } => self.give_up_after(&a, attempt, &reason).await,
-            Outcome::Retry { reason, .. } if attempt >= max => {
-                let reason = format!("{reason} (attempt {attempt} of {max}, none left)");
-                self.give_up_after(&a, attempt, &reason).await
-            }
-            Outcome::Trap(trap) if attempt >= max => {
-                let reason = format!("{trap} (attempt {attempt} of {max}, none left)");
-                self.give_up_after(&a, attempt, &reason).await
-            }
-            Outcome::Retry { reason, .. } => self.retry_after(&a, attempt, &reason).await,
-            Outcome::Trap(trap) => self.retry_after(&a, attempt, &trap.to_string()).await,
+            Outcome::Reject { reason } => return self.give_up_after(&a, attempt, &reason).await,
+            Outcome::Retry { reason, .. } => reason,
+            Outcome::Trap(trap) => trap.to_string(),
+        };
+        if attempt >= max {
+            let reason = format!("{failed} (attempt {attempt} of {max}, none left)");
+            return self.give_up_after(&a, attempt, &reason).await;
         }
+        self.retry_after(&a, attempt, &failed).await
     }
 
     async fn retry_after(&self, a: &After<'_>, attempt: u32, reason: &str) {

@@ -15,7 +15,7 @@ use crate::config::MissingKey;
 use crate::idempotency;
 use crate::metrics::MessageOutcome;
 use crate::routes::{Guest, Route};
-use crate::runtime::{Outcome, TrapKind};
+use crate::runtime::{Invocation, Outcome, TrapKind};
 use tracing::Instrument as _;
 
 /// The W3C trace-context header: carried from an event to its outputs and dead letters.
@@ -50,10 +50,14 @@ impl<S: ClaimStore> Shared<S> {
     /// Processes one delivery of `route`'s consumer to its end, or, with no route, one of the
     /// consumer of subjects no route takes. Never panics on a message's content.
     pub(crate) async fn process(&self, message: jetstream::Message, route: Option<Arc<Route>>) {
-        let Some((sequence, published)) = position(&message).await else {
+        let Some(Position {
+            sequence,
+            published,
+            delivered,
+        }) = position(&message).await
+        else {
             return;
         };
-        let delivered = message.info().map_or(1, |i| i.delivered.max(1) as u64);
         let metrics = self.metrics_of(route.as_ref());
         let in_flight = metrics.in_flight();
         let (mut message, acker) = message.split();
@@ -218,30 +222,13 @@ impl<S: ClaimStore> Shared<S> {
             let reason = format!("out of attempts ({max}); last failure: {last}");
             return self.give_up(c, &reason).await;
         }
-        let event = Event {
-            subject: c.d.message.subject.to_string(),
-            payload: c.d.message.payload.to_vec(),
-            headers: headers_of(&c.d.message),
-            key: c.key.to_string(),
-            attempt,
-            fencing_token: c.lease.fencing_token(),
-            stream_sequence: c.d.sequence,
-            route: c.route.name.clone(),
-        };
+        let event = event(c.d, c.route, c.key, attempt, c.lease.fencing_token());
         let mut heartbeat = Heartbeat::start(
             c.lease.clone(),
             c.d.acker.clone(),
             self.config.claims.heartbeat,
         );
-        let guest = c.guest.clone();
-        let options = c.route.options.clone();
-        let slots = c.route.slots.clone();
-        let call = async move {
-            let _slot = slots.acquire_owned().await.expect("guest slots open");
-            guest.invoke(event, &options).await
-        };
-        // The guest's log lines carry the message's fields too.
-        let mut call = self.guest_runtime.spawn(call.in_current_span());
+        let mut call = self.call_guest(c.route, c.guest.clone(), event);
         let invocation = tokio::select! {
             result = &mut call => result,
             _ = heartbeat.lost() => {
@@ -260,15 +247,7 @@ impl<S: ClaimStore> Shared<S> {
                 return heartbeat.stop().await;
             }
         };
-        tracing::debug!(
-            outcome = invocation.outcome.kind(),
-            elapsed_us = invocation.elapsed.as_micros() as u64,
-            "invoked"
-        );
-        c.route.metrics.guest_time(invocation.elapsed);
-        if let Outcome::Trap(trap) = &invocation.outcome {
-            c.route.metrics.trap(trap.kind.as_str());
-        }
+        invoked(c.route, &invocation);
         match invocation.outcome {
             Outcome::Success(outputs) => self.succeed(c, &outputs, &mut heartbeat).await,
             Outcome::Retry { reason, delay } => self.retry_or_give_up(c, &reason, delay).await,
@@ -286,6 +265,22 @@ impl<S: ClaimStore> Shared<S> {
 }
 
 impl<S: ClaimStore> Shared<S> {
+    /// Runs `event` on `guest` in one of `route`'s guest slots, on the guest threads. The
+    /// guest's log lines carry the message's fields too.
+    pub(super) fn call_guest(
+        &self,
+        route: &Route,
+        guest: Guest,
+        event: Event,
+    ) -> tokio::task::JoinHandle<Invocation> {
+        let (options, slots) = (route.options.clone(), route.slots.clone());
+        let call = async move {
+            let _slot = slots.acquire_owned().await.expect("guest slots open");
+            guest.invoke(event, &options).await
+        };
+        self.guest_runtime.spawn(call.in_current_span())
+    }
+
     /// Whether a coalescing route's message has a newer one of its entity waiting.
     async fn superseded(&self, c: &Claimed<'_, S>) -> bool {
         let coalesce = c.route.exclusive.as_ref().is_some_and(|e| e.coalesce);
@@ -312,11 +307,25 @@ impl<S: ClaimStore> Shared<S> {
     }
 }
 
-/// A delivery's sequence in its stream and when it was stored. A delivery without JetStream
-/// metadata is terminated (`None`): it cannot be told apart from another.
-pub(super) async fn position(message: &jetstream::Message) -> Option<(u64, time::OffsetDateTime)> {
+/// Where a delivery stands, from its JetStream metadata.
+pub(super) struct Position {
+    /// Its sequence in its stream.
+    pub(super) sequence: u64,
+    /// When the stream stored it.
+    pub(super) published: time::OffsetDateTime,
+    /// How many times the server delivered it (this delivery included).
+    pub(super) delivered: u64,
+}
+
+/// A delivery's position. A delivery without JetStream metadata is terminated (`None`): it
+/// cannot be told apart from another.
+pub(super) async fn position(message: &jetstream::Message) -> Option<Position> {
     match message.info() {
-        Ok(info) => Some((info.stream_sequence, info.published)),
+        Ok(info) => Some(Position {
+            sequence: info.stream_sequence,
+            published: info.published,
+            delivered: info.delivered.max(1) as u64,
+        }),
         Err(e) => {
             tracing::error!("delivery without JetStream metadata, terminating it: {e}");
             let _ = message.ack_with(AckKind::Term).await;
@@ -333,8 +342,35 @@ impl Delivery {
     }
 }
 
+/// The event a guest sees for delivery `d` of `route`.
+pub(super) fn event(d: &Delivery, route: &Route, key: &str, attempt: u32, token: u64) -> Event {
+    Event {
+        subject: d.message.subject.to_string(),
+        payload: d.message.payload.to_vec(),
+        headers: headers_of(&d.message),
+        key: key.to_string(),
+        attempt,
+        fencing_token: token,
+        stream_sequence: d.sequence,
+        route: route.name.clone(),
+    }
+}
+
+/// Logs and counts what an invocation took and how it ended.
+pub(super) fn invoked(route: &Route, invocation: &Invocation) {
+    tracing::debug!(
+        outcome = invocation.outcome.kind(),
+        elapsed_us = invocation.elapsed.as_micros() as u64,
+        "invoked"
+    );
+    route.metrics.guest_time(invocation.elapsed);
+    if let Outcome::Trap(trap) = &invocation.outcome {
+        route.metrics.trap(trap.kind.as_str());
+    }
+}
+
 /// The message's headers as the guest sees them.
-pub(super) fn headers_of(message: &async_nats::Message) -> Vec<Header> {
+fn headers_of(message: &async_nats::Message) -> Vec<Header> {
     let Some(headers) = &message.headers else {
         return Vec::new();
     };

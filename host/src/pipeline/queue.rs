@@ -7,7 +7,7 @@ use std::sync::Arc;
 use async_nats::jetstream::context::PublishErrorKind;
 use async_nats::jetstream::{self, AckKind};
 
-use super::message::{position, Delivery, ERROR_RETRY};
+use super::message::{position, Delivery, Position, ERROR_RETRY};
 use super::Shared;
 use crate::claim::ClaimStore;
 use crate::exclusive;
@@ -27,7 +27,12 @@ impl<S: ClaimStore> Shared<S> {
             let _ = message.ack_with(AckKind::Nak(Some(ERROR_RETRY))).await;
             return;
         };
-        let Some((sequence, _)) = position(&message).await else {
+        let Some(Position {
+            sequence,
+            delivered,
+            ..
+        }) = position(&message).await
+        else {
             return;
         };
         let (message, acker) = message.split();
@@ -36,7 +41,7 @@ impl<S: ClaimStore> Shared<S> {
             acker: Arc::new(acker),
             sequence,
             queued: None,
-            delivered: 1,
+            delivered,
         };
         let entity = match idempotency::derive(
             &exclusive.by,
