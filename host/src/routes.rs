@@ -40,6 +40,7 @@ impl Guest {
                 outcome: Outcome::Success(Vec::new()),
                 logs: Vec::new(),
                 elapsed: Default::default(),
+                instantiate: Default::default(),
             },
         }
     }

@@ -296,14 +296,18 @@ pub async fn route_consumer(
 }
 
 /// The consumer for source subjects no route covers, named `source.consumer`: it
-/// dead-letters what no route takes. `None` when the routes cover every source subject
-/// (a leftover consumer of that name is then deleted).
+/// dead-letters what no route takes. It filters on the source subjects that no single route
+/// covers whole, so a subject one route takes entirely is never delivered to it (only a
+/// subject routes cover in part is delivered twice: to its route and here, where it is
+/// acked). `None` when the routes cover every source subject (a leftover consumer of that
+/// name is then deleted).
 pub async fn unrouted_consumer(
     source: &stream::Stream,
     config: &Config,
 ) -> anyhow::Result<Option<PullConsumer>> {
     let name = &config.source.consumer;
-    if routes_cover_source(config) {
+    let uncovered = uncovered_subjects(config);
+    if uncovered.is_empty() {
         if source.consumer_info(name).await.is_ok() {
             source
                 .delete_consumer(name)
@@ -312,16 +316,18 @@ pub async fn unrouted_consumer(
         }
         return Ok(None);
     }
-    let consumer = create_consumer(source, config, name, config.source_subjects(), false).await?;
+    let consumer = create_consumer(source, config, name, uncovered, false).await?;
     Ok(Some(consumer))
 }
 
-/// Whether the routes take every source subject (then no consumer for unrouted ones exists).
-fn routes_cover_source(config: &Config) -> bool {
+/// The source subjects no single route covers whole: the filter of the consumer of unrouted
+/// subjects (none when the routes take every source subject).
+fn uncovered_subjects(config: &Config) -> Vec<String> {
     config
         .source_subjects()
-        .iter()
-        .all(|s| config.routes.iter().any(|r| subject::covers(&r.subject, s)))
+        .into_iter()
+        .filter(|s| !config.routes.iter().any(|r| subject::covers(&r.subject, s)))
+        .collect()
 }
 
 /// Every durable consumer of the source stream the config needs, as (name, filter subjects,
@@ -340,12 +346,9 @@ pub(crate) fn consumer_specs(config: &Config) -> Vec<(String, Vec<String>, bool)
             )
         })
         .collect();
-    if !routes_cover_source(config) {
-        specs.push((
-            config.source.consumer.clone(),
-            config.source_subjects(),
-            false,
-        ));
+    let uncovered = uncovered_subjects(config);
+    if !uncovered.is_empty() {
+        specs.push((config.source.consumer.clone(), uncovered, false));
     }
     specs
 }

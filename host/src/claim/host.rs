@@ -49,6 +49,18 @@ impl ClaimStore for HostClaimStore {
         }
     }
 
+    async fn create_over_deleted(
+        &self,
+        key: &str,
+        record: &ClaimRecord,
+    ) -> Result<u64, ClaimError> {
+        if fenced(key) {
+            self.streams.create_over_deleted(key, record).await
+        } else {
+            self.kv.create_over_deleted(key, record).await
+        }
+    }
+
     async fn update(
         &self,
         key: &str,

@@ -60,6 +60,22 @@ impl ClaimStore for KvClaimStore {
     }
 
     async fn create(&self, key: &str, record: &ClaimRecord) -> Result<u64, ClaimError> {
+        // An update expecting revision 0 is a create in one round trip; `Store::create` also
+        // reads the key after a refusal, which the claim protocol does anyway. A deleted key
+        // is refused here and created by `create_over_deleted`.
+        match self.kv.update(key, record.to_bytes(), 0).await {
+            Ok(revision) => Ok(revision),
+            Err(e) if e.kind() == UpdateErrorKind::WrongLastRevision => Err(ClaimError::Conflict),
+            Err(e) if is_cas_conflict(&e) => Err(ClaimError::Conflict),
+            Err(e) => Err(ClaimError::Unavailable(format!("{e}: {:?}", e.source()))),
+        }
+    }
+
+    async fn create_over_deleted(
+        &self,
+        key: &str,
+        record: &ClaimRecord,
+    ) -> Result<u64, ClaimError> {
         match self.kv.create(key, record.to_bytes()).await {
             Ok(revision) => Ok(revision),
             Err(e) if e.kind() == CreateErrorKind::AlreadyExists => Err(ClaimError::Conflict),

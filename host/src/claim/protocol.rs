@@ -118,27 +118,48 @@ impl<S: ClaimStore> Claimer<S> {
         key: &str,
         record: &ClaimRecord,
     ) -> Result<bool, ClaimError> {
-        match self.store.create(key, record).await {
-            Ok(_) => Ok(true),
-            Err(ClaimError::Conflict) => {
-                Ok(landed(self.store.as_ref(), key, record).await.is_some())
-            }
-            Err(e @ ClaimError::Unavailable(_)) => {
-                match landed(self.store.as_ref(), key, record).await {
-                    Some(_) => Ok(true),
-                    None => Err(e),
+        let mut deleted = false;
+        loop {
+            let created = match deleted {
+                false => self.store.create(key, record).await,
+                true => self.store.create_over_deleted(key, record).await,
+            };
+            return match created {
+                Ok(_) => Ok(true),
+                Err(ClaimError::Conflict) => match self.store.get(key).await {
+                    Ok(Some((current, _))) => Ok(current == *record),
+                    // Refused, yet not found: the key's last write was a deletion.
+                    Ok(None) if !deleted => {
+                        deleted = true;
+                        continue;
+                    }
+                    Ok(None) => Err(ClaimError::Unavailable(format!(
+                        "`{key}` can neither be created nor read"
+                    ))),
+                    Err(_) => Ok(false),
+                },
+                Err(e @ ClaimError::Unavailable(_)) => {
+                    match landed(self.store.as_ref(), key, record).await {
+                        Some(_) => Ok(true),
+                        None => Err(e),
+                    }
                 }
-            }
-            Err(e) => Err(e),
+                Err(e) => Err(e),
+            };
         }
     }
 
     /// Tries to claim `key` to run the component `digest`.
     pub async fn claim(&self, key: &str, digest: &str) -> Result<ClaimOutcome<S>, ClaimError> {
         let nonce: u64 = rand::random();
+        let mut deleted = false;
         for _ in 0..MAX_ROUNDS {
             let fresh = self.record(nonce, 1, digest, None);
-            match self.store.create(key, &fresh).await {
+            let created = match std::mem::take(&mut deleted) {
+                false => self.store.create(key, &fresh).await,
+                true => self.store.create_over_deleted(key, &fresh).await,
+            };
+            match created {
                 Ok(revision) => {
                     return Ok(ClaimOutcome::Acquired(Box::new(
                         self.lease(key, fresh, revision),
@@ -158,6 +179,7 @@ impl<S: ClaimStore> Claimer<S> {
             }
             // The read only tells what to try next; ownership comes from the write below.
             let Some((current, revision)) = self.store.get(key).await? else {
+                deleted = true;
                 continue;
             };
             let mine = current.owner == self.owner && current.nonce == nonce;

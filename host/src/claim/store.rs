@@ -42,6 +42,17 @@ pub trait ClaimStore: Send + Sync + 'static {
         record: &ClaimRecord,
     ) -> impl Future<Output = Result<u64, ClaimError>> + Send;
 
+    /// Writes a key that [`ClaimStore::create`] refused but [`ClaimStore::get`] did not find:
+    /// its last write was a deletion (an operator deleted or purged it). Slower than `create`,
+    /// which skips this case to answer in one round trip.
+    fn create_over_deleted(
+        &self,
+        key: &str,
+        record: &ClaimRecord,
+    ) -> impl Future<Output = Result<u64, ClaimError>> + Send {
+        self.create(key, record)
+    }
+
     /// Writes a key whose current revision must be `revision`; returns the new revision.
     fn update(
         &self,

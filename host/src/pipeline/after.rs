@@ -182,9 +182,7 @@ impl<S: ClaimStore> Shared<S> {
             }
         }
         if matches!(kind, AckKind::Ack) {
-            if let Err(e) = a.d.acker.double_ack().await {
-                tracing::warn!("ack not confirmed: {e}");
-            }
+            self.ack_confirmed(a.d).await;
         } else {
             self.settle(a.d, kind).await;
         }

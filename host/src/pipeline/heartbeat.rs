@@ -1,72 +1,64 @@
-//! Keeping a claim and its JetStream delivery alive while the guest works.
+//! Keeping a claim and its JetStream delivery alive while the guest works and its outcome is
+//! recorded (rule 16).
+//!
+//! The heartbeat is a future polled beside the message's work, in the message's own task: no
+//! task, channel or timer exists until it is polled, and a message settled before the first
+//! interval costs one timer entry. It runs on the I/O runtime with the message, so guests
+//! burning the guest threads cannot delay it.
 
-use std::sync::Arc;
+use std::future::Future;
 use std::time::Duration;
 
 use async_nats::jetstream::message::Acker;
 use async_nats::jetstream::AckKind;
-use tokio::sync::watch;
-use tokio::task::JoinHandle;
-use tracing::Instrument as _;
 
 use crate::claim::{ClaimStore, Lease, LeaseLost};
 
-/// A running heartbeat: every interval it renews the lease and sends a progress ack.
-pub struct Heartbeat {
-    stop: watch::Sender<bool>,
-    lost: watch::Receiver<bool>,
-    task: JoinHandle<()>,
+/// Every interval, renews a lease and sends a progress ack for its delivery.
+pub struct Heartbeat<'a, S: ClaimStore> {
+    lease: &'a Lease<S>,
+    acker: &'a Acker,
+    interval: Duration,
 }
 
-impl Heartbeat {
-    /// Starts beating on the current (I/O) runtime, so guests burning the guest runtime's
-    /// threads cannot delay it.
-    pub fn start<S: ClaimStore>(
-        lease: Arc<Lease<S>>,
-        acker: Arc<Acker>,
-        interval: Duration,
-    ) -> Self {
-        let (stop, mut stopped) = watch::channel(false);
-        let (lost_tx, lost) = watch::channel(false);
-        let beat = async move {
-            loop {
-                tokio::select! {
-                    _ = tokio::time::sleep(interval) => {}
-                    _ = stopped.changed() => return,
-                }
-                match lease.renew().await {
-                    Ok(()) => {
-                        if let Err(e) = acker.ack_with(AckKind::Progress).await {
-                            tracing::warn!("progress ack failed: {e}");
-                        }
-                    }
-                    Err(LeaseLost::Reclaimed) => {
-                        let _ = lost_tx.send(true);
-                        return;
-                    }
-                    Err(LeaseLost::Unavailable(e)) => {
-                        tracing::warn!("lease renewal failed, will retry: {e}");
-                    }
-                }
-            }
-        };
-        let task = tokio::spawn(beat.in_current_span());
-        Self { stop, lost, task }
-    }
-
-    /// Resolves when the lease was found taken over.
-    pub async fn lost(&mut self) {
-        while !*self.lost.borrow() {
-            if self.lost.changed().await.is_err() {
-                // The task ended without losing the lease: wait forever.
-                std::future::pending::<()>().await;
-            }
+impl<'a, S: ClaimStore> Heartbeat<'a, S> {
+    /// A heartbeat for `lease` and the delivery `acker` settles, every `interval`.
+    pub fn new(lease: &'a Lease<S>, acker: &'a Acker, interval: Duration) -> Self {
+        Self {
+            lease,
+            acker,
+            interval,
         }
     }
 
-    /// Stops beating, letting a write in progress finish first.
-    pub async fn stop(self) {
-        let _ = self.stop.send(true);
-        let _ = self.task.await;
+    /// Runs `work` while beating. `None` when the lease was found taken over first: `work`
+    /// is dropped at its current await point and must touch nothing more (rule 5). A lease
+    /// write of `work` in progress is never cut: the lease serializes writes, so a beat that
+    /// finds the loss cannot finish while one is in flight.
+    pub async fn beside<F: Future>(&self, work: F) -> Option<F::Output> {
+        tokio::select! {
+            biased;
+            out = work => Some(out),
+            () = self.until_lost() => None,
+        }
+    }
+
+    /// Beats until the lease is found taken over; an unanswered renewal is retried at the
+    /// next beat (the lease outlasts three of them).
+    async fn until_lost(&self) {
+        loop {
+            tokio::time::sleep(self.interval).await;
+            match self.lease.renew().await {
+                Ok(()) => {
+                    if let Err(e) = self.acker.ack_with(AckKind::Progress).await {
+                        tracing::warn!("progress ack failed: {e}");
+                    }
+                }
+                Err(LeaseLost::Reclaimed) => return,
+                Err(LeaseLost::Unavailable(e)) => {
+                    tracing::warn!("lease renewal failed, will retry: {e}");
+                }
+            }
+        }
     }
 }

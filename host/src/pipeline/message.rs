@@ -1,7 +1,11 @@
 //! One message through the pipeline: route, key, claim, then run it with heartbeats; what
 //! follows the guest's outcome is in [`super::settle`].
 
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use async_nats::jetstream::message::Acker;
@@ -37,7 +41,9 @@ pub(super) struct Claimed<'a, S: ClaimStore> {
 /// The parts of a delivery the pipeline works with.
 pub(super) struct Delivery {
     pub(super) message: async_nats::Message,
-    pub(super) acker: Arc<Acker>,
+    pub(super) acker: Acker,
+    /// The delivery's ack subject, for an ack the server confirms.
+    pub(super) reply: Option<async_nats::Subject>,
     /// The message's sequence in the source stream.
     pub(super) sequence: u64,
     /// For an exclusive route: where the message waited in the queue (subject, sequence).
@@ -60,31 +66,24 @@ impl<S: ClaimStore> Shared<S> {
         };
         let metrics = self.metrics_of(route.as_ref());
         let in_flight = metrics.in_flight();
-        let (mut message, acker) = message.split();
-        let (mut sequence, mut queued) = (sequence, None);
+        let mut d = Delivery::new(message, sequence, delivered);
+        let message = &mut d.message;
         if route.as_ref().is_some_and(|r| r.exclusive.is_some()) {
             // A queued copy: the guest, the key and the records see the original.
             let Some((subject, source_sequence, headers)) =
                 crate::exclusive::original(message.headers.as_ref())
             else {
                 tracing::error!("queued message without its origin headers, terminating it");
-                let _ = acker.ack_with(AckKind::Term).await;
+                let _ = d.acker.ack_with(AckKind::Term).await;
                 return;
             };
-            queued = Some((
+            d.queued = Some((
                 std::mem::replace(&mut message.subject, subject.into()),
                 sequence,
             ));
             message.headers = Some(headers);
-            sequence = source_sequence;
+            d.sequence = source_sequence;
         }
-        let d = Delivery {
-            message,
-            acker: Arc::new(acker),
-            sequence,
-            queued,
-            delivered,
-        };
         // Every line of this message's life carries its fields: these until it is claimed,
         // then all of them (see `run`). WARN, so that the span is enabled whenever the
         // warnings inside it are; fields are set at creation, never recorded later (a JSON
@@ -94,7 +93,7 @@ impl<S: ClaimStore> Shared<S> {
             route = route
                 .as_ref()
                 .map_or(crate::metrics::UNROUTED, |r| r.name.as_str()),
-            sequence,
+            sequence = d.sequence,
             trace_id = d.trace_id(),
         );
         self.route_and_run(&d, route).instrument(span).await;
@@ -223,33 +222,33 @@ impl<S: ClaimStore> Shared<S> {
             return self.give_up(c, &reason).await;
         }
         let event = event(c.d, c.route, c.key, attempt, c.lease.fencing_token());
-        let mut heartbeat = Heartbeat::start(
-            c.lease.clone(),
-            c.d.acker.clone(),
-            self.config.claims.heartbeat,
-        );
-        let mut call = self.call_guest(c.route, c.guest.clone(), event);
-        let invocation = tokio::select! {
-            result = &mut call => result,
-            _ = heartbeat.lost() => {
-                call.abort();
-                heartbeat.stop().await;
-                return self.lost(c, false);
-            }
-        };
-        let invocation = match invocation {
+        let heartbeat = Heartbeat::new(&c.lease, &c.d.acker, self.config.claims.heartbeat);
+        let published = AtomicBool::new(false);
+        if heartbeat
+            .beside(self.run_claimed(c, event, &published))
+            .await
+            .is_none()
+        {
+            // The guest call is aborted with the dropped work; outputs may be out already.
+            self.lost(c, published.load(Ordering::Relaxed));
+        }
+    }
+
+    /// Runs the guest on a claimed message and records its outcome; `published` turns true
+    /// once outputs may have left the host.
+    async fn run_claimed(&self, c: &Claimed<'_, S>, event: Event, published: &AtomicBool) {
+        let invocation = match self.call_guest(c.route, c.guest.clone(), event).await {
             Ok(invocation) => invocation,
             Err(e) => {
                 // Cancelled by shutdown, most likely: not the guest's outcome (rule 14).
                 tracing::warn!("guest task ended without an outcome: {e}");
-                self.release(c, &format!("guest task ended without an outcome: {e}"))
-                    .await;
-                return heartbeat.stop().await;
+                let reason = format!("guest task ended without an outcome: {e}");
+                return self.release(c, &reason).await;
             }
         };
         invoked(c.route, &invocation);
         match invocation.outcome {
-            Outcome::Success(outputs) => self.succeed(c, &outputs, &mut heartbeat).await,
+            Outcome::Success(outputs) => self.succeed(c, &outputs, published).await,
             Outcome::Retry { reason, delay } => self.retry_or_give_up(c, &reason, delay).await,
             Outcome::Trap(trap) if trap.kind == TrapKind::PoolFull => {
                 self.release(c, &trap.to_string()).await
@@ -260,25 +259,19 @@ impl<S: ClaimStore> Shared<S> {
             Outcome::Trap(trap) => self.retry_or_give_up(c, &trap.to_string(), None).await,
             Outcome::Reject { reason } => self.give_up(c, &reason).await,
         }
-        heartbeat.stop().await;
     }
 }
 
 impl<S: ClaimStore> Shared<S> {
     /// Runs `event` on `guest` in one of `route`'s guest slots, on the guest threads. The
     /// guest's log lines carry the message's fields too.
-    pub(super) fn call_guest(
-        &self,
-        route: &Route,
-        guest: Guest,
-        event: Event,
-    ) -> tokio::task::JoinHandle<Invocation> {
+    pub(super) fn call_guest(&self, route: &Route, guest: Guest, event: Event) -> GuestCall {
         let (options, slots) = (route.options.clone(), route.slots.clone());
         let call = async move {
             let _slot = slots.acquire_owned().await.expect("guest slots open");
             guest.invoke(event, &options).await
         };
-        self.guest_runtime.spawn(call.in_current_span())
+        GuestCall(self.guest_runtime.spawn(call.in_current_span()))
     }
 
     /// Whether a coalescing route's message has a newer one of its entity waiting.
@@ -304,6 +297,24 @@ impl<S: ClaimStore> Shared<S> {
                 false
             }
         }
+    }
+}
+
+/// A guest call running on the guest threads; dropping it aborts the call (at the guest's
+/// next yield), so work dropped because its lease was lost does not run on.
+pub(super) struct GuestCall(tokio::task::JoinHandle<Invocation>);
+
+impl Future for GuestCall {
+    type Output = Result<Invocation, tokio::task::JoinError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        Pin::new(&mut self.0).poll(cx)
+    }
+}
+
+impl Drop for GuestCall {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
@@ -335,6 +346,20 @@ pub(super) async fn position(message: &jetstream::Message) -> Option<Position> {
 }
 
 impl Delivery {
+    /// The delivery `message` at stream `sequence`, delivered `delivered` times.
+    pub(super) fn new(message: jetstream::Message, sequence: u64, delivered: u64) -> Self {
+        let reply = message.reply.clone();
+        let (message, acker) = message.split();
+        Self {
+            message,
+            acker,
+            reply,
+            sequence,
+            queued: None,
+            delivered,
+        }
+    }
+
     /// The trace id of the event's W3C `traceparent` header, if it has a valid one.
     fn trace_id(&self) -> Option<&str> {
         let value = self.message.headers.as_ref()?.get(TRACEPARENT)?;

@@ -35,6 +35,8 @@ use crate::routes::{Route, Routes};
 /// State shared by every in-flight message of one host.
 pub(crate) struct Shared<S: ClaimStore> {
     js: async_nats::jetstream::Context,
+    /// The client under `js`, for requests on its shared reply inbox.
+    client: async_nats::Client,
     config: Arc<Config>,
     routes: Arc<Routes>,
     claimer: Claimer<S>,
@@ -55,6 +57,7 @@ impl<S: ClaimStore> Shared<S> {
     ) -> Self {
         let unrouted = routes.metrics().route("");
         Self {
+            client: js.client(),
             js,
             config,
             routes,

@@ -35,14 +35,7 @@ impl<S: ClaimStore> Shared<S> {
         else {
             return;
         };
-        let (message, acker) = message.split();
-        let d = Delivery {
-            message,
-            acker: Arc::new(acker),
-            sequence,
-            queued: None,
-            delivered,
-        };
+        let d = Delivery::new(message, sequence, delivered);
         let entity = match idempotency::derive(
             &exclusive.by,
             &d.message.subject,

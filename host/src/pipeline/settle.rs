@@ -4,12 +4,12 @@
 //! Only guest outcomes count attempts (rule 14). A stale owner, whose claim was taken over,
 //! touches nothing: no outputs, no record, no ack or nak (rule 5).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use async_nats::jetstream::AckKind;
 
 use super::effects::{self, DeadLetter, DeadLetterError};
-use super::heartbeat::Heartbeat;
 use super::message::{Claimed, Delivery, ERROR_RETRY};
 use super::Shared;
 use crate::bindings::Output;
@@ -23,7 +23,7 @@ impl<S: ClaimStore> Shared<S> {
         &self,
         c: &Claimed<'_, S>,
         outputs: &[Output],
-        heartbeat: &mut Heartbeat,
+        published: &AtomicBool,
     ) {
         if c.route.fenced.is_some() {
             return self.commit_fenced(c, outputs).await;
@@ -31,10 +31,10 @@ impl<S: ClaimStore> Shared<S> {
         if let Err(e) = c.lease.confirm().await {
             return self.write_failed(c, e, false).await;
         }
-        let published = tokio::select! {
-            published = effects::publish_outputs(&self.js, c.lease.key(), outputs, trace_context(c.d)) => published,
-            _ = heartbeat.lost() => return self.lost(c, !outputs.is_empty()),
-        };
+        // Raced against losing the lease by the heartbeat around this work (rule 16).
+        published.store(!outputs.is_empty(), Ordering::Relaxed);
+        let trace = trace_context(c.d);
+        let published = effects::publish_outputs(&self.js, c.lease.key(), outputs, trace).await;
         let published = match published {
             Ok(published) => published,
             Err(e) => {
@@ -51,10 +51,8 @@ impl<S: ClaimStore> Shared<S> {
         }
         c.route.metrics.claim_write(started.elapsed());
         c.route.metrics.outcome(MessageOutcome::Processed);
-        if let Err(e) = c.d.acker.double_ack().await {
-            // Completed is recorded: a redelivery finds it and acks.
-            tracing::warn!("ack not confirmed: {e}");
-        }
+        // Completed is recorded: a redelivery finds it and acks.
+        self.ack_confirmed(c.d).await;
     }
 
     /// Success on a fenced route: the outputs and the completed record as one atomic batch,
@@ -95,9 +93,7 @@ impl<S: ClaimStore> Shared<S> {
         c.route.metrics.claim_write(started.elapsed());
         c.route.metrics.outputs(outputs.len() as u64);
         c.route.metrics.outcome(MessageOutcome::Processed);
-        if let Err(e) = c.d.acker.double_ack().await {
-            tracing::warn!("ack not confirmed: {e}");
-        }
+        self.ack_confirmed(c.d).await;
     }
 
     /// A coalescing route's message with a newer one of its entity waiting: completed
@@ -108,9 +104,7 @@ impl<S: ClaimStore> Shared<S> {
         }
         tracing::debug!("coalesced: a newer message of the entity is waiting");
         c.route.metrics.outcome(MessageOutcome::Coalesced);
-        if let Err(e) = c.d.acker.double_ack().await {
-            tracing::warn!("ack not confirmed: {e}");
-        }
+        self.ack_confirmed(c.d).await;
     }
 
     /// A failed attempt: retry after the backoff (or the guest's delay, clamped to the
@@ -259,6 +253,19 @@ impl<S: ClaimStore> Shared<S> {
             tracing::warn!("claim taken over by another owner; dropping this attempt's effects");
         }
         c.route.metrics.outcome(MessageOutcome::LostClaim);
+    }
+
+    /// Acks with the server's confirmation (rule 7): one request on the client's shared reply
+    /// inbox, where `double_ack` subscribes, publishes and unsubscribes a fresh inbox per
+    /// message. A failure is logged: the record is written, so a redelivery finds it and acks.
+    pub(super) async fn ack_confirmed(&self, d: &Delivery) {
+        let Some(reply) = d.reply.clone() else {
+            return tracing::warn!("ack not confirmed: the delivery has no ack subject");
+        };
+        let ack = bytes::Bytes::from_static(b"+ACK");
+        if let Err(e) = self.client.request(reply, ack).await {
+            tracing::warn!("ack not confirmed: {e}");
+        }
     }
 
     /// Acks, naks or terms a delivery; a failure is logged (the server redelivers).

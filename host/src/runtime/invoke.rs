@@ -36,6 +36,7 @@ impl Handler {
                     outcome: Outcome::Trap(trap),
                     logs: Vec::new(),
                     elapsed: started.elapsed(),
+                    instantiate: started.elapsed(),
                 };
             }
         };
@@ -44,7 +45,9 @@ impl Handler {
             meter(&mut store, options, self.inner.lanes.clone());
         }
 
-        let result = match self.inner.pre.instantiate_async(&mut store).await {
+        let instantiated = self.inner.pre.instantiate_async(&mut store).await;
+        let instantiate = started.elapsed();
+        let result = match instantiated {
             Ok(bindings) => {
                 let call = bindings
                     .dedup_handler_handler()
@@ -70,6 +73,7 @@ impl Handler {
             outcome,
             logs,
             elapsed: started.elapsed(),
+            instantiate,
         }
     }
 }

@@ -132,6 +132,8 @@ pub struct Invocation {
     pub logs: Vec<LogLine>,
     /// Wall-clock time of instantiation plus the call.
     pub elapsed: Duration,
+    /// The part of `elapsed` spent setting up the store and instantiating.
+    pub instantiate: Duration,
 }
 
 /// The lowercase name of a log level.

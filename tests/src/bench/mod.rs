@@ -4,11 +4,13 @@
 pub mod exclusive;
 pub mod fairness;
 pub mod fenced;
+pub mod handguard;
 pub mod hotload;
 pub mod invoke;
 pub mod languages;
 pub mod ops;
 pub mod pipeline;
+pub mod scale;
 
 use std::time::{Duration, Instant};
 
@@ -112,6 +114,17 @@ pub async fn time_invocations(
     options: &InvokeOptions,
     iterations: usize,
 ) -> anyhow::Result<Vec<Duration>> {
+    let parts = time_invocation_parts(handler, options, iterations).await?;
+    Ok(parts.into_iter().map(|(total, _)| total).collect())
+}
+
+/// Like [`time_invocations`], each sample split in (the whole invocation, its store set-up
+/// and instantiation).
+pub async fn time_invocation_parts(
+    handler: &Handler,
+    options: &InvokeOptions,
+    iterations: usize,
+) -> anyhow::Result<Vec<(Duration, Duration)>> {
     let event = |i: usize| Event {
         subject: "bench.in".into(),
         payload: vec![b'a'; 1024],
@@ -130,7 +143,7 @@ pub async fn time_invocations(
         let ev = event(i);
         let started = Instant::now();
         let inv = handler.invoke(ev, options).await;
-        samples.push(started.elapsed());
+        samples.push((started.elapsed(), inv.instantiate));
         anyhow::ensure!(
             matches!(inv.outcome, Outcome::Success(_)),
             "{}: unexpected {:?}",

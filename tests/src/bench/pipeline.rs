@@ -2,7 +2,8 @@
 //! one nats-server in one run:
 //! (1) raw pull + ack, (2) the guard with a no-op handler, (3) the full pipeline with
 //! `uppercase`, (4) raw KV create at the same concurrency (the server's write ceiling), (5) the
-//! full pipeline with fenced effects (outputs and completion as one atomic batch).
+//! full pipeline with fenced effects (outputs and completion as one atomic batch), (6) claim
+//! after; and (2a)/(2b) the hand-written guard a user would write instead (`handguard`).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -16,6 +17,7 @@ use dedup_host::routes::{Guest, Routes};
 use dedup_host::serve::{self, RunningHost};
 use futures::StreamExt;
 
+use super::handguard::{self, Ack};
 use super::{bench_config, percentiles, us, Percentiles};
 use crate::guests::guest;
 use crate::nats::NatsServer;
@@ -39,7 +41,9 @@ pub async fn run(messages: usize, samples: usize) -> anyhow::Result<()> {
     let js = jetstream::new(client.clone());
 
     let raw = raw_pull_ack(&js, messages, samples).await?;
+    let hand = handguard::run(&js, "hand", Ack::Confirmed, messages, samples).await?;
     let noop = guarded(&server, &js, "noop", messages, samples, None).await?;
+    let hand_plain = handguard::run(&js, "handplain", Ack::Plain, messages, samples).await?;
     let full = guarded(
         &server,
         &js,
@@ -79,6 +83,8 @@ pub async fn run(messages: usize, samples: usize) -> anyhow::Result<()> {
     };
     row("(1) raw pull + ack", &raw);
     row("(2) guard, no-op handler", &noop);
+    row("(2a) hand-written guard, double_ack", &hand);
+    row("(2b) hand-written guard, plain ack", &hand_plain);
     row("(3) full pipeline, uppercase", &full);
     println!("  {:<34} {:>9.0} creates/s", "(4) raw KV create", kv);
     row("(5) full pipeline, fenced effects", &fenced);
@@ -95,6 +101,14 @@ pub async fn run(messages: usize, samples: usize) -> anyhow::Result<()> {
     println!(
         "  ratio (2)/(1)                      {:.2}",
         noop.rate / raw.rate
+    );
+    println!(
+        "  ratio (2)/(2a)                     {:.2}",
+        noop.rate / hand.rate
+    );
+    println!(
+        "  ratio (2)/(2b)                     {:.2}",
+        noop.rate / hand_plain.rate
     );
     println!(
         "  ratio (3)/(1)                      {:.2}",

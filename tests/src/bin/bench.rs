@@ -2,7 +2,7 @@
 //! `dedup-bench invoke [ITERATIONS]`, `dedup-bench pipeline [MESSAGES] [LATENCY_SAMPLES]`, `dedup-bench fairness [MESSAGES]`,
 //! `dedup-bench deploy [DEPLOYS]`, `dedup-bench load [GUEST...]`,
 //! `dedup-bench languages [ITERATIONS]`, `dedup-bench ops [MESSAGES] [ROUNDS] [AUDITED]`,
-//! `dedup-bench exclusive [MESSAGES] [ROUNDS]`.
+//! `dedup-bench exclusive [MESSAGES] [ROUNDS]`, `dedup-bench scale [MESSAGES]`.
 
 use dedup_host_tests::bench;
 
@@ -33,6 +33,7 @@ async fn main() -> anyhow::Result<()> {
         "languages" => bench::languages::run(number(1, 1_000)?).await,
         "exclusive" => bench::exclusive::run(number(1, 5_000)?, number(2, 3)?).await,
         "ops" => bench::ops::run(number(1, 20_000)?, number(2, 3)?, number(3, 100_000)?).await,
+        "scale" => bench::scale::run(number(1, 20_000)?).await,
         "deploy" => bench::hotload::deploy_latency(number(1, 10)?).await,
         "load" => {
             let guests: Vec<&str> = args[1..].iter().map(String::as_str).collect();
@@ -44,7 +45,7 @@ async fn main() -> anyhow::Result<()> {
             bench::hotload::load_times(&guests, 5)
         }
         other => anyhow::bail!(
-            "unknown benchmark `{other}`; choose: invoke, pipeline, fenced, fairness, deploy, load, languages, ops, exclusive"
+            "unknown benchmark `{other}`; choose: invoke, pipeline, fenced, fairness, deploy, load, languages, ops, exclusive, scale"
         ),
     }
 }
