@@ -66,14 +66,15 @@ pub(super) async fn run(
         .await?;
     let settled = Arc::new(AtomicU64::new(0));
     let worker = tokio::spawn(consume(consumer, bucket, ack, settled.clone()));
-    let wait = |target: u64, spin: bool| {
+    let wait = |target: u64, probe: bool| {
         let settled = settled.clone();
         async move {
+            if probe {
+                let done = move || settled.load(Ordering::Relaxed) >= target;
+                return super::wait_until(done).await;
+            }
             while settled.load(Ordering::Relaxed) < target {
-                match spin {
-                    true => tokio::task::yield_now().await,
-                    false => tokio::time::sleep(Duration::from_millis(1)).await,
-                }
+                tokio::time::sleep(Duration::from_millis(1)).await;
             }
         }
     };

@@ -57,6 +57,20 @@ pub fn process_cpu() -> Duration {
     Duration::from_millis(fields.iter().sum::<u64>() * 10)
 }
 
+/// Waits until `done()` holds, checking every 20 µs from a blocking thread that sleeps in
+/// between: a latency probe must neither wait for the runtime's 1 ms timer nor spin. (A task
+/// spinning with `yield_now` holds a core; on two cores the kernel let it run out its slice
+/// before the server or the host got the core back, which put every probe's p99 near 4 ms.)
+pub async fn wait_until(done: impl Fn() -> bool + Send + 'static) {
+    tokio::task::spawn_blocking(move || {
+        while !done() {
+            std::thread::sleep(Duration::from_micros(20));
+        }
+    })
+    .await
+    .expect("waiting thread");
+}
+
 /// Milliseconds with one decimal.
 pub fn ms(d: Duration) -> String {
     format!("{:.1}", d.as_secs_f64() * 1e3)

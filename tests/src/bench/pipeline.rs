@@ -225,16 +225,16 @@ pub(super) fn guarded_config(
     Ok(config)
 }
 
-/// Waits until the host has processed `target` messages. `spin` polls without sleeping (for
+/// Waits until the host has processed `target` messages. `probe` checks every 20 µs (for
 /// latency probes, one message at a time); otherwise it sleeps 1 ms between polls so the
 /// waiting does not steal a core from the host under load.
-async fn settle(host: &RunningHost, target: u64, spin: bool) {
+async fn settle(host: &RunningHost, target: u64, probe: bool) {
+    if probe {
+        let metrics = host.metrics().clone();
+        return super::wait_until(move || metrics.snapshot().processed >= target).await;
+    }
     while host.stats().processed < target {
-        if spin {
-            tokio::task::yield_now().await;
-        } else {
-            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
-        }
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
     }
 }
 

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use dedup_host::claim::ClaimState;
-use dedup_host_tests::harness::{wait_for, TestEnv, Timing, OUTPUTS};
+use dedup_host_tests::harness::{wait_for, TestEnv, Timing, BUCKET, OUTPUTS};
 
 const UPPER_BY_HEADER: &str = r#"
 [[routes]]
@@ -111,4 +111,51 @@ async fn outputs_carry_deterministic_message_ids() {
     assert_eq!(id, "upper.k.k1#0");
     assert_eq!(&out.payload[..], b"ABC");
     host.shutdown().await.unwrap();
+}
+
+/// The same route claimed after running (one create, no lease).
+const UPPER_AFTER: &str = r#"
+[[routes]]
+name = "upper"
+subject = "in.upper.*"
+component = "{guest:uppercase}"
+allowed_outputs = ["in.upper.*.done"]
+key = { header = "Idem-Key" }
+claim = "after"
+limits = { deadline = "1s" }
+"#;
+
+/// A claim create is one round trip that a deleted key refuses (its deletion marker holds the
+/// subject): the key must still be created over it, in both claim modes, or a key an operator
+/// deleted to run it again would stay busy forever.
+#[tokio::test]
+async fn a_key_deleted_or_purged_from_the_claim_bucket_runs_again() {
+    for (routes, mode) in [(UPPER_BY_HEADER, "before"), (UPPER_AFTER, "after")] {
+        let env = TestEnv::start().await;
+        let host = env.host(&Timing::default(), routes, "h").await;
+        let kv = env.js.get_key_value(BUCKET).await.unwrap();
+        let claim_key = dedup_host::claim::key::encode("upper", "k1");
+        for (round, remove) in ["first", "delete", "purge"].into_iter().enumerate() {
+            match remove {
+                "delete" => kv.delete(&claim_key).await.unwrap(),
+                "purge" => kv.purge(&claim_key).await.unwrap(),
+                _ => {}
+            }
+            let id = format!("m-{round}");
+            env.publish("in.upper.x", &id, &[("Idem-Key", "k1")], "abc")
+                .await;
+            wait_for(
+                Duration::from_secs(20),
+                &format!("{mode}: run {} of the key", round + 1),
+                || async { (host.stats().processed == round as u64 + 1).then_some(()) },
+            )
+            .await;
+            let record = env.claim("upper", "k1").await.expect("claim record");
+            assert_eq!(record.state, ClaimState::Completed, "{mode}, {remove}");
+        }
+        let stats = host.shutdown().await.unwrap();
+        assert_eq!((stats.processed, stats.busy), (3, 0), "{mode}: {stats:?}");
+        // The re-runs' outputs carry the first run's message id: the window drops them.
+        assert_eq!(env.messages(OUTPUTS).await.len(), 1, "{mode}");
+    }
 }
