@@ -31,11 +31,19 @@ struct Row {
 }
 
 /// Measures every language with `iterations` invocations each and prints a table.
-pub async fn run(iterations: usize) -> anyhow::Result<()> {
+///
+/// Only the languages in `only` when it is not empty (ratios are then to the first of them).
+pub async fn run(iterations: usize, only: &[String]) -> anyhow::Result<()> {
     let mut rows = Vec::new();
     for lang in LANGUAGES {
-        rows.push(measure(lang, iterations).await?);
+        if only.is_empty() || only.iter().any(|o| o == lang) {
+            rows.push(measure(lang, iterations).await?);
+        }
     }
+    anyhow::ensure!(
+        !rows.is_empty(),
+        "no such language; choose from {LANGUAGES:?}"
+    );
     let base = &rows[0];
     let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64();
     println!("conformance guest per language (mode upper, 1 KiB payload, {iterations} invocations each; ratios to Rust):");

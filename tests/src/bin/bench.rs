@@ -1,7 +1,7 @@
 //! `dedup-bench`: runs dedup-host's benchmarks:
 //! `dedup-bench invoke [ITERATIONS]`, `dedup-bench pipeline [MESSAGES] [LATENCY_SAMPLES]`, `dedup-bench fairness [MESSAGES]`,
 //! `dedup-bench deploy [DEPLOYS]`, `dedup-bench load [GUEST...]`,
-//! `dedup-bench languages [ITERATIONS]`, `dedup-bench ops [MESSAGES] [ROUNDS] [AUDITED]`,
+//! `dedup-bench languages [ITERATIONS] [LANGUAGE...]`, `dedup-bench ops [MESSAGES] [ROUNDS] [AUDITED]`,
 //! `dedup-bench exclusive [MESSAGES] [ROUNDS]`, `dedup-bench scale [MESSAGES]`.
 
 use dedup_host_tests::bench;
@@ -30,7 +30,7 @@ async fn main() -> anyhow::Result<()> {
         "pipeline" => bench::pipeline::run(number(1, 20_000)?, number(2, 500)?).await,
         "fenced" => bench::fenced::run(number(1, 10_000)?, number(2, 300)?).await,
         "fairness" => bench::fairness::run(number(1, 20_000)?).await,
-        "languages" => bench::languages::run(number(1, 1_000)?).await,
+        "languages" => bench::languages::run(number(1, 1_000)?, args.get(2..).unwrap_or(&[])).await,
         "exclusive" => bench::exclusive::run(number(1, 5_000)?, number(2, 3)?).await,
         "ops" => bench::ops::run(number(1, 20_000)?, number(2, 3)?, number(3, 100_000)?).await,
         "scale" => bench::scale::run(number(1, 20_000)?).await,
