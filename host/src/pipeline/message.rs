@@ -264,14 +264,20 @@ impl<S: ClaimStore> Shared<S> {
 
 impl<S: ClaimStore> Shared<S> {
     /// Runs `event` on `guest` in one of `route`'s guest slots, on the guest threads. The
-    /// guest's log lines carry the message's fields too.
-    pub(super) fn call_guest(&self, route: &Route, guest: Guest, event: Event) -> GuestCall {
+    /// guest's log lines carry the message's fields too. Dropping the returned future aborts
+    /// the call.
+    pub(super) async fn call_guest(
+        &self,
+        route: &Route,
+        guest: Guest,
+        event: Event,
+    ) -> Result<Invocation, tokio::task::JoinError> {
         let (options, slots) = (route.options.clone(), route.slots.clone());
         let call = async move {
             let _slot = slots.acquire_owned().await.expect("guest slots open");
             guest.invoke(event, &options).await
         };
-        GuestCall(self.guest_runtime.spawn(call.in_current_span()))
+        GuestCall(self.guest_runtime.spawn(call.in_current_span())).await
     }
 
     /// Whether a coalescing route's message has a newer one of its entity waiting.
@@ -302,7 +308,7 @@ impl<S: ClaimStore> Shared<S> {
 
 /// A guest call running on the guest threads; dropping it aborts the call (at the guest's
 /// next yield), so work dropped because its lease was lost does not run on.
-pub(super) struct GuestCall(tokio::task::JoinHandle<Invocation>);
+struct GuestCall(tokio::task::JoinHandle<Invocation>);
 
 impl Future for GuestCall {
     type Output = Result<Invocation, tokio::task::JoinError>;

@@ -102,8 +102,8 @@ impl Default for EngineSettings {
     }
 }
 
-/// Builds the engine (pooling allocator, epoch interruption) and starts its epoch ticker,
-/// which stops by itself once the engine is dropped.
+/// Builds the engine (pooling allocator, epoch interruption); its epoch advances by
+/// [`super::ticker::EpochTicker`].
 pub fn build(settings: &EngineSettings) -> anyhow::Result<Engine> {
     let mut pool = PoolingAllocationConfig::new();
     // A Rust or C guest is a handful of core instances (the program plus WASI adapters);
@@ -137,17 +137,5 @@ pub fn build(settings: &EngineSettings) -> anyhow::Result<Engine> {
         // untrusted, usually stripped guests only cost time.
         .wasm_backtrace_max_frames(None)
         .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
-    let engine = Engine::new(&config)?;
-
-    let weak = engine.weak();
-    std::thread::Builder::new()
-        .name("wasm-epoch".into())
-        .spawn(move || {
-            while let Some(engine) = weak.upgrade() {
-                engine.increment_epoch();
-                drop(engine);
-                std::thread::sleep(EPOCH_TICK);
-            }
-        })?;
-    Ok(engine)
+    Ok(Engine::new(&config)?)
 }

@@ -44,6 +44,7 @@ impl Handler {
         if self.inner.metered {
             meter(&mut store, options, self.inner.lanes.clone());
         }
+        let _running = self.inner.ticker.as_ref().map(|t| t.enter());
 
         let instantiated = self.inner.pre.instantiate_async(&mut store).await;
         let instantiate = started.elapsed();
@@ -92,6 +93,7 @@ impl Handler {
         if self.inner.metered {
             meter(&mut store, options, self.inner.lanes.clone());
         }
+        let _running = self.inner.ticker.as_ref().map(|t| t.enter());
         match self.inner.pre.instantiate_async(&mut store).await {
             Ok(_) => Ok(()),
             Err(e) => Err(classify(store.data_mut(), e, TrapKind::Instantiate)),

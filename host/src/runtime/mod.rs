@@ -8,6 +8,7 @@ pub mod load;
 pub mod outcome;
 pub mod outputs;
 pub mod state;
+pub mod ticker;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -24,6 +25,7 @@ pub use load::LoadError;
 pub use outcome::{Invocation, LogLine, Outcome, Trap, TrapKind};
 use state::GuestState;
 pub use state::InvokeOptions;
+use ticker::EpochTicker;
 
 /// The process's wasmtime engine and the linker holding every host import.
 #[derive(Clone)]
@@ -32,6 +34,8 @@ pub struct Runtime {
     cache: Option<CompileCache>,
     metered: bool,
     lanes: Arc<Semaphore>,
+    /// Advances the epoch while guests run (metered engines only).
+    ticker: Option<Arc<EpochTicker>>,
     linker: Arc<Linker<GuestState>>,
 }
 
@@ -45,8 +49,13 @@ impl Runtime {
             &mut linker,
             |state| state,
         )?;
+        let ticker = match settings.metered {
+            true => Some(EpochTicker::start(&engine)?),
+            false => None,
+        };
         Ok(Self {
             engine,
+            ticker,
             cache: None,
             metered: settings.metered,
             lanes: Arc::new(Semaphore::new(settings.long_running_lanes.max(1))),
@@ -128,6 +137,7 @@ impl Runtime {
                 pre,
                 metered: self.metered,
                 lanes: self.lanes.clone(),
+                ticker: self.ticker.clone(),
             }),
         })
     }
@@ -154,6 +164,8 @@ struct HandlerInner {
     metered: bool,
     /// The process's long-running lanes (see [`EngineSettings::long_running_lanes`]).
     lanes: Arc<Semaphore>,
+    /// Woken while one of this handler's instances runs.
+    ticker: Option<Arc<EpochTicker>>,
 }
 
 impl Handler {
