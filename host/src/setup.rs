@@ -478,3 +478,41 @@ async fn ensure_bucket(js: &Context, config: &Config) -> anyhow::Result<Store> {
             )
         })
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+
+    fn config(subjects: &str, routes: &[&str]) -> Config {
+        let routes: String = routes
+            .iter()
+            .enumerate()
+            .map(|(i, s)| format!("[[routes]]\nname = \"r{i}\"\nsubject = \"{s}\"\n"))
+            .collect();
+        let text = format!(
+            "[nats]\nurls = [\"nats://127.0.0.1:4222\"]\n[source]\nsubjects = [{subjects}]\n{routes}"
+        );
+        Config::parse(&text, Path::new("t.toml"), std::env::temp_dir()).expect("valid")
+    }
+
+    #[test]
+    fn the_unrouted_consumer_skips_subjects_a_route_takes_whole() {
+        // `orders.>` is taken whole by one route; `misc.*` only in part.
+        let c = config("\"orders.>\", \"misc.*\"", &["orders.>", "misc.a"]);
+        assert_eq!(uncovered_subjects(&c), ["misc.*"]);
+        let specs = consumer_specs(&c);
+        let unrouted = specs.iter().find(|(name, ..)| *name == c.source.consumer);
+        assert_eq!(
+            unrouted.map(|s| s.1.clone()),
+            Some(vec!["misc.*".to_string()])
+        );
+        // Every subject taken whole: no consumer for unrouted subjects at all.
+        let c = config("\"orders.>\", \"misc.*\"", &["orders.>", "misc.*"]);
+        assert!(uncovered_subjects(&c).is_empty());
+        assert!(consumer_specs(&c)
+            .iter()
+            .all(|(n, ..)| *n != c.source.consumer));
+    }
+}

@@ -113,24 +113,14 @@ async fn outputs_carry_deterministic_message_ids() {
     host.shutdown().await.unwrap();
 }
 
-/// The same route claimed after running (one create, no lease).
-const UPPER_AFTER: &str = r#"
-[[routes]]
-name = "upper"
-subject = "in.upper.*"
-component = "{guest:uppercase}"
-allowed_outputs = ["in.upper.*.done"]
-key = { header = "Idem-Key" }
-claim = "after"
-limits = { deadline = "1s" }
-"#;
-
 /// A claim create is one round trip that a deleted key refuses (its deletion marker holds the
 /// subject): the key must still be created over it, in both claim modes, or a key an operator
 /// deleted to run it again would stay busy forever.
 #[tokio::test]
 async fn a_key_deleted_or_purged_from_the_claim_bucket_runs_again() {
-    for (routes, mode) in [(UPPER_BY_HEADER, "before"), (UPPER_AFTER, "after")] {
+    // The same route claimed after running (one create, no lease).
+    let after = format!("{UPPER_BY_HEADER}claim = \"after\"\nlimits = {{ deadline = \"1s\" }}\n");
+    for (routes, mode) in [(UPPER_BY_HEADER, "before"), (after.as_str(), "after")] {
         let env = TestEnv::start().await;
         let host = env.host(&Timing::default(), routes, "h").await;
         let kv = env.js.get_key_value(BUCKET).await.unwrap();
