@@ -174,6 +174,11 @@ pub struct HostConfig {
     /// a millisecond at a time. Keeps loops and heavy handlers from taking every core from
     /// short handlers and the host's own work. Default: half the cores, at least one.
     pub long_running_lanes: Option<usize>,
+    /// How much of each linear memory a freed instance-pool slot keeps resident, resetting in
+    /// place only the pages its last instance wrote, so the next instance takes no page
+    /// faults. Up to this much memory per slot in use stays resident; 0 gives every page back
+    /// to the kernel after each invocation (slower, least memory). Default 16 MiB.
+    pub keep_resident_bytes: usize,
     /// How long shutdown waits for in-flight work.
     #[serde(with = "humantime_serde")]
     pub shutdown_grace: Duration,
@@ -203,6 +208,7 @@ impl Default for HostConfig {
             concurrency: DEFAULT_CONCURRENCY,
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
             long_running_lanes: None,
+            keep_resident_bytes: crate::runtime::engine::DEFAULT_KEEP_RESIDENT_BYTES,
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
             metrics_addr: None,
             log_format: LogFormat::Text,

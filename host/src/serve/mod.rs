@@ -149,6 +149,7 @@ pub async fn start(config: Config) -> anyhow::Result<RunningHost> {
     let mut runtime = Runtime::new(&EngineSettings {
         pool: config.pool(),
         long_running_lanes: config.lanes(),
+        keep_resident_bytes: config.host.keep_resident_bytes,
         ..EngineSettings::default()
     })?;
     if let Some(dir) = &config.components.cache_dir {
