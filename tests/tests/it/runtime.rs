@@ -167,6 +167,31 @@ async fn a_panicking_guest_traps_and_the_next_invocation_works() {
     assert_eq!(outputs[0].payload, b"fine");
 }
 
+/// Freed pool slots keep the pages an instance wrote and reset them in place (or give them
+/// back, with `keep_resident_bytes = 0`): either way the next instance in the slot must see
+/// none of it, whether the pages are in the memory image (a static) or zero-initialised.
+#[tokio::test]
+async fn no_state_survives_from_one_invocation_to_the_next() {
+    for keep in [0, 16 << 20, 64 << 20] {
+        let runtime = Runtime::new(&EngineSettings {
+            keep_resident_bytes: keep,
+            ..EngineSettings::default()
+        })
+        .expect("runtime");
+        let handler = runtime.load_file(&guest("hostile")).expect("hostile loads");
+        for i in 0..50 {
+            let inv = handler
+                .invoke(event("x", b"remember", 1), &options(&[]))
+                .await;
+            let Outcome::Success(outputs) = inv.outcome else {
+                panic!("expected success: {:?}", inv.outcome)
+            };
+            let seen = String::from_utf8_lossy(&outputs[0].payload).to_string();
+            assert_eq!(seen, "counter=0 dirty=0", "keep {keep}, invocation {i}");
+        }
+    }
+}
+
 fn load_err(file: &str, bytes: &[u8]) -> (LoadError, String) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join(file);

@@ -6,8 +6,9 @@
 //! exactly the outputs described (records split by 0x1E, fields by 0x1F: subject, then header
 //! name and value pairs); `reject:<n>` rejects with an `n`-byte reason; `retry:<ms>` asks for
 //! a retry after `ms`; `sleep-reject:<ms>` sleeps, then rejects; `spin-sleep:<a>:<b>` computes for `a` ms, then sleeps `b` ms; `probe:<ms>[:<n>]` retries until attempt `n`, then
-//! sleeps and reports its wall-clock start and end. Any other
-//! payload is echoed back on `<subject>.done`.
+//! sleeps and reports its wall-clock start and end; `remember` reports what an earlier
+//! invocation could have left behind (a static counter and 4 MiB of zero-initialised memory),
+//! then dirties both. Any other payload is echoed back on `<subject>.done`.
 
 wit_bindgen::generate!({
     path: "../../../wit",
@@ -17,8 +18,14 @@ wit_bindgen::generate!({
 use dedup::handler::log::{log, Level};
 use dedup::handler::types::{Event, Failure, Header, Output, RetryRequest};
 use exports::dedup::handler::handler::Guest;
+use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 
 struct Hostile;
+
+/// Bumped by every `remember`: a fresh instance always starts it at 0.
+static REMEMBERED: AtomicU32 = AtomicU32::new(0);
+/// 4 MiB of zero-initialised memory, one byte per page marked by every `remember`.
+static SCRATCH: [AtomicU8; 4 << 20] = [const { AtomicU8::new(0) }; 4 << 20];
 
 fn output(subject: String, payload: Vec<u8>) -> Output {
     Output { subject, payload, headers: Vec::new() }
@@ -56,6 +63,13 @@ impl Guest for Hostile {
                     hoard.push(vec![1u8; 1 << 20]);
                     std::hint::black_box(&hoard);
                 }
+            }
+            "remember" => {
+                let before = REMEMBERED.fetch_add(1, Ordering::Relaxed);
+                let pages = SCRATCH.iter().step_by(4096);
+                let dirty = pages.clone().filter(|b| b.load(Ordering::Relaxed) != 0).count();
+                pages.for_each(|b| b.store(0xAA, Ordering::Relaxed));
+                Ok(vec![output(done, format!("counter={before} dirty={dirty}").into_bytes())])
             }
             "recurse" => Ok(vec![output(done, recurse(0, [7; 64]).to_string().into_bytes())]),
             "big-output" => Ok(vec![output(done, vec![b'x'; 64 << 20])]),
