@@ -48,6 +48,28 @@ async fn sets(env: &TestEnv) -> HashMap<String, usize> {
     counts
 }
 
+/// Waits until the output stream's last sequence has not moved for 300 ms.
+async fn settled(env: &TestEnv) {
+    let last = || async {
+        let mut stream = env.js.get_stream(OUTPUTS).await.expect("output stream");
+        stream
+            .info()
+            .await
+            .expect("stream info")
+            .state
+            .last_sequence
+    };
+    let mut seen = last().await;
+    loop {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let now = last().await;
+        if now == seen {
+            return;
+        }
+        seen = now;
+    }
+}
+
 fn outputs(n: usize, tag: &str) -> Vec<Output> {
     (0..n)
         .map(|i| Output {
@@ -321,6 +343,9 @@ async fn fifty_outputs_land_all_or_nothing_across_many_kills() {
         tokio::time::sleep(Duration::from_millis(50 + seed % 400)).await;
         victim.kill().expect("kill -9");
         let _ = victim.wait();
+        // A commit the victim sent just before dying may still be being applied: count what
+        // landed once the stream stops growing, not a batch half-way through its application.
+        settled(&env).await;
         let counts = sets(&env).await;
         progress.push(counts.len());
         partial_seen.extend(
