@@ -1,7 +1,5 @@
 //! The claim store on a NATS KV bucket.
 
-use std::error::Error as _;
-
 use async_nats::jetstream::kv::{CreateErrorKind, Store, UpdateErrorKind};
 
 use super::record::ClaimRecord;
@@ -41,6 +39,16 @@ pub(crate) fn is_cas_conflict(err: &(dyn std::error::Error + 'static)) -> bool {
     text.contains("10071") || text.contains("10164")
 }
 
+/// A failed KV write as a claim error: a conflict when the key was refused (`refused`, the
+/// error's own kind) or the server reported a compare-and-swap code, else unavailable.
+fn write_error(refused: bool, e: &(dyn std::error::Error + 'static)) -> ClaimError {
+    if refused || is_cas_conflict(e) {
+        ClaimError::Conflict
+    } else {
+        ClaimError::Unavailable(format!("{e}: {:?}", e.source()))
+    }
+}
+
 impl ClaimStore for KvClaimStore {
     async fn get(&self, key: &str) -> Result<Option<(ClaimRecord, u64)>, ClaimError> {
         let entry = self
@@ -63,12 +71,8 @@ impl ClaimStore for KvClaimStore {
         // An update expecting revision 0 is a create in one round trip; `Store::create` also
         // reads the key after a refusal, which the claim protocol does anyway. A deleted key
         // is refused here and created by `create_over_deleted`.
-        match self.kv.update(key, record.to_bytes(), 0).await {
-            Ok(revision) => Ok(revision),
-            Err(e) if e.kind() == UpdateErrorKind::WrongLastRevision => Err(ClaimError::Conflict),
-            Err(e) if is_cas_conflict(&e) => Err(ClaimError::Conflict),
-            Err(e) => Err(ClaimError::Unavailable(format!("{e}: {:?}", e.source()))),
-        }
+        let written = self.kv.update(key, record.to_bytes(), 0).await;
+        written.map_err(|e| write_error(e.kind() == UpdateErrorKind::WrongLastRevision, &e))
     }
 
     async fn create_over_deleted(
@@ -76,12 +80,8 @@ impl ClaimStore for KvClaimStore {
         key: &str,
         record: &ClaimRecord,
     ) -> Result<u64, ClaimError> {
-        match self.kv.create(key, record.to_bytes()).await {
-            Ok(revision) => Ok(revision),
-            Err(e) if e.kind() == CreateErrorKind::AlreadyExists => Err(ClaimError::Conflict),
-            Err(e) if is_cas_conflict(&e) => Err(ClaimError::Conflict),
-            Err(e) => Err(ClaimError::Unavailable(format!("{e}: {:?}", e.source()))),
-        }
+        let written = self.kv.create(key, record.to_bytes()).await;
+        written.map_err(|e| write_error(e.kind() == CreateErrorKind::AlreadyExists, &e))
     }
 
     async fn update(
@@ -90,11 +90,7 @@ impl ClaimStore for KvClaimStore {
         record: &ClaimRecord,
         revision: u64,
     ) -> Result<u64, ClaimError> {
-        match self.kv.update(key, record.to_bytes(), revision).await {
-            Ok(revision) => Ok(revision),
-            Err(e) if e.kind() == UpdateErrorKind::WrongLastRevision => Err(ClaimError::Conflict),
-            Err(e) if is_cas_conflict(&e) => Err(ClaimError::Conflict),
-            Err(e) => Err(ClaimError::Unavailable(format!("{e}: {:?}", e.source()))),
-        }
+        let written = self.kv.update(key, record.to_bytes(), revision).await;
+        written.map_err(|e| write_error(e.kind() == UpdateErrorKind::WrongLastRevision, &e))
     }
 }

@@ -120,11 +120,7 @@ impl<S: ClaimStore> Claimer<S> {
     ) -> Result<bool, ClaimError> {
         let mut deleted = false;
         loop {
-            let created = match deleted {
-                false => self.store.create(key, record).await,
-                true => self.store.create_over_deleted(key, record).await,
-            };
-            return match created {
+            return match self.create(key, record, deleted).await {
                 Ok(_) => Ok(true),
                 Err(ClaimError::Conflict) => match self.store.get(key).await {
                     Ok(Some((current, _))) => Ok(current == *record),
@@ -155,11 +151,7 @@ impl<S: ClaimStore> Claimer<S> {
         let mut deleted = false;
         for _ in 0..MAX_ROUNDS {
             let fresh = self.record(nonce, 1, digest, None);
-            let created = match std::mem::take(&mut deleted) {
-                false => self.store.create(key, &fresh).await,
-                true => self.store.create_over_deleted(key, &fresh).await,
-            };
-            match created {
+            match self.create(key, &fresh, std::mem::take(&mut deleted)).await {
                 Ok(revision) => {
                     return Ok(ClaimOutcome::Acquired(Box::new(
                         self.lease(key, fresh, revision),
@@ -230,6 +222,20 @@ impl<S: ClaimStore> Claimer<S> {
         Ok(ClaimOutcome::Busy {
             retry_in: CONTENDED_RETRY,
         })
+    }
+
+    /// Creates `key`; `over_deleted` when a create was refused yet the key reads as absent
+    /// (its last write was a deletion).
+    async fn create(
+        &self,
+        key: &str,
+        record: &ClaimRecord,
+        over_deleted: bool,
+    ) -> Result<u64, ClaimError> {
+        match over_deleted {
+            false => self.store.create(key, record).await,
+            true => self.store.create_over_deleted(key, record).await,
+        }
     }
 
     fn lease(&self, key: &str, record: ClaimRecord, revision: u64) -> Lease<S> {

@@ -7,9 +7,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use async_nats::jetstream::consumer::{pull, AckPolicy};
 use async_nats::jetstream::kv::{self, CreateErrorKind};
-use async_nats::jetstream::{self, stream, AckKind, Context};
+use async_nats::jetstream::{self, AckKind, Context};
 use async_nats::HeaderMap;
 use futures::StreamExt;
 use tokio::sync::Semaphore;
@@ -38,24 +37,8 @@ pub(super) async fn run(
     n: usize,
     samples: usize,
 ) -> anyhow::Result<Figures> {
-    let stream = js
-        .get_or_create_stream(stream::Config {
-            name: format!("HAND_{name}"),
-            subjects: vec![format!("{name}.>")],
-            ..Default::default()
-        })
-        .await?;
-    let consumer = stream
-        .get_or_create_consumer(
-            "guard",
-            pull::Config {
-                durable_name: Some("guard".into()),
-                ack_policy: AckPolicy::Explicit,
-                max_ack_pending: 10_000,
-                ..Default::default()
-            },
-        )
-        .await?;
+    let subjects = format!("{name}.>");
+    let consumer = super::pull_consumer(js, &format!("HAND_{name}"), &subjects, "guard").await?;
     let bucket = js
         .create_key_value(kv::Config {
             bucket: format!("hand_{name}"),

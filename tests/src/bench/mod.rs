@@ -71,6 +71,31 @@ pub async fn wait_until(done: impl Fn() -> bool + Send + 'static) {
     .expect("waiting thread");
 }
 
+/// A stream `name` capturing `subjects` and a durable pull consumer `durable` on it with
+/// explicit acks (the raw scenarios' set-up).
+pub async fn pull_consumer(
+    js: &Context,
+    name: &str,
+    subjects: &str,
+    durable: &str,
+) -> anyhow::Result<async_nats::jetstream::consumer::PullConsumer> {
+    use async_nats::jetstream::consumer::{pull, AckPolicy};
+    let stream = js
+        .get_or_create_stream(async_nats::jetstream::stream::Config {
+            name: name.into(),
+            subjects: vec![subjects.into()],
+            ..Default::default()
+        })
+        .await?;
+    let config = pull::Config {
+        durable_name: Some(durable.into()),
+        ack_policy: AckPolicy::Explicit,
+        max_ack_pending: 10_000,
+        ..Default::default()
+    };
+    Ok(stream.get_or_create_consumer(durable, config).await?)
+}
+
 /// Milliseconds with one decimal.
 pub fn ms(d: Duration) -> String {
     format!("{:.1}", d.as_secs_f64() * 1e3)

@@ -9,8 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use async_nats::jetstream::consumer::{pull, AckPolicy};
-use async_nats::jetstream::{self, stream, Context};
+use async_nats::jetstream::{self, Context};
 use async_nats::HeaderMap;
 use dedup_host::config::{ClaimMode, Config, EffectsMode};
 use dedup_host::routes::{Guest, Routes};
@@ -126,24 +125,7 @@ async fn publish_batch(js: &Context, subject: &str, prefix: &str, n: usize) -> a
 }
 
 async fn raw_pull_ack(js: &Context, n: usize, samples: usize) -> anyhow::Result<Figures> {
-    let stream = js
-        .get_or_create_stream(stream::Config {
-            name: "RAW".into(),
-            subjects: vec!["raw.>".into()],
-            ..Default::default()
-        })
-        .await?;
-    let consumer = stream
-        .get_or_create_consumer(
-            "raw",
-            pull::Config {
-                durable_name: Some("raw".into()),
-                ack_policy: AckPolicy::Explicit,
-                max_ack_pending: 10_000,
-                ..Default::default()
-            },
-        )
-        .await?;
+    let consumer = super::pull_consumer(js, "RAW", "raw.>", "raw").await?;
     publish_batch(js, "raw.in", "raw", n).await?;
     let mut messages = consumer
         .stream()
