@@ -4,6 +4,8 @@
 //! dropped this run's outputs as duplicates of that host's (their ids are the same).
 //!
 //! Attempts are the server's delivery count (there is no record before the first outcome).
+//! The read that skips a settled key runs beside the guest, and the final ack is not
+//! confirmed: the stored record makes a lost ack a redelivery that is acked, not a re-run.
 
 use async_nats::jetstream::AckKind;
 
@@ -42,6 +44,11 @@ impl<S: ClaimStore> Shared<S> {
             key,
             claim_key,
         };
+        // The guest starts beside the read of the key: it has no effect but the outputs the
+        // host publishes, so a run whose key turns out settled is dropped (and aborted), and
+        // the common case waits for the longer of the two instead of both in turn.
+        let attempt = u32::try_from(d.delivered).unwrap_or(u32::MAX);
+        let call = self.spawn_guest(route, a.guest.clone(), event(d, route, key, attempt, 0));
         // A read, not a claim: skip a key settled already (a resend, a redelivery).
         match self.claimer.store().get(a.claim_key).await {
             Ok(Some((r, _))) if r.state == ClaimState::Completed => {
@@ -65,9 +72,7 @@ impl<S: ClaimStore> Shared<S> {
                 return self.settle(d, AckKind::Nak(Some(ERROR_RETRY))).await;
             }
         }
-        let attempt = u32::try_from(d.delivered).unwrap_or(u32::MAX);
-        let event = event(d, route, key, attempt, 0);
-        let invocation = match self.call_guest(route, a.guest.clone(), event).await {
+        let invocation = match call.await {
             Ok(invocation) => invocation,
             Err(e) => {
                 tracing::warn!("guest task ended without an outcome: {e}");
@@ -105,7 +110,7 @@ impl<S: ClaimStore> Shared<S> {
     }
 
     /// Publishes the outputs, then creates the key as completed (or finds that another host
-    /// did first), then acks with confirmation.
+    /// did first), then acks.
     async fn complete_after(
         &self,
         a: &After<'_>,
@@ -181,10 +186,9 @@ impl<S: ClaimStore> Shared<S> {
                 return self.settle(a.d, AckKind::Nak(Some(ERROR_RETRY))).await;
             }
         }
-        if matches!(kind, AckKind::Ack) {
-            self.ack_confirmed(a.d).await;
-        } else {
-            self.settle(a.d, kind).await;
-        }
+        // Not a confirmed ack, unlike claim-before's: the settled record is stored, so an ack
+        // that never arrives costs a redelivery that reads it and acks, never a second
+        // effect; shutdown flushes the connection. It saves a round trip per message.
+        self.settle(a.d, kind).await;
     }
 }
