@@ -149,12 +149,14 @@ async fn claim_bucket(js: &Context, config: &Config, dry_run: bool) -> anyhow::R
     };
     let have = stream.info().await?.config.clone();
     let mut differences = Vec::new();
-    compare(
-        &mut differences,
-        "history",
-        have.max_messages_per_subject,
-        1,
-    );
+    if !setup::claim_history_ok(have.max_messages_per_subject) {
+        compare(
+            &mut differences,
+            "history",
+            have.max_messages_per_subject,
+            setup::CLAIM_HISTORY,
+        );
+    }
     compare(
         &mut differences,
         "replicas",

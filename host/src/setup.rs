@@ -436,13 +436,25 @@ fn check_covers(stream: &stream::Stream, config: &Config) -> anyhow::Result<()> 
     Ok(())
 }
 
-/// The configuration to create the claim bucket with: history 1, the configured max age,
-/// replicas and storage.
+/// How many records per key a new claim bucket keeps. Two, not one: the write that completes
+/// a key then removes nothing (with one, every completion also deleted the claim before it,
+/// about a tenth of the server's work per guarded message), and the max age still bounds the
+/// bucket. Compare-and-swap only ever looks at the latest record.
+pub(crate) const CLAIM_HISTORY: i64 = 2;
+
+/// Whether an existing claim bucket's history works: one or [`CLAIM_HISTORY`] records per key
+/// (a bucket created by an older host keeps one).
+pub(crate) fn claim_history_ok(history: i64) -> bool {
+    history == 1 || history == CLAIM_HISTORY
+}
+
+/// The configuration to create the claim bucket with: [`CLAIM_HISTORY`], the configured max
+/// age, replicas and storage.
 pub(crate) fn claim_bucket_config(config: &Config) -> kv::Config {
     let c = &config.claims;
     kv::Config {
         bucket: c.bucket.clone(),
-        history: 1,
+        history: CLAIM_HISTORY,
         max_age: c.max_age,
         num_replicas: c.replicas,
         storage: match c.storage {
@@ -462,8 +474,8 @@ async fn ensure_bucket(js: &Context, config: &Config) -> anyhow::Result<Store> {
         })?;
         let history = status.info.config.max_messages_per_subject;
         anyhow::ensure!(
-            history == 1,
-            "claim bucket `{}` (`claims.bucket`) exists with history {history}; claims need history 1: name another bucket",
+            claim_history_ok(history),
+            "claim bucket `{}` (`claims.bucket`) exists with history {history}; claims need history {CLAIM_HISTORY} (or 1): name another bucket",
             c.bucket
         );
         let _ = &mut status;
