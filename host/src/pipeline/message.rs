@@ -272,18 +272,12 @@ impl<S: ClaimStore> Shared<S> {
         guest: Guest,
         event: Event,
     ) -> Result<Invocation, tokio::task::JoinError> {
-        self.spawn_guest(route, guest, event).await
-    }
-
-    /// Starts `event` on `guest` at once (see [`Self::call_guest`]); the call runs while the
-    /// caller does other work, and dropping the returned future aborts it.
-    pub(super) fn spawn_guest(&self, route: &Route, guest: Guest, event: Event) -> GuestCall {
         let (options, slots) = (route.options.clone(), route.slots.clone());
         let call = async move {
             let _slot = slots.acquire_owned().await.expect("guest slots open");
             guest.invoke(event, &options).await
         };
-        GuestCall(self.guest_runtime.spawn(call.in_current_span()))
+        GuestCall(self.guest_runtime.spawn(call.in_current_span())).await
     }
 
     /// Whether a coalescing route's message has a newer one of its entity waiting.
@@ -314,7 +308,7 @@ impl<S: ClaimStore> Shared<S> {
 
 /// A guest call running on the guest threads; dropping it aborts the call (at the guest's
 /// next yield), so work dropped because its lease was lost does not run on.
-pub(super) struct GuestCall(tokio::task::JoinHandle<Invocation>);
+struct GuestCall(tokio::task::JoinHandle<Invocation>);
 
 impl Future for GuestCall {
     type Output = Result<Invocation, tokio::task::JoinError>;
