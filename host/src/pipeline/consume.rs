@@ -161,10 +161,15 @@ pub(super) async fn consume<S: ClaimStore>(
                     retry = RETRY_FIRST;
                     let shared = shared.clone();
                     let route = route.clone();
+                    // A message's work is a future of about 12 KiB: boxed once here, the task
+                    // `spawn` moves through its layers stays small (the copies were 7 % of
+                    // the I/O threads' samples in a profile of the pipeline benchmark).
                     tokio::spawn(async move {
                         match (role, route) {
-                            (Role::Queue, Some(route)) => shared.queue(message, &route).await,
-                            (_, route) => shared.process(message, route).await,
+                            (Role::Queue, Some(route)) => {
+                                Box::pin(shared.queue(message, &route)).await
+                            }
+                            (_, route) => Box::pin(shared.process(message, route)).await,
                         }
                         drop(permit);
                     });
