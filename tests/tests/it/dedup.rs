@@ -149,3 +149,34 @@ async fn a_key_deleted_or_purged_from_the_claim_bucket_runs_again() {
         assert_eq!(env.messages(OUTPUTS).await.len(), 1, "{mode}");
     }
 }
+
+/// A new claim bucket keeps two records per key (completing a key then removes nothing); a
+/// bucket an older host created with one record per key is still served the same way.
+#[tokio::test]
+async fn claim_buckets_with_two_or_one_records_per_key_both_serve() {
+    for existing in [None, Some(1)] {
+        let env = TestEnv::start().await;
+        if let Some(history) = existing {
+            let config = async_nats::jetstream::kv::Config {
+                bucket: BUCKET.into(),
+                history,
+                ..Default::default()
+            };
+            env.js.create_key_value(config).await.unwrap();
+        }
+        let host = env.host(&Timing::default(), UPPER_BY_HEADER, "h").await;
+        env.publish("in.upper.x", "m1", &[("Idem-Key", "k1")], "abc")
+            .await;
+        env.publish("in.upper.x", "m2", &[("Idem-Key", "k1")], "abc")
+            .await;
+        env.wait_completed("upper", &["k1"], Duration::from_secs(20))
+            .await;
+        env.wait_drained(Duration::from_secs(20)).await;
+        assert_eq!(env.messages(OUTPUTS).await.len(), 1, "{existing:?}");
+        let mut bucket = env.js.get_stream(format!("KV_{BUCKET}")).await.unwrap();
+        let history = bucket.info().await.unwrap().config.max_messages_per_subject;
+        assert_eq!(history, existing.unwrap_or(2));
+        let stats = host.shutdown().await.unwrap();
+        assert_eq!((stats.processed, stats.duplicates), (1, 1), "{existing:?}");
+    }
+}
