@@ -10,7 +10,8 @@ const WRONG_LAST_SEQUENCE: u64 = 10071;
 /// JetStream error code for concurrent expected-sequence writes on replicated streams.
 const CONCURRENT_EXPECTED_SEQUENCE: u64 = 10164;
 
-/// A [`ClaimStore`] on a NATS KV bucket (history 1, max age set at creation).
+/// A [`ClaimStore`] on a NATS KV bucket (history `setup::CLAIM_HISTORY` or 1, max age set at
+/// creation).
 #[derive(Clone)]
 pub struct KvClaimStore {
     kv: Store,
