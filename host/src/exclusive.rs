@@ -11,8 +11,9 @@
 //!   a partition's next message only once the previous one is acked or terminated, to
 //!   whichever host pulls. A nak (retry, busy claim) keeps the message pending, so the
 //!   partition waits for it: order holds through retries, redeliveries and host deaths;
-//! - an entity always hashes to the same partition; there are as many partitions as the
-//!   route's concurrency, so other entities run in parallel.
+//! - an entity always hashes to the same partition; the route's `partitions` (recorded in its
+//!   contract on the server, [`crate::contract`], so every host agrees) let other entities run
+//!   in parallel.
 
 use std::time::Duration;
 
@@ -44,9 +45,10 @@ pub fn stream_subjects(config: &Config) -> String {
     format!("{EXCLUSIVE_PREFIX}{}.>", config.source.stream)
 }
 
-/// The number of partitions of a route: its concurrency.
-pub fn partitions(config: &Config, route: &crate::config::RouteConfig) -> usize {
-    route.concurrency(&config.host).max(1)
+/// The number of partitions of a route: its `partitions` setting, never a host's size (hosts
+/// of different sizes must put an entity on the same partition).
+pub fn partitions(route: &crate::config::RouteConfig) -> usize {
+    route.partitions()
 }
 
 /// A stable hash of an entity key (FNV-1a, 64 bits): the same on every host and version.

@@ -59,10 +59,12 @@ impl Health {
             missing.push("set-up of streams, buckets and consumers is not done".to_string());
         }
         for route in self.routes.get().into_iter().flat_map(|r| r.iter()) {
-            if !route.metrics.bound() {
+            if !route.metrics.bound() && route.contract_refused().is_none() {
                 missing.push(format!("route `{}`: its consumer is not bound", route.name));
             }
-            if !route.settled() {
+            if let Some(reason) = route.contract_refused() {
+                missing.push(format!("route `{}` is not served: {reason}", route.name));
+            } else if !route.settled() {
                 let why = match route.refused() {
                     Some(reason) => format!("its version was refused: {reason}"),
                     None => "its component is still loading".to_string(),

@@ -92,6 +92,7 @@ pub async fn provision(js: &Context, config: &Config, dry_run: bool) -> anyhow::
             found,
         });
     }
+    items.extend(contracts(js, config, dry_run).await?);
     let source = js.get_stream(&config.source.stream).await.ok();
     for (name, filters, queue) in setup::consumer_specs(config) {
         let found = match &source {
@@ -102,6 +103,43 @@ pub async fn provision(js: &Context, config: &Config, dry_run: bool) -> anyhow::
             kind: "consumer",
             name,
             field: "source.consumer".into(),
+            found,
+        });
+    }
+    Ok(items)
+}
+
+/// Each route's contract ([`crate::contract`]): recorded when missing, compared when present.
+async fn contracts(js: &Context, config: &Config, dry_run: bool) -> anyhow::Result<Vec<Item>> {
+    let bucket = crate::contract::bucket_name(config);
+    let store = match js.get_key_value(&bucket).await {
+        Ok(store) => Some(store),
+        Err(_) if dry_run => None,
+        Err(_) => Some(crate::contract::open(js, config).await?),
+    };
+    let mut items = Vec::new();
+    for r in &config.routes {
+        let recorded = match &store {
+            Some(store) => crate::contract::read(store, &r.name).await?,
+            None => None,
+        };
+        let found = match (recorded, &store) {
+            (Some((recorded, _)), _) => {
+                match crate::contract::compare(&r.name, &recorded, crate::contract::of(config, r)) {
+                    Ok(_) => Found::Matches,
+                    Err(e) => Found::Differs(vec![e.to_string()]),
+                }
+            }
+            (None, Some(store)) if !dry_run => {
+                crate::contract::agree(store, config, r, "setup").await?;
+                Found::Created
+            }
+            (None, _) => Found::WouldCreate,
+        };
+        items.push(Item {
+            kind: "contract",
+            name: format!("{bucket}/{}", r.name),
+            field: format!("routes.{}", r.name),
             found,
         });
     }
@@ -134,6 +172,7 @@ async fn stream(js: &Context, spec: &StreamSpec, dry_run: bool) -> anyhow::Resul
         have.duplicate_window,
         spec.duplicate_window,
     );
+    compare(&mut differences, "storage", have.storage, spec.storage);
     differences.extend(spec.dedup_difference(&have));
     Ok(differ_or_match(differences))
 }

@@ -77,6 +77,9 @@ pub struct Route {
     guest: watch::Sender<Option<Guest>>,
     /// Why the last version offered was refused, if it was.
     refused: std::sync::Mutex<Option<String>>,
+    /// Why this host does not serve the route at all: its config differs from the route's
+    /// contract on the server ([`crate::contract`]).
+    contract_refused: std::sync::Mutex<Option<String>>,
     /// Whether the route's component source has decided: a version served or refused, or
     /// none deployed (withdrawn). Until then the host is not ready.
     decided: std::sync::atomic::AtomicBool,
@@ -96,7 +99,7 @@ pub struct Route {
 pub struct Exclusive {
     /// Where the entity key comes from.
     pub by: KeySource,
-    /// Partitions (one message at a time each): the route's concurrency.
+    /// Partitions (one message at a time each): the route's `partitions`.
     pub partitions: usize,
     /// Skip a message when a newer one of its entity is waiting.
     pub coalesce: bool,
@@ -126,6 +129,9 @@ impl Route {
     /// Whether the route is served, or deliberately not served (withdrawn or never
     /// deployed). False while its first version loads, or after that version was refused.
     pub fn settled(&self) -> bool {
+        if self.contract_refused().is_some() {
+            return false;
+        }
         self.guest.borrow().is_some()
             || (self.decided.load(std::sync::atomic::Ordering::Relaxed) && self.refused().is_none())
     }
@@ -137,6 +143,18 @@ impl Route {
         *self.refused.lock().expect("refused lock") = Some(reason);
         // Wake status reporters; the guest itself is unchanged.
         self.guest.send_modify(|_| {});
+    }
+
+    /// Records why this host does not serve the route (`None`: it agrees with the route's
+    /// contract and serves it).
+    pub fn refuse_contract(&self, reason: Option<String>) {
+        *self.contract_refused.lock().expect("refused lock") = reason;
+        self.guest.send_modify(|_| {});
+    }
+
+    /// Why this host does not serve the route, if its config differs from the contract.
+    pub fn contract_refused(&self) -> Option<String> {
+        self.contract_refused.lock().expect("refused lock").clone()
     }
 
     /// Why the last version offered was refused, if it was.
@@ -295,13 +313,14 @@ impl Routes {
             compile_timeout: r.compile_timeout,
             exclusive: r.exclusive_by.as_ref().map(|by| Exclusive {
                 by: by.clone(),
-                partitions: crate::exclusive::partitions(config, r),
+                partitions: crate::exclusive::partitions(r),
                 coalesce: r.coalesce,
             }),
             fenced,
             claim_after: r.claim == crate::config::ClaimMode::After,
             guest: watch::Sender::new(guest),
             refused: std::sync::Mutex::new(None),
+            contract_refused: std::sync::Mutex::new(None),
             decided: std::sync::atomic::AtomicBool::new(false),
             metrics: route_metrics,
         })

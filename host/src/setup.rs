@@ -36,6 +36,8 @@ pub(crate) struct StreamSpec {
     /// Accepts atomic batches and subject rollups, and holds fenced routes' claim records
     /// (`effects = "fenced"`; the claim subjects are in `subjects`).
     pub(crate) fenced: bool,
+    /// File or memory storage.
+    pub(crate) storage: StorageType,
     /// The config field that names the stream, for messages.
     pub(crate) field: String,
 }
@@ -57,7 +59,7 @@ impl StreamSpec {
             subjects: self.subjects.clone(),
             duplicate_window: self.duplicate_window,
             num_replicas: self.replicas,
-            storage: StorageType::File,
+            storage: self.storage,
             ..Default::default()
         };
         if self.forever {
@@ -107,6 +109,7 @@ pub(crate) fn stream_specs(config: &Config) -> Vec<StreamSpec> {
             forever: config.source.dedup == DedupMode::Forever,
             work_queue: false,
             fenced: false,
+            storage: StorageType::File,
             field: "source.stream".into(),
         },
         StreamSpec {
@@ -117,6 +120,7 @@ pub(crate) fn stream_specs(config: &Config) -> Vec<StreamSpec> {
             forever: false,
             work_queue: false,
             fenced: false,
+            storage: StorageType::File,
             field: "dead_letter.stream".into(),
         },
     ];
@@ -134,6 +138,7 @@ pub(crate) fn stream_specs(config: &Config) -> Vec<StreamSpec> {
             forever: o.dedup == DedupMode::Forever,
             work_queue: false,
             fenced,
+            storage: storage_type(o.storage),
             field: format!("output_streams[{i}]"),
         });
     }
@@ -146,6 +151,7 @@ pub(crate) fn stream_specs(config: &Config) -> Vec<StreamSpec> {
             forever: false,
             work_queue: true,
             fenced: false,
+            storage: StorageType::File,
             field: "routes[].exclusive_by".into(),
         });
     }
@@ -167,13 +173,16 @@ pub async fn ensure(js: &Context, config: &Config) -> anyhow::Result<Setup> {
         config.dead_letter.stream
     );
     for output in specs {
-        if output.fenced && output.replicas == 1 {
+        let fenced = output.fenced;
+        let mut stream = ensure_stream(js, output).await?;
+        // What exists decides, not what the config would create.
+        let c = stream.info().await?.config.clone();
+        if fenced && c.num_replicas == 1 && c.storage == StorageType::File {
             tracing::warn!(
                 "output stream `{}` is fenced at one replica on file storage: nats-server stages every atomic batch in a file store of its own, which costs milliseconds per commit; give it 3 replicas on a cluster for speed",
-                output.name
+                c.name
             );
         }
-        ensure_stream(js, output).await?;
     }
     check_output_windows(js, config).await?;
     let claims = ensure_bucket(js, config).await?;
@@ -436,6 +445,14 @@ fn check_covers(stream: &stream::Stream, config: &Config) -> anyhow::Result<()> 
     Ok(())
 }
 
+/// The server's storage type for a configured one.
+pub(crate) fn storage_type(storage: Storage) -> StorageType {
+    match storage {
+        Storage::File => StorageType::File,
+        Storage::Memory => StorageType::Memory,
+    }
+}
+
 /// How many records per key a new claim bucket keeps. Two, not one: the write that completes
 /// a key then removes nothing (with one, every completion also deleted the claim before it,
 /// about a tenth of the server's work per guarded message), and the max age still bounds the
@@ -457,10 +474,7 @@ pub(crate) fn claim_bucket_config(config: &Config) -> kv::Config {
         history: CLAIM_HISTORY,
         max_age: c.max_age,
         num_replicas: c.replicas,
-        storage: match c.storage {
-            Storage::File => StorageType::File,
-            Storage::Memory => StorageType::Memory,
-        },
+        storage: storage_type(c.storage),
         ..Default::default()
     }
 }

@@ -145,6 +145,32 @@ impl<S: ClaimStore> Claimer<S> {
         }
     }
 
+    /// Writes `key` as `record` (from [`Claimer::settled`]) over the record a claim-after run
+    /// read at `revision` (a key a replay reset to run again): `true` if this write made it,
+    /// `false` if the key moved meanwhile (another host settled it first). An update whose
+    /// answer was lost counts as made when the store holds exactly `record` (rule 13).
+    pub async fn update_settled(
+        &self,
+        key: &str,
+        record: &ClaimRecord,
+        revision: u64,
+    ) -> Result<bool, ClaimError> {
+        match self.store.update(key, record, revision).await {
+            Ok(_) => Ok(true),
+            Err(ClaimError::Conflict) => Ok(matches!(
+                self.store.get(key).await,
+                Ok(Some((current, _))) if current == *record
+            )),
+            Err(e @ ClaimError::Unavailable(_)) => {
+                match landed(self.store.as_ref(), key, record).await {
+                    Some(_) => Ok(true),
+                    None => Err(e),
+                }
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     /// Tries to claim `key` to run the component `digest`.
     pub async fn claim(&self, key: &str, digest: &str) -> Result<ClaimOutcome<S>, ClaimError> {
         let nonce: u64 = rand::random();
@@ -182,6 +208,8 @@ impl<S: ClaimStore> Claimer<S> {
                 )));
             }
             match current.state {
+                // Skipped for a newer message, not run: a later message with its key runs.
+                ClaimState::Completed if current.is_coalesced() => {}
                 ClaimState::Completed => return Ok(ClaimOutcome::Completed),
                 ClaimState::Failed if current.permanent => return Ok(ClaimOutcome::DeadLettered),
                 ClaimState::Failed => {
@@ -200,7 +228,9 @@ impl<S: ClaimStore> Claimer<S> {
                     return Ok(ClaimOutcome::Busy { retry_in });
                 }
             }
-            let next = self.record(nonce, current.attempt + 1, digest, Some(&current));
+            // A coalesced key never ran: its next run is not a further attempt.
+            let attempt = current.attempt + u32::from(!current.is_coalesced());
+            let next = self.record(nonce, attempt, digest, Some(&current));
             match self.store.update(key, &next, revision).await {
                 Ok(revision) => {
                     return Ok(ClaimOutcome::Acquired(Box::new(
@@ -266,6 +296,17 @@ async fn landed<S: ClaimStore>(store: &S, key: &str, written: &ClaimRecord) -> O
     }
 }
 
+/// Why one lease write did not happen.
+enum WriteError {
+    /// The lease is lost, or the store did not answer.
+    Lost(LeaseLost),
+    /// The key held a later record of this very lease: its revision is adopted, write again.
+    Adopted,
+}
+
+/// The reason of a write given up after adopting a late revision.
+const ADOPTED: &str = "an earlier write of this claim landed late; its revision is adopted, write again";
+
 /// Why a lease can no longer be used.
 #[derive(Debug, Error)]
 pub enum LeaseLost {
@@ -321,14 +362,23 @@ impl<S: ClaimStore> Lease<S> {
 
     async fn write(
         &self,
-        change: impl FnOnce(&mut ClaimRecord),
+        change: impl Fn(&mut ClaimRecord),
         last: bool,
     ) -> Result<(), LeaseLost> {
-        let (store, key) = (self.store.clone(), self.key.clone());
-        self.write_via(change, last, |next, revision| async move {
-            store.update(&key, &next, revision).await
-        })
-        .await
+        // Twice at most: once more after adopting the revision of an earlier write of ours
+        // that landed after its answer was lost (and after the read-back that looked for it).
+        for _ in 0..2 {
+            let (store, key) = (self.store.clone(), self.key.clone());
+            let put = |next: ClaimRecord, revision| async move {
+                store.update(&key, &next, revision).await
+            };
+            match self.write_once(&change, last, put).await {
+                Err(WriteError::Adopted) => continue,
+                Err(WriteError::Lost(lost)) => return Err(lost),
+                Ok(()) => return Ok(()),
+            }
+        }
+        Err(LeaseLost::Unavailable(ADOPTED.into()))
     }
 
     /// Writes the next record with `put(record, expected revision)`, which returns the new
@@ -344,9 +394,28 @@ impl<S: ClaimStore> Lease<S> {
         F: FnOnce(ClaimRecord, u64) -> Fut,
         Fut: Future<Output = Result<u64, ClaimError>>,
     {
+        self.write_once(change, last, put)
+            .await
+            .map_err(|e| match e {
+                WriteError::Lost(lost) => lost,
+                // The commit cannot be sent twice: the caller retries the message.
+                WriteError::Adopted => LeaseLost::Unavailable(ADOPTED.into()),
+            })
+    }
+
+    async fn write_once<F, Fut>(
+        &self,
+        change: impl FnOnce(&mut ClaimRecord),
+        last: bool,
+        put: F,
+    ) -> Result<(), WriteError>
+    where
+        F: FnOnce(ClaimRecord, u64) -> Fut,
+        Fut: Future<Output = Result<u64, ClaimError>>,
+    {
         let mut state = self.state.lock().await;
         if state.lost {
-            return Err(LeaseLost::Reclaimed);
+            return Err(WriteError::Lost(LeaseLost::Reclaimed));
         }
         if state.settled {
             return Ok(());
@@ -359,13 +428,28 @@ impl<S: ClaimStore> Lease<S> {
         let written = match put(next.clone(), state.revision).await {
             Ok(revision) => Ok(revision),
             Err(ClaimError::Conflict) => {
+                // Ours still, at a later revision: an earlier write of this lease landed after
+                // its read-back (rule 13 with a late answer or a lagging replica). Adopt it.
+                if let Ok(Some((current, revision))) = self.store.get(&self.key).await {
+                    let theirs = &state.record;
+                    if current.state == ClaimState::InProgress
+                        && current.owner == theirs.owner
+                        && current.nonce == theirs.nonce
+                        && current.fencing_token == Some(self.fencing_token)
+                        && revision > state.revision
+                    {
+                        state.record = current;
+                        state.revision = revision;
+                        return Err(WriteError::Adopted);
+                    }
+                }
                 state.lost = true;
-                return Err(LeaseLost::Reclaimed);
+                return Err(WriteError::Lost(LeaseLost::Reclaimed));
             }
             // The write may have landed; only its answer was lost (a leader change, typically).
             Err(e) => landed(self.store.as_ref(), &self.key, &next)
                 .await
-                .ok_or_else(|| LeaseLost::Unavailable(e.to_string())),
+                .ok_or_else(|| WriteError::Lost(LeaseLost::Unavailable(e.to_string()))),
         };
         let revision = written?;
         state.record = next;
@@ -405,7 +489,20 @@ impl<S: ClaimStore> Lease<S> {
             |r| {
                 r.state = ClaimState::Completed;
                 r.reason = None;
-                r.outputs = outputs;
+                r.outputs = outputs.clone();
+            },
+            true,
+        )
+        .await
+    }
+
+    /// Records the key completed without running (a coalescing route's message with a newer
+    /// one of its entity waiting); a later message with the same key runs.
+    pub async fn coalesce(&self) -> Result<(), LeaseLost> {
+        self.write(
+            |r| {
+                r.state = ClaimState::Completed;
+                r.reason = Some(super::record::COALESCED_REASON.to_string());
             },
             true,
         )

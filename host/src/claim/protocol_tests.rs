@@ -156,3 +156,84 @@ async fn a_failed_key_is_busy_until_its_backoff_and_a_release_counts_no_attempt(
     };
     assert_eq!(l.attempt(), 2, "a release does not use up an attempt");
 }
+
+/// A store where one update's answer is lost and the write lands only after the writer read
+/// the key back (a late answer, or a read served by a lagging replica).
+struct LandsLate {
+    inner: MemoryClaimStore,
+    delay_next: std::sync::atomic::AtomicBool,
+    late: std::sync::Mutex<Option<(String, ClaimRecord, u64)>>,
+}
+
+impl ClaimStore for LandsLate {
+    async fn get(&self, key: &str) -> Result<Option<(ClaimRecord, u64)>, ClaimError> {
+        let read = self.inner.get(key).await;
+        let late = self.late.lock().unwrap().take();
+        if let Some((key, record, revision)) = late {
+            self.inner.update(&key, &record, revision).await.unwrap();
+        }
+        read
+    }
+    async fn create(&self, key: &str, record: &ClaimRecord) -> Result<u64, ClaimError> {
+        self.inner.create(key, record).await
+    }
+    async fn update(
+        &self,
+        key: &str,
+        record: &ClaimRecord,
+        revision: u64,
+    ) -> Result<u64, ClaimError> {
+        if self.delay_next.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            *self.late.lock().unwrap() = Some((key.to_string(), record.clone(), revision));
+            return Err(ClaimError::Unavailable("timed out".into()));
+        }
+        self.inner.update(key, record, revision).await
+    }
+}
+
+/// Finding 7: a renewal that landed after its read-back left the lease at a stale revision,
+/// so the next write conflicted and the host abandoned healthy work.
+#[tokio::test]
+async fn a_renewal_that_lands_after_its_read_back_keeps_the_lease() {
+    let store = Arc::new(LandsLate {
+        inner: MemoryClaimStore::new(),
+        delay_next: false.into(),
+        late: Default::default(),
+    });
+    let a = Claimer::new(store.clone(), "a", Duration::from_secs(10), Duration::ZERO);
+    let ClaimOutcome::Acquired(lease) = a.claim("k", "d").await.unwrap() else {
+        panic!()
+    };
+    store.delay_next.store(true, std::sync::atomic::Ordering::SeqCst);
+    assert!(matches!(lease.renew().await, Err(LeaseLost::Unavailable(_))));
+    lease
+        .renew()
+        .await
+        .expect("the late write is ours: its revision is adopted");
+    lease.complete(Vec::new()).await.unwrap();
+    assert!(matches!(
+        a.claim("k", "d").await.unwrap(),
+        ClaimOutcome::Completed
+    ));
+}
+
+/// Finding 6: a coalesced key never ran, so a later message with its key runs (and is not a
+/// further attempt); a completed one does not.
+#[tokio::test]
+async fn a_coalesced_key_runs_again_for_a_later_message() {
+    let store = Arc::new(MemoryClaimStore::new());
+    let a = claimer(&store, "a", 10_000);
+    let ClaimOutcome::Acquired(l) = a.claim("k", "d").await.unwrap() else {
+        panic!()
+    };
+    l.coalesce().await.unwrap();
+    let ClaimOutcome::Acquired(l) = a.claim("k", "d").await.unwrap() else {
+        panic!("a coalesced key is claimed again")
+    };
+    assert_eq!(l.attempt(), 1, "coalescing used up no attempt");
+    l.complete(Vec::new()).await.unwrap();
+    assert!(matches!(
+        a.claim("k", "d").await.unwrap(),
+        ClaimOutcome::Completed
+    ));
+}

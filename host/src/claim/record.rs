@@ -82,6 +82,12 @@ impl ClaimRecord {
         serde_json::from_slice(bytes)
     }
 
+    /// Whether the key was completed without running because a newer message of its entity
+    /// was waiting (`coalesce`): a later message with the same key runs (it is the newest).
+    pub fn is_coalesced(&self) -> bool {
+        self.state == ClaimState::Completed && self.reason.as_deref() == Some(COALESCED_REASON)
+    }
+
     /// Whether another host may take the key over now: in progress, but the lease plus the
     /// clock-skew margin has passed.
     pub fn lease_lapsed(&self, now_ms: u64, skew: Duration) -> bool {
@@ -92,6 +98,9 @@ impl ClaimRecord {
                     .saturating_add(skew.as_millis() as u64)
     }
 }
+
+/// The reason of a key completed without running by a coalescing route.
+pub const COALESCED_REASON: &str = "coalesced: a newer message of its entity was waiting";
 
 /// The current wall-clock time in Unix milliseconds.
 pub fn now_ms() -> u64 {

@@ -1,6 +1,7 @@
 //! `dedup-host setup --config FILE [--dry-run] [--json]`: create or verify every stream,
 //! bucket and consumer the config needs, print what was created, what matched and what
-//! differs, and exit 1 on a difference it will not change.
+//! differs, and exit 1 on a difference it will not change. With `--change-route R`: change a
+//! route's contract ([`crate::contract_change`]).
 
 use std::process::ExitCode;
 
@@ -20,6 +21,11 @@ pub struct SetupArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
+    /// Change route R's contract (what every host must agree on: claim store, effects and
+    /// claim modes, key source, forever, entity source, partitions) to what this config says,
+    /// once no host serves the route: reload the hosts with this config first.
+    #[arg(long, value_name = "R")]
+    change_route: Option<String>,
 }
 
 /// Provisions and reports.
@@ -27,6 +33,26 @@ pub async fn run(args: SetupArgs) -> anyhow::Result<ExitCode> {
     let config = args.config.load()?;
     let client = crate::connect::connect(&config, "dedup-host setup").await?;
     let js = async_nats::jetstream::new(client.clone());
+    if let Some(route) = &args.change_route {
+        let changed = crate::contract_change::change(&js, &config, route).await?;
+        client.flush().await?;
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&changed)?);
+        } else {
+            println!(
+                "route `{route}`: contract {} ({} settled claim(s) moved, {} queued message(s) moved){}",
+                changed.action,
+                changed.claims_moved,
+                changed.queued_moved,
+                changed
+                    .differences
+                    .iter()
+                    .map(|d| format!("\n  {d}"))
+                    .collect::<String>()
+            );
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     let items = provision::provision(&js, &config, args.dry_run).await?;
     client.flush().await?;
     if args.json {

@@ -42,6 +42,10 @@ pub struct RouteStatus {
     pub digest: Option<String>,
     /// Why the last version offered was refused, if it was.
     pub refused: Option<String>,
+    /// Why this host does not serve the route at all: its config differs from the route's
+    /// contract (absent from hosts older than contracts, which serve it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub contract_refused: Option<String>,
 }
 
 /// Opens (or creates) the `components.status_bucket` KV bucket.
@@ -133,6 +137,7 @@ impl Reporter {
                         RouteStatus {
                             digest,
                             refused: r.refused(),
+                            contract_refused: r.contract_refused(),
                         },
                     )
                 })

@@ -12,6 +12,7 @@ mod validate;
 pub use modes::{ClaimMode, DedupMode, EffectsMode};
 pub use route::{
     KeySource, MissingKey, RouteConfig, DEFAULT_COMPILE_TIMEOUT, DEFAULT_MAX_COMPONENT_BYTES,
+    DEFAULT_PARTITIONS,
 };
 
 use std::path::{Path, PathBuf};
@@ -276,7 +277,7 @@ impl Default for SourceConfig {
     }
 }
 
-/// Storage of the claim bucket.
+/// Storage of the claim bucket or of an output stream.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Storage {
@@ -383,6 +384,10 @@ pub struct OutputStreamConfig {
     /// own subjects). Its duplicate window plays no part for those routes.
     #[serde(default)]
     pub effects: EffectsMode,
+    /// `file` (default) or `memory`, when the host creates it; `setup` reports a stream whose
+    /// storage differs.
+    #[serde(default)]
+    pub storage: Storage,
 }
 
 fn one() -> usize {

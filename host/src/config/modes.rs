@@ -1,9 +1,9 @@
 //! Per-stream and per-route modes that change what the host creates on the server.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// How a stream refuses a repeated message.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum DedupMode {
     /// A repeated `Nats-Msg-Id` is refused inside the stream's duplicate window only.
@@ -16,7 +16,7 @@ pub enum DedupMode {
 }
 
 /// How a route's outputs are made to take effect once (docs/fenced.md).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum EffectsMode {
     /// Outputs carry deterministic `Nats-Msg-Id`s and a re-run's copies are dropped by the
@@ -33,7 +33,7 @@ pub enum EffectsMode {
 }
 
 /// When a route claims a message's key (DESIGN.md §2, cost model).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ClaimMode {
     /// Claim under a lease before running, heartbeat while running, record completion after

@@ -5,14 +5,14 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::{ClaimMode, EffectsMode, HostConfig, DEFAULT_MAX_PAYLOAD};
 use crate::limits::Limits;
 use crate::runtime::TrapKind;
 
 /// Where a route finds a message's idempotency key.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "snake_case")]
 pub enum KeySource {
     /// A header's value.
@@ -30,7 +30,7 @@ impl Default for KeySource {
 }
 
 /// What to do with a message that carries no idempotency key.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum MissingKey {
     /// Dead-letter it with the reason, then terminate it.
@@ -68,6 +68,11 @@ pub struct RouteConfig {
     /// of its entity is already waiting, so the handler sees the latest state.
     #[serde(default)]
     pub coalesce: bool,
+    /// With `exclusive_by`: how many partitions the route's entities are spread over (one
+    /// message at a time each), the same on every host: recorded in the route's contract on
+    /// the server, never derived from a host's size (default [`DEFAULT_PARTITIONS`]).
+    #[serde(default)]
+    pub partitions: Option<usize>,
     /// Largest payload accepted; bigger ones are dead-lettered.
     #[serde(default = "default_max_payload")]
     pub max_payload_bytes: usize,
@@ -109,10 +114,17 @@ pub struct RouteConfig {
     /// it is compiled (default 64 MiB; the Python runtime is about 18 MB).
     #[serde(default = "default_max_component_bytes")]
     pub max_component_bytes: usize,
-    /// Longest a new component may take to compile; a slower one is refused (default 60s).
+    /// Most CPU time a new component may take to compile (measured in CPU time, so a busy
+    /// machine does not refuse it; wall time is bounded at ten times this); a slower one is
+    /// refused (default 60s).
     #[serde(default = "default_compile_timeout", with = "humantime_serde")]
     pub compile_timeout: Duration,
 }
+
+/// Default partitions of an exclusive route.
+pub const DEFAULT_PARTITIONS: usize = 16;
+/// Most partitions an exclusive route may have.
+pub const MAX_PARTITIONS: usize = 1024;
 
 /// Default largest component a route accepts.
 pub const DEFAULT_MAX_COMPONENT_BYTES: usize = 64 << 20;
@@ -128,6 +140,11 @@ fn default_compile_timeout() -> Duration {
 }
 
 impl RouteConfig {
+    /// The partitions of an exclusive route: its `partitions`, or [`DEFAULT_PARTITIONS`].
+    pub fn partitions(&self) -> usize {
+        self.partitions.unwrap_or(DEFAULT_PARTITIONS).max(1)
+    }
+
     /// Guests of this route running at once.
     pub fn concurrency(&self, host: &HostConfig) -> usize {
         self.concurrency.unwrap_or(host.concurrency)

@@ -369,6 +369,18 @@ impl Config {
                 at("coalesce"),
                 "coalescing keeps the newest message per entity: set exclusive_by too",
             );
+            if let Some(n) = r.partitions {
+                p.check(
+                    r.exclusive_by.is_some(),
+                    at("partitions"),
+                    "partitions spread an exclusive route's entities: set exclusive_by too, or remove partitions",
+                );
+                p.check(
+                    (1..=super::route::MAX_PARTITIONS).contains(&n),
+                    at("partitions"),
+                    format!("is {n}; use 1 to {}", super::route::MAX_PARTITIONS),
+                );
+            }
             p.check(
                 r.max_payload_bytes > 0,
                 at("max_payload_bytes"),

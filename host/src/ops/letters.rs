@@ -69,8 +69,18 @@ impl Letter {
         }
     }
 
-    /// The claim key of a letter that had a route and a key.
+    /// The claim key of a letter that had a route and a key: the one the host recorded, or
+    /// for letters older than that header, rebuilt from the shown key (exact unless the key
+    /// was escaped or cut for display).
     pub fn claim_key(&self) -> Option<String> {
+        let recorded = self
+            .stored
+            .as_ref()
+            .and_then(|m| m.header(headers::CLAIM_KEY))
+            .filter(|k| k.starts_with(&format!("{}.", self.route)));
+        if let Some(recorded) = recorded {
+            return Some(recorded.to_string());
+        }
         (!self.route.is_empty() && !self.key.is_empty())
             .then(|| key::encode(&self.route, &self.key))
     }

@@ -10,7 +10,7 @@
 use async_nats::jetstream::AckKind;
 
 use super::effects::{self, DeadLetter, DeadLetterError};
-use super::message::{event, invoked, Delivery, ERROR_RETRY};
+use super::message::{event, invoked, Delivery, infra_retry};
 use super::settle::trace_context;
 use super::Shared;
 use crate::claim::{ClaimError, ClaimState, ClaimStore};
@@ -25,6 +25,9 @@ struct After<'a> {
     guest: Guest,
     key: &'a str,
     claim_key: &'a str,
+    /// The revision of a record found before running (a key a replay reset to run again):
+    /// the settled record replaces it, where a fresh key's is created.
+    reset: Option<u64>,
 }
 
 impl<S: ClaimStore> Shared<S> {
@@ -37,12 +40,13 @@ impl<S: ClaimStore> Shared<S> {
         guest: Guest,
         (key, claim_key): (&str, &str),
     ) {
-        let a = After {
+        let mut a = After {
             d,
             route,
             guest,
             key,
             claim_key,
+            reset: None,
         };
         // A read, not a claim: skip a key settled already (a resend, a redelivery).
         match self.claimer.store().get(a.claim_key).await {
@@ -54,7 +58,8 @@ impl<S: ClaimStore> Shared<S> {
                 route.metrics.outcome(MessageOutcome::Duplicate);
                 return self.settle(d, AckKind::Term).await;
             }
-            Ok(_) => {}
+            Ok(Some((_, revision))) => a.reset = Some(revision),
+            Ok(None) => {}
             Err(e @ ClaimError::Corrupt { .. }) => {
                 let reason = format!("{e}; delete the key from the claim bucket to run it again");
                 return self
@@ -64,7 +69,7 @@ impl<S: ClaimStore> Shared<S> {
             Err(e) => {
                 tracing::warn!("claim store unavailable, will retry: {e}");
                 route.metrics.outcome(MessageOutcome::Error);
-                return self.settle(d, AckKind::Nak(Some(ERROR_RETRY))).await;
+                return self.settle(d, AckKind::Nak(Some(infra_retry(d.delivered)))).await;
             }
         }
         // Not started beside the read: measured, that cost a fifth more host CPU per message
@@ -76,7 +81,7 @@ impl<S: ClaimStore> Shared<S> {
             Err(e) => {
                 tracing::warn!("guest task ended without an outcome: {e}");
                 route.metrics.outcome(MessageOutcome::Error);
-                return self.settle(d, AckKind::Nak(Some(ERROR_RETRY))).await;
+                return self.settle(d, AckKind::Nak(Some(infra_retry(d.delivered)))).await;
             }
         };
         invoked(route, &invocation);
@@ -85,7 +90,7 @@ impl<S: ClaimStore> Shared<S> {
             Outcome::Success(outputs) => return self.complete_after(&a, attempt, &outputs).await,
             Outcome::Trap(trap) if trap.kind == TrapKind::PoolFull => {
                 route.metrics.outcome(MessageOutcome::Error);
-                return self.settle(d, AckKind::Nak(Some(ERROR_RETRY))).await;
+                return self.settle(d, AckKind::Nak(Some(infra_retry(d.delivered)))).await;
             }
             Outcome::Trap(trap) if route.is_permanent(trap.kind) => {
                 return self.give_up_after(&a, attempt, &trap.to_string()).await
@@ -117,6 +122,10 @@ impl<S: ClaimStore> Shared<S> {
         outputs: &[crate::bindings::Output],
     ) {
         let metrics = &a.route.metrics;
+        if let Some(reason) = effects::oversized(&self.js, a.claim_key, outputs) {
+            metrics.trap(TrapKind::OutputLimit.as_str());
+            return self.give_up_after(a, attempt, &reason).await;
+        }
         let trace = trace_context(a.d);
         let published = match effects::publish_outputs(&self.js, a.claim_key, outputs, trace).await
         {
@@ -124,7 +133,7 @@ impl<S: ClaimStore> Shared<S> {
             Err(e) => {
                 tracing::warn!("{e:#}, will retry");
                 metrics.outcome(MessageOutcome::Error);
-                return self.settle(a.d, AckKind::Nak(Some(ERROR_RETRY))).await;
+                return self.settle(a.d, AckKind::Nak(Some(infra_retry(a.d.delivered)))).await;
             }
         };
         let duplicates = published.iter().filter(|o| o.duplicate).count() as u64;
@@ -153,7 +162,7 @@ impl<S: ClaimStore> Shared<S> {
         {
             Ok(()) => reason.to_string(),
             Err(DeadLetterError::Transient { .. }) => {
-                return self.settle(a.d, AckKind::Nak(Some(ERROR_RETRY))).await;
+                return self.settle(a.d, AckKind::Nak(Some(infra_retry(a.d.delivered)))).await;
             }
             Err(e @ DeadLetterError::Refused { .. }) => format!("{reason}; not dead-lettered: {e}"),
         };
@@ -164,8 +173,8 @@ impl<S: ClaimStore> Shared<S> {
             .await
     }
 
-    /// Creates the key's settled record. Losing the create means another host settled the
-    /// key first: this delivery is a duplicate of its run.
+    /// Creates the key's settled record (or replaces the reset one a replay left). Losing the
+    /// write means another host settled the key first: this delivery is a duplicate of its run.
     async fn record_after(
         &self,
         a: &After<'_>,
@@ -173,7 +182,15 @@ impl<S: ClaimStore> Shared<S> {
         outcome: MessageOutcome,
         kind: AckKind,
     ) {
-        match self.claimer.create_settled(a.claim_key, &record).await {
+        let written = match a.reset {
+            Some(revision) => {
+                self.claimer
+                    .update_settled(a.claim_key, &record, revision)
+                    .await
+            }
+            None => self.claimer.create_settled(a.claim_key, &record).await,
+        };
+        match written {
             Ok(true) => a.route.metrics.outcome(outcome),
             Ok(false) => {
                 a.route.metrics.outcome(MessageOutcome::Duplicate);
@@ -182,7 +199,7 @@ impl<S: ClaimStore> Shared<S> {
             Err(e) => {
                 tracing::warn!("recording the outcome failed, will retry: {e}");
                 a.route.metrics.outcome(MessageOutcome::Error);
-                return self.settle(a.d, AckKind::Nak(Some(ERROR_RETRY))).await;
+                return self.settle(a.d, AckKind::Nak(Some(infra_retry(a.d.delivered)))).await;
             }
         }
         // Not a confirmed ack, unlike claim-before's: the settled record is stored, so an ack

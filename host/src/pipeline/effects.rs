@@ -23,6 +23,9 @@ pub mod headers {
     pub const ROUTE: &str = "Dedup-Route";
     /// The idempotency key (empty when there was none).
     pub const KEY: &str = "Dedup-Key";
+    /// The key's claim key (`crate::claim::key::encode`), exact where `Dedup-Key` is escaped
+    /// and cut for display: what a replay resets.
+    pub const CLAIM_KEY: &str = "Dedup-Claim-Key";
     /// The subject the message was published on.
     pub const SUBJECT: &str = "Dedup-Original-Subject";
     /// The message's sequence in the source stream.
@@ -43,6 +46,25 @@ pub use crate::claim::key::output_id;
 /// Publishes outputs in order, pipelined, and waits for every stream ack. Returns where each
 /// was stored (a duplicate's sequence is the copy stored first). `trace` (the event's
 /// `traceparent` and `tracestate`) is added to outputs that do not set their own.
+/// Why an output can never be stored, if one cannot: it is bigger than the server's
+/// `max_payload` with the headers the host adds (`claim_key` names its ids). Checked one by one
+/// before the first publish or batch message: a permanent fault of the handler's, never an
+/// outage to retry (a refused publish would come back forever; a partial fenced batch would be
+/// left behind every time).
+pub fn oversized(js: &Context, claim_key: &str, outputs: &[Output]) -> Option<String> {
+    let max = js.client().server_info().max_payload;
+    let overhead = 2 * (claim_key.len() + 64) + SIZE_MARGIN;
+    outputs.iter().enumerate().find_map(|(i, o)| {
+        let size = crate::runtime::outputs::output_size(o) as usize + overhead;
+        (max > 0 && size > max).then(|| {
+            format!(
+                "output {i} to `{}` is {size} bytes with the host's headers, over the server's max_payload of {max} bytes: it can never be stored; return smaller outputs (or raise max_payload on every server)",
+                text::header_value(&o.subject)
+            )
+        })
+    })
+}
+
 pub async fn publish_outputs(
     js: &Context,
     claim_key: &str,
@@ -166,6 +188,10 @@ pub async fn publish_dead_letter(
     h.insert(headers::ATTEMPT, letter.attempt.to_string().as_str());
     h.insert(headers::ROUTE, letter.route);
     h.insert(headers::KEY, text::header_value(letter.key).as_str());
+    if !letter.route.is_empty() && !letter.key.is_empty() {
+        let claim_key = crate::claim::key::encode(letter.route, letter.key);
+        h.insert(headers::CLAIM_KEY, claim_key.as_str());
+    }
     h.insert(
         headers::SUBJECT,
         text::header_value(&original.subject).as_str(),
@@ -187,12 +213,14 @@ pub async fn publish_dead_letter(
     }
     let refused = |source: PublishError| {
         let subject = subject.to_string();
+        // Only what no retry can change is a refusal; anything else the server says (a full
+        // discard-new stream, insufficient resources, a leader change) may pass, and the
+        // message stays in its stream until the letter is stored.
         match source.kind() {
-            PublishErrorKind::TimedOut
-            | PublishErrorKind::BrokenPipe
-            | PublishErrorKind::MaxAckPending
-            | PublishErrorKind::StreamNotFound => DeadLetterError::Transient { subject, source },
-            _ => DeadLetterError::Refused { subject, source },
+            PublishErrorKind::MaxPayloadExceeded
+            | PublishErrorKind::WrongLastMessageId
+            | PublishErrorKind::WrongLastSequence => DeadLetterError::Refused { subject, source },
+            _ => DeadLetterError::Transient { subject, source },
         }
     };
     let ack = js

@@ -25,8 +25,24 @@ use tracing::Instrument as _;
 /// The W3C trace-context header: carried from an event to its outputs and dead letters.
 pub(super) const TRACEPARENT: &str = "traceparent";
 
-/// Nak delay after an infrastructure error (NATS unavailable).
-pub(super) const ERROR_RETRY: Duration = Duration::from_secs(1);
+/// First nak delay after an infrastructure error (rule 20).
+const INFRA_RETRY_FIRST: Duration = Duration::from_secs(1);
+/// Longest nak delay after infrastructure errors: with the server's delivery bound (default
+/// 100) a message survives hours of outage instead of 100 seconds.
+pub(super) const INFRA_RETRY_MAX: Duration = Duration::from_secs(300);
+
+/// The nak delay after an infrastructure error (store unavailable, publish refused for a
+/// transient reason, stream missing) on the `delivered`-th delivery: doubling from 1 s up to
+/// [`INFRA_RETRY_MAX`], with jitter (between half and all of it) so that hosts recovering
+/// from one outage do not come back in step. A fixed short retry turns an outage into a
+/// storm and burns the server's delivery bound (rule 20).
+pub(super) fn infra_retry(delivered: u64) -> Duration {
+    let doublings = delivered.clamp(1, 32) as u32 - 1;
+    let full = INFRA_RETRY_FIRST
+        .saturating_mul(1u32 << doublings.min(20))
+        .min(INFRA_RETRY_MAX);
+    full.mul_f64(rand::random_range(0.5..=1.0))
+}
 
 /// A delivery this host holds the claim for, with everything settling it needs.
 pub(super) struct Claimed<'a, S: ClaimStore> {
@@ -147,7 +163,7 @@ impl<S: ClaimStore> Shared<S> {
         // The version now served runs this message to its end, whatever is swapped meanwhile.
         let Some(guest) = route.guest() else {
             // The route stopped being served after this message was pulled: leave it for later.
-            return self.settle(d, AckKind::Nak(Some(ERROR_RETRY))).await;
+            return self.settle(d, AckKind::Nak(Some(infra_retry(d.delivered)))).await;
         };
         let claim_key = route.claim_key(&key);
         if route.claim_after {
@@ -189,7 +205,7 @@ impl<S: ClaimStore> Shared<S> {
             Ok(ClaimOutcome::Busy { retry_in }) => {
                 // Never ack: if the owner dies, this delivery may be the only copy left.
                 route.metrics.outcome(MessageOutcome::Busy);
-                self.settle(d, AckKind::Nak(Some(retry_in))).await;
+                self.settle(d, AckKind::Nak(Some(self.busy_delay(retry_in)))).await;
             }
             Err(e @ ClaimError::Corrupt { .. }) => {
                 // Not a record this host wrote: retrying would loop for as long as it stays.
@@ -200,9 +216,18 @@ impl<S: ClaimStore> Shared<S> {
             Err(e) => {
                 tracing::warn!("claim failed, will retry: {e}");
                 route.metrics.outcome(MessageOutcome::Error);
-                self.settle(d, AckKind::Nak(Some(ERROR_RETRY))).await;
+                self.settle(d, AckKind::Nak(Some(infra_retry(d.delivered)))).await;
             }
         }
+    }
+
+    /// The nak delay of a busy key: the wait its record asks for, computed from times another
+    /// host wrote, so bounded by what this host's config allows (a lease plus the skew margin,
+    /// or the largest backoff): a skewed clock never parks a message for longer.
+    fn busy_delay(&self, retry_in: Duration) -> Duration {
+        let c = &self.config;
+        let most = (c.claims.lease + c.claims.clock_skew).max(c.max_backoff());
+        retry_in.min(most)
     }
 
     /// Runs a claimed message and settles it according to the outcome. The heartbeat runs
@@ -416,4 +441,25 @@ fn headers_of(message: &async_nats::Message) -> Vec<Header> {
         .collect();
     out.sort_by(|a, b| a.name.cmp(&b.name));
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn infrastructure_retries_back_off_exponentially_up_to_minutes() {
+        for delivered in 1..200 {
+            let d = infra_retry(delivered);
+            let full = INFRA_RETRY_FIRST
+                .saturating_mul(1 << (delivered.min(21) - 1))
+                .min(INFRA_RETRY_MAX);
+            assert!(d >= full / 2 && d <= full, "{delivered}: {d:?} of {full:?}");
+        }
+        assert!(infra_retry(0) <= INFRA_RETRY_FIRST);
+        assert!(infra_retry(10) >= INFRA_RETRY_MAX / 2);
+        // The server's default bound of 100 deliveries lasts hours, not 100 seconds.
+        let total: Duration = (1..=100).map(|d| infra_retry(d)).sum();
+        assert!(total > Duration::from_secs(3 * 3600), "{total:?}");
+    }
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use async_nats::jetstream::context::PublishErrorKind;
 use async_nats::jetstream::{self, AckKind};
 
-use super::message::{position, Delivery, Position, ERROR_RETRY};
+use super::message::{position, Delivery, Position, infra_retry, INFRA_RETRY_MAX};
 use super::Shared;
 use crate::claim::ClaimStore;
 use crate::exclusive;
@@ -24,7 +24,7 @@ impl<S: ClaimStore> Shared<S> {
                 route = route.name,
                 "queueing for a route that is not exclusive"
             );
-            let _ = message.ack_with(AckKind::Nak(Some(ERROR_RETRY))).await;
+            let _ = message.ack_with(AckKind::Nak(Some(INFRA_RETRY_MAX))).await;
             return;
         };
         let Some(Position {
@@ -86,7 +86,7 @@ impl<S: ClaimStore> Shared<S> {
                     "cannot queue, will retry: {e}"
                 );
                 route.metrics.outcome(MessageOutcome::Error);
-                self.settle(&d, AckKind::Nak(Some(ERROR_RETRY))).await;
+                self.settle(&d, AckKind::Nak(Some(infra_retry(d.delivered)))).await;
             }
         }
     }

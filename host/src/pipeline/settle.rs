@@ -10,7 +10,7 @@ use std::time::Duration;
 use async_nats::jetstream::AckKind;
 
 use super::effects::{self, DeadLetter, DeadLetterError};
-use super::message::{Claimed, Delivery, ERROR_RETRY};
+use super::message::{Claimed, Delivery, infra_retry};
 use super::Shared;
 use crate::bindings::Output;
 use crate::claim::{ClaimStore, LeaseLost};
@@ -25,6 +25,10 @@ impl<S: ClaimStore> Shared<S> {
         outputs: &[Output],
         published: &AtomicBool,
     ) {
+        if let Some(reason) = effects::oversized(&self.js, c.lease.key(), outputs) {
+            c.route.metrics.trap(crate::runtime::TrapKind::OutputLimit.as_str());
+            return self.give_up(c, &reason).await;
+        }
         if c.route.fenced.is_some() {
             return self.commit_fenced(c, outputs).await;
         }
@@ -99,7 +103,7 @@ impl<S: ClaimStore> Shared<S> {
     /// A coalescing route's message with a newer one of its entity waiting: completed
     /// without running, so the handler sees the latest state.
     pub(super) async fn coalesced(&self, c: &Claimed<'_, S>) {
-        if let Err(e) = c.lease.complete(Vec::new()).await {
+        if let Err(e) = c.lease.coalesce().await {
             return self.write_failed(c, e, false).await;
         }
         tracing::debug!("coalesced: a newer message of the entity is waiting");
@@ -172,8 +176,9 @@ impl<S: ClaimStore> Shared<S> {
     pub(super) async fn release(&self, c: &Claimed<'_, S>, reason: &str) {
         tracing::warn!("not the guest's fault, will retry without counting an attempt: {reason}");
         c.route.metrics.outcome(MessageOutcome::Error);
-        match c.lease.release(reason, ERROR_RETRY).await {
-            Ok(()) => self.settle(c.d, AckKind::Nak(Some(ERROR_RETRY))).await,
+        let delay = infra_retry(c.d.delivered);
+        match c.lease.release(reason, delay).await {
+            Ok(()) => self.settle(c.d, AckKind::Nak(Some(delay))).await,
             Err(e) => self.write_failed(c, e, false).await,
         }
     }
@@ -201,7 +206,7 @@ impl<S: ClaimStore> Shared<S> {
                 self.settle(d, AckKind::Term).await;
             }
             Err(DeadLetterError::Transient { .. }) => {
-                self.settle(d, AckKind::Nak(Some(ERROR_RETRY))).await
+                self.settle(d, AckKind::Nak(Some(infra_retry(d.delivered)))).await
             }
             Err(e @ DeadLetterError::Refused { .. }) => {
                 tracing::error!(sequence = d.sequence, "terminating message: {reason}; {e}");

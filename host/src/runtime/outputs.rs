@@ -129,7 +129,7 @@ fn shorten(s: &str) -> String {
 }
 
 /// Bytes an output occupies on the wire, roughly: subject, payload and headers.
-fn output_size(output: &Output) -> u64 {
+pub fn output_size(output: &Output) -> u64 {
     let headers: usize = output
         .headers
         .iter()

@@ -19,7 +19,8 @@ use tokio::task::JoinHandle;
 
 use crate::claim::host::HostClaimStore;
 use crate::config::diff::ConfigDiff;
-use crate::config::{Config, ConfigError};
+use crate::config::{Config, ConfigError, EffectsMode};
+use crate::contract::ContractError;
 use crate::pipeline::{self, Role, Shared};
 use crate::routes::{Route, Routes};
 use crate::runtime::Runtime;
@@ -52,6 +53,8 @@ pub(crate) struct Live {
     pub(crate) runtime: Option<Runtime>,
     pub(crate) routes: Arc<Routes>,
     pub(crate) instance_id: String,
+    /// The deployment's route contracts ([`crate::contract`]).
+    contracts: async_nats::jetstream::kv::Store,
     served: tokio::sync::Mutex<BTreeMap<String, Served>>,
     /// Routes replaced or removed by a reload, still draining.
     draining: Mutex<Vec<JoinHandle<()>>>,
@@ -69,6 +72,7 @@ impl Live {
         runtime: Option<Runtime>,
         routes: Arc<Routes>,
         instance_id: String,
+        contracts: async_nats::jetstream::kv::Store,
     ) -> anyhow::Result<Self> {
         let (poke, dir_watcher) = match &config.components.dir {
             Some(dir) if runtime.is_some() => {
@@ -87,6 +91,7 @@ impl Live {
             runtime,
             routes,
             instance_id,
+            contracts,
             served: tokio::sync::Mutex::default(),
             draining: Mutex::default(),
             poke,
@@ -98,10 +103,15 @@ impl Live {
         self.config.lock().expect("config lock").clone()
     }
 
-    /// Starts serving `route`: binds its consumer (patiently), starts its loop and its
-    /// component watcher. `added` marks a route added by a reload.
+    /// Starts serving `route` if its config agrees with the route's contract (recording it
+    /// when the route has none): binds its consumer (patiently), starts its loop and its
+    /// component watcher. A route that disagrees is refused on this host (not an error: its
+    /// messages wait in the stream). `added` marks a route added by a reload.
     pub(crate) async fn start(&self, route: Arc<Route>, added: bool) -> anyhow::Result<()> {
         let config = self.config();
+        if !self.agrees(&config, &route).await? {
+            return Ok(());
+        }
         let source = self.js.get_stream(&config.source.stream).await?;
         let consumer = crate::setup::patiently(|| {
             crate::setup::route_consumer(&source, &config, &route.name, &route.subject)
@@ -160,6 +170,55 @@ impl Live {
         Ok(())
     }
 
+    /// Whether `route` agrees with its contract; records why not on the route and stops
+    /// serving it when it does not.
+    async fn agrees(&self, config: &Config, route: &Route) -> anyhow::Result<bool> {
+        let Some(rc) = config.routes.iter().find(|r| r.name == route.name) else {
+            return Ok(false);
+        };
+        let agreed = crate::setup::patiently(|| async {
+            match crate::contract::agree(&self.contracts, config, rc, &self.instance_id).await {
+                Ok(_) => Ok(None),
+                Err(e @ ContractError::Differs { .. }) => Ok(Some(e.to_string())),
+                Err(e) => Err(anyhow::Error::from(e)),
+            }
+        })
+        .await?;
+        let Some(reason) = agreed else {
+            route.refuse_contract(None);
+            return Ok(true);
+        };
+        tracing::error!("{reason}");
+        // A route served so far drains first, and only then reports itself refused: a contract
+        // change waits for that report, so nothing of the old contract is still running when
+        // the new one starts elsewhere.
+        let served = self.served.lock().await.remove(&route.name);
+        if let Some(served) = served {
+            stop(served).await;
+        }
+        route.refuse_contract(Some(reason));
+        Ok(false)
+    }
+
+    /// Checks route `name` again after its contract changed: a served route that no longer
+    /// agrees stops (its in-flight messages finish), a refused one that now agrees starts.
+    pub(crate) async fn recheck(&self, name: &str) {
+        let Some(route) = self.routes.get(name) else {
+            return;
+        };
+        let served = self.served.lock().await.contains_key(name);
+        let result = if served {
+            self.agrees(&self.config(), &route).await.map(|_| ())
+        } else if route.contract_refused().is_some() {
+            self.start(route, true).await
+        } else {
+            Ok(())
+        };
+        if let Err(e) = result {
+            tracing::warn!(route = name, "cannot check the route's changed contract: {e:#}");
+        }
+    }
+
     /// Stops a replaced or removed route in the background: its loop drains while the rest
     /// (and its replacement) keep serving.
     fn retire(&self, served: Served) {
@@ -201,6 +260,13 @@ impl Live {
             routes: new.routes.clone(),
             ..(*old).clone()
         });
+        report.problems = unfenced(&running);
+        if !report.problems.is_empty() {
+            let text = report.problems.join("; ");
+            tracing::error!("config reload refused, the running config keeps serving: {text}");
+            self.routes.refuse_config(Some(text));
+            return report;
+        }
         *self.config.lock().expect("config lock") = running.clone();
         let mut routes = Vec::new();
         let mut start = Vec::new();
@@ -255,6 +321,50 @@ impl Live {
 async fn stop(served: Served) {
     let _ = served.stop.send(true);
     futures::future::join_all(served.tasks).await;
+}
+
+/// The fenced routes that the running output streams cannot fence (a reload that needs an
+/// output stream change, which takes a restart): refused rather than run unfenced.
+fn unfenced(running: &Config) -> Vec<String> {
+    running
+        .routes
+        .iter()
+        .filter(|r| r.effects == EffectsMode::Fenced && running.fenced_stream(r).is_none())
+        .map(|r| format!("route `{}` is fenced, but no running `[[output_streams]]` entry with effects = \"fenced\" captures all of its allowed_outputs {:?}; output streams change only at a restart: restart the hosts with this config instead of reloading", r.name, r.allowed_outputs))
+        .collect()
+}
+
+/// Follows the deployment's contract records: every change is checked by [`Live::recheck`].
+pub(crate) fn follow_contracts(
+    live: Arc<Live>,
+    mut stopped: watch::Receiver<bool>,
+) -> JoinHandle<()> {
+    use futures::StreamExt as _;
+    tokio::spawn(async move {
+        loop {
+            let mut updates = match live.contracts.watch_all().await {
+                Ok(updates) => updates,
+                Err(e) => {
+                    tracing::warn!("cannot follow route contracts, retrying: {e}");
+                    tokio::select! {
+                        _ = tokio::time::sleep(std::time::Duration::from_secs(5)) => continue,
+                        _ = stopped.wait_for(|s| *s) => return,
+                    }
+                }
+            };
+            loop {
+                let entry = tokio::select! {
+                    e = updates.next() => e,
+                    _ = stopped.wait_for(|s| *s) => return,
+                };
+                match entry {
+                    Some(Ok(entry)) => live.recheck(&entry.key).await,
+                    Some(Err(e)) => tracing::warn!("route contract watch: {e}"),
+                    None => break,
+                }
+            }
+        }
+    })
 }
 
 /// Every problem of a refused config, one sentence each.

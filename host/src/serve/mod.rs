@@ -239,6 +239,7 @@ pub async fn start_with_routes(
         claimer,
         guest_threads.handle(),
     ));
+    let contracts = crate::setup::patiently(|| crate::contract::open(&js, &config)).await?;
     let live = Arc::new(live::Live::new(
         config.clone(),
         js,
@@ -246,10 +247,12 @@ pub async fn start_with_routes(
         runtime,
         routes.clone(),
         instance_id.clone(),
+        contracts,
     )?);
     for route in routes.iter() {
         live.start(route, false).await?;
     }
+    tasks.push(live::follow_contracts(live.clone(), stopped.clone()));
     health.set_up(routes.clone());
     let loops = pipeline::spawn_common(shared, unrouted, &client, &stopped);
     let (requests, reload_requests) = tokio::sync::mpsc::channel(4);

@@ -42,20 +42,9 @@ pub fn percentiles(samples: &mut [Duration]) -> Percentiles {
     }
 }
 
-/// CPU time this process has used so far (user + system, from `/proc/self/stat`, in the
-/// kernel's 100 Hz clock ticks). With an in-process host, a drain's difference divided by
-/// its messages is the host's CPU per message (the benchmark only polls meanwhile).
-pub fn process_cpu() -> Duration {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let after_name = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-    let fields: Vec<u64> = after_name
-        .split_whitespace()
-        .skip(11) // state .. cmajflt
-        .take(2) // utime, stime
-        .filter_map(|f| f.parse().ok())
-        .collect();
-    Duration::from_millis(fields.iter().sum::<u64>() * 10)
-}
+/// CPU time this process has used so far: with an in-process host, a drain's difference
+/// divided by its messages is the host's CPU per message (the benchmark only polls meanwhile).
+pub use dedup_host::cpu::process_cpu;
 
 /// Waits until `done()` holds, checking every 20 µs from a blocking thread that sleeps in
 /// between: a latency probe must neither wait for the runtime's 1 ms timer nor spin. (A task

@@ -248,6 +248,44 @@ async fn coalescing_runs_the_first_and_the_last_update_and_few_between() {
     host.shutdown().await.unwrap();
 }
 
+/// A coalesced key was skipped, not run: a later message with the same key (a producer's
+/// retry, or a queue copy made again) is the newest of its entity and runs. It used to find
+/// the key completed and be acked, so neither message ran.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_later_message_with_a_coalesced_key_still_runs() {
+    let env = TestEnv::start().await;
+    let routes = route("coalesce = true\nkey = { header = \"Idem-Key\" }");
+    let host = env.host(&Timing::default(), &routes, "co-again").await;
+    env.publish("in.ex.doc", "m0", &[("Idem-Key", "k0")], "probe:1000")
+        .await;
+    wait_for(
+        Duration::from_secs(10),
+        "the first update running",
+        || async { env.claim("ex", "k0").await.map(|_| ()) },
+    )
+    .await;
+    env.publish("in.ex.doc", "m1", &[("Idem-Key", "k1")], "probe:20")
+        .await;
+    env.publish("in.ex.doc", "m2", &[("Idem-Key", "k2")], "probe:20")
+        .await;
+    let keys = ["k0", "k1", "k2"].map(String::from);
+    wait_all(&env, &keys, Duration::from_secs(30)).await;
+    let ran: Vec<u64> = runs(&env).await.iter().map(|r| r.sequence).collect();
+    assert_eq!(ran, [1, 3], "the second update was coalesced");
+    // The producer sends the second update again, after every other: now it is the newest.
+    env.publish("in.ex.doc", "m1-again", &[("Idem-Key", "k1")], "probe:20")
+        .await;
+    wait_for(Duration::from_secs(30), "the repeat run", || async {
+        let ran: Vec<u64> = runs(&env).await.iter().map(|r| r.sequence).collect();
+        (ran == [1, 3, 4]).then_some(())
+    })
+    .await;
+    let k1 = env.claim("ex", "k1").await.unwrap();
+    assert_eq!(k1.state, ClaimState::Completed);
+    assert!(!k1.is_coalesced(), "{k1:?}");
+    host.shutdown().await.unwrap();
+}
+
 #[test]
 fn coalescing_without_an_entity_key_is_refused() {
     let text = format!(

@@ -1,0 +1,266 @@
+//! A route's contract (DESIGN.md rule 19): what every host must agree on for the route's
+//! guarantees, recorded on the server when the route is first set up and checked by every host
+//! at start, on every reload and whenever the record changes.
+//!
+//! A host's own config never decides these alone: hosts differ in size, and rolling restarts
+//! and reloads put old and new configs side by side. A route whose config differs from its
+//! contract is refused on that host (its messages wait in the stream); changing a contract is
+//! an explicit operation, `dedup-host setup --change-route R` ([`crate::contract_change`]).
+//!
+//! The records live in the KV bucket `dedup-contracts-<source stream>`, key `<route>`, kept
+//! without a max age (a contract outlives every claim).
+
+use anyhow::Context as _;
+use async_nats::jetstream::kv::{self, Store};
+use async_nats::jetstream::Context;
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use crate::config::{ClaimMode, Config, DedupMode, EffectsMode, KeySource, MissingKey, RouteConfig};
+
+/// What every host serving a route must agree on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteContract {
+    /// Where the route's claim records live: `bucket <name>`, or `stream <name>` for a fenced
+    /// route (its claims sit beside its outputs).
+    pub claims: String,
+    /// `window` or `fenced` effects.
+    pub effects: EffectsMode,
+    /// Claim `before` or `after` running.
+    pub claim: ClaimMode,
+    /// Where the idempotency key comes from.
+    pub key: KeySource,
+    /// What a message without a key becomes.
+    pub missing_key: MissingKey,
+    /// Whether the source stream refuses a repeated subject forever (`source.dedup`).
+    pub forever: bool,
+    /// Where an exclusive route's entity comes from.
+    pub exclusive_by: Option<KeySource>,
+    /// Whether an exclusive route skips a message with a newer one of its entity waiting.
+    pub coalesce: bool,
+    /// An exclusive route's partitions.
+    pub partitions: Option<usize>,
+}
+
+/// A contract as stored, with who recorded it and when.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContractRecord {
+    /// The contract.
+    pub contract: RouteContract,
+    /// Who wrote it: a host's instance id, or `setup`.
+    pub recorded_by: String,
+    /// When, in Unix milliseconds.
+    pub recorded_ms: u64,
+}
+
+/// Why a route's contract could not be agreed.
+#[derive(Debug, Error)]
+pub enum ContractError {
+    /// The config differs from the recorded contract.
+    #[error("route `{route}` differs from its contract on the server (recorded by {recorded_by}; every host must agree on it): {}; make this config match, or change the contract with `dedup-host setup --config <this config> --change-route {route}` once no host serves the route", differences.join("; "))]
+    Differs {
+        /// The route.
+        route: String,
+        /// Who recorded the contract.
+        recorded_by: String,
+        /// One `field: recorded X, this config Y` each.
+        differences: Vec<String>,
+    },
+    /// The contract bucket did not answer or holds something unreadable.
+    #[error("route `{route}`: cannot read or record its contract in `{bucket}`: {reason}")]
+    Store {
+        /// The route.
+        route: String,
+        /// The contract bucket.
+        bucket: String,
+        /// What went wrong.
+        reason: String,
+    },
+}
+
+/// The contract bucket of a deployment: one per source stream.
+pub fn bucket_name(config: &Config) -> String {
+    format!("dedup-contracts-{}", config.source.stream)
+}
+
+/// The contract `config` asks for `route`.
+pub fn of(config: &Config, route: &RouteConfig) -> RouteContract {
+    let claims = match config.fenced_stream(route) {
+        Some(stream) => format!("stream {}", stream.name),
+        None => format!("bucket {}", config.claims.bucket),
+    };
+    RouteContract {
+        claims,
+        effects: route.effects,
+        claim: route.claim,
+        key: route.key.clone(),
+        missing_key: route.missing_key,
+        forever: config.source.dedup == DedupMode::Forever,
+        exclusive_by: route.exclusive_by.clone(),
+        coalesce: route.coalesce,
+        partitions: route.exclusive_by.as_ref().map(|_| route.partitions()),
+    }
+}
+
+/// Each field where `recorded` and `wanted` differ, as `field: recorded X, this config Y`.
+pub fn differences(recorded: &RouteContract, wanted: &RouteContract) -> Vec<String> {
+    let (serde_json::Value::Object(a), serde_json::Value::Object(b)) = (
+        serde_json::to_value(recorded).expect("contract serializes"),
+        serde_json::to_value(wanted).expect("contract serializes"),
+    ) else {
+        unreachable!("a contract is an object");
+    };
+    a.iter()
+        .filter(|(field, value)| b.get(*field) != Some(value))
+        .map(|(field, value)| {
+            let mine = b.get(field).cloned().unwrap_or(serde_json::Value::Null);
+            format!("{field}: recorded {value}, this config {mine}")
+        })
+        .collect()
+}
+
+/// Opens the contract bucket, creating it when missing.
+pub async fn open(js: &Context, config: &Config) -> anyhow::Result<Store> {
+    let bucket = bucket_name(config);
+    if let Ok(store) = js.get_key_value(&bucket).await {
+        return Ok(store);
+    }
+    js.create_key_value(kv::Config {
+        bucket: bucket.clone(),
+        description: "dedup-host route contracts (DESIGN.md rule 19)".into(),
+        history: 8,
+        num_replicas: config.claims.replicas,
+        ..Default::default()
+    })
+    .await
+    .with_context(|| format!("cannot create the route contract bucket `{bucket}`"))
+}
+
+/// The recorded contract of `route` with its revision, if any.
+pub async fn read(
+    store: &Store,
+    route: &str,
+) -> Result<Option<(ContractRecord, u64)>, ContractError> {
+    let fail = |reason: String| ContractError::Store {
+        route: route.to_string(),
+        bucket: store.name.clone(),
+        reason,
+    };
+    let Some(entry) = store.entry(route).await.map_err(|e| fail(e.to_string()))? else {
+        return Ok(None);
+    };
+    if entry.operation != kv::Operation::Put {
+        return Ok(None);
+    }
+    let record = serde_json::from_slice(&entry.value)
+        .map_err(|e| fail(format!("unreadable record ({e}); delete key `{route}` to record it anew")))?;
+    Ok(Some((record, entry.revision)))
+}
+
+/// Checks `route` of `config` against its recorded contract, recording it first when the
+/// route has none (the first host to set the route up). `by` names the writer.
+pub async fn agree(
+    store: &Store,
+    config: &Config,
+    route: &RouteConfig,
+    by: &str,
+) -> Result<RouteContract, ContractError> {
+    let wanted = of(config, route);
+    for _ in 0..3 {
+        match read(store, &route.name).await? {
+            Some((recorded, _)) => return compare(&route.name, &recorded, wanted),
+            None => {
+                let record = ContractRecord {
+                    contract: wanted.clone(),
+                    recorded_by: by.to_string(),
+                    recorded_ms: crate::claim::record::now_ms(),
+                };
+                let bytes = serde_json::to_vec(&record).expect("record serializes");
+                match store.create(&route.name, bytes.into()).await {
+                    Ok(_) => {
+                        tracing::info!(route = route.name, "route contract recorded");
+                        return Ok(wanted);
+                    }
+                    // Another host recorded it first (or our own lost answer landed): compare.
+                    Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => continue,
+                    Err(e) => {
+                        return Err(ContractError::Store {
+                            route: route.name.clone(),
+                            bucket: store.name.clone(),
+                            reason: e.to_string(),
+                        })
+                    }
+                }
+            }
+        }
+    }
+    Err(ContractError::Store {
+        route: route.name.clone(),
+        bucket: store.name.clone(),
+        reason: "the record neither exists nor can be created".into(),
+    })
+}
+
+/// `Ok(wanted)` when `recorded` holds it, else the differences.
+pub fn compare(
+    route: &str,
+    recorded: &ContractRecord,
+    wanted: RouteContract,
+) -> Result<RouteContract, ContractError> {
+    if recorded.contract == wanted {
+        return Ok(wanted);
+    }
+    Err(ContractError::Differs {
+        route: route.to_string(),
+        recorded_by: recorded.recorded_by.clone(),
+        differences: differences(&recorded.contract, &wanted),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+
+    fn config(route_extra: &str, outputs: &str) -> Config {
+        let text = format!(
+            "[nats]\nurls = [\"nats://127.0.0.1:4222\"]\n[host]\nconcurrency = 4\n[source]\nsubjects = [\"in.>\"]\n{outputs}\n[[routes]]\nname = \"r\"\nsubject = \"in.r.*\"\n{route_extra}\n"
+        );
+        Config::parse(&text, Path::new("t.toml"), std::env::temp_dir()).expect("valid")
+    }
+
+    #[test]
+    fn partitions_come_from_the_route_not_the_host_size() {
+        let small = config("exclusive_by = { subject_token = 2 }", "");
+        let mut big = small.clone();
+        big.host.concurrency = 64;
+        big.host.max_in_flight = 256;
+        let (a, b) = (of(&small, &small.routes[0]), of(&big, &big.routes[0]));
+        assert_eq!(a, b, "hosts of different sizes agree");
+        assert_eq!(a.partitions, Some(crate::config::DEFAULT_PARTITIONS));
+        let eight = config("exclusive_by = { subject_token = 2 }\npartitions = 8", "");
+        let d = differences(&a, &of(&eight, &eight.routes[0]));
+        assert_eq!(d, ["partitions: recorded 16, this config 8"]);
+    }
+
+    #[test]
+    fn a_fenced_route_names_its_stream_and_a_window_route_the_bucket() {
+        let out = "[[output_streams]]\nname = \"OUT\"\nsubjects = [\"out.>\"]\neffects = \"fenced\"\n";
+        let fenced = config("allowed_outputs = [\"out.r\"]\neffects = \"fenced\"", out);
+        let window = config("allowed_outputs = [\"out.r\"]", out);
+        let (f, w) = (of(&fenced, &fenced.routes[0]), of(&window, &window.routes[0]));
+        assert_eq!(f.claims, "stream OUT");
+        assert_eq!(w.claims, "bucket dedup-claims");
+        let record = ContractRecord {
+            contract: f,
+            recorded_by: "h1".into(),
+            recorded_ms: 0,
+        };
+        let e = compare("r", &record, w).unwrap_err().to_string();
+        assert!(e.contains("claims: recorded \"stream OUT\", this config \"bucket dedup-claims\""), "{e}");
+        assert!(e.contains("effects: recorded \"fenced\", this config \"window\""), "{e}");
+        assert!(e.contains("--change-route r"), "{e}");
+    }
+}
