@@ -16,7 +16,9 @@ use async_nats::jetstream::Context;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::config::{ClaimMode, Config, DedupMode, EffectsMode, KeySource, MissingKey, RouteConfig};
+use crate::config::{
+    ClaimMode, Config, DedupMode, EffectsMode, KeySource, MissingKey, RouteConfig,
+};
 
 /// What every host serving a route must agree on.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -153,8 +155,11 @@ pub async fn read(
     if entry.operation != kv::Operation::Put {
         return Ok(None);
     }
-    let record = serde_json::from_slice(&entry.value)
-        .map_err(|e| fail(format!("unreadable record ({e}); delete key `{route}` to record it anew")))?;
+    let record = serde_json::from_slice(&entry.value).map_err(|e| {
+        fail(format!(
+            "unreadable record ({e}); delete key `{route}` to record it anew"
+        ))
+    })?;
     Ok(Some((record, entry.revision)))
 }
 
@@ -247,10 +252,14 @@ mod tests {
 
     #[test]
     fn a_fenced_route_names_its_stream_and_a_window_route_the_bucket() {
-        let out = "[[output_streams]]\nname = \"OUT\"\nsubjects = [\"out.>\"]\neffects = \"fenced\"\n";
+        let out =
+            "[[output_streams]]\nname = \"OUT\"\nsubjects = [\"out.>\"]\neffects = \"fenced\"\n";
         let fenced = config("allowed_outputs = [\"out.r\"]\neffects = \"fenced\"", out);
         let window = config("allowed_outputs = [\"out.r\"]", out);
-        let (f, w) = (of(&fenced, &fenced.routes[0]), of(&window, &window.routes[0]));
+        let (f, w) = (
+            of(&fenced, &fenced.routes[0]),
+            of(&window, &window.routes[0]),
+        );
         assert_eq!(f.claims, "stream OUT");
         assert_eq!(w.claims, "bucket dedup-claims");
         let record = ContractRecord {
@@ -259,8 +268,14 @@ mod tests {
             recorded_ms: 0,
         };
         let e = compare("r", &record, w).unwrap_err().to_string();
-        assert!(e.contains("claims: recorded \"stream OUT\", this config \"bucket dedup-claims\""), "{e}");
-        assert!(e.contains("effects: recorded \"fenced\", this config \"window\""), "{e}");
+        assert!(
+            e.contains("claims: recorded \"stream OUT\", this config \"bucket dedup-claims\""),
+            "{e}"
+        );
+        assert!(
+            e.contains("effects: recorded \"fenced\", this config \"window\""),
+            "{e}"
+        );
         assert!(e.contains("--change-route r"), "{e}");
     }
 }

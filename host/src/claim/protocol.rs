@@ -305,7 +305,8 @@ enum WriteError {
 }
 
 /// The reason of a write given up after adopting a late revision.
-const ADOPTED: &str = "an earlier write of this claim landed late; its revision is adopted, write again";
+const ADOPTED: &str =
+    "an earlier write of this claim landed late; its revision is adopted, write again";
 
 /// Why a lease can no longer be used.
 #[derive(Debug, Error)]
@@ -360,11 +361,7 @@ impl<S: ClaimStore> Lease<S> {
         self.state.lock().await.record.reason.clone()
     }
 
-    async fn write(
-        &self,
-        change: impl Fn(&mut ClaimRecord),
-        last: bool,
-    ) -> Result<(), LeaseLost> {
+    async fn write(&self, change: impl Fn(&mut ClaimRecord), last: bool) -> Result<(), LeaseLost> {
         // Twice at most: once more after adopting the revision of an earlier write of ours
         // that landed after its answer was lost (and after the read-back that looked for it).
         for _ in 0..2 {

@@ -183,7 +183,10 @@ impl ClaimStore for LandsLate {
         record: &ClaimRecord,
         revision: u64,
     ) -> Result<u64, ClaimError> {
-        if self.delay_next.swap(false, std::sync::atomic::Ordering::SeqCst) {
+        if self
+            .delay_next
+            .swap(false, std::sync::atomic::Ordering::SeqCst)
+        {
             *self.late.lock().unwrap() = Some((key.to_string(), record.clone(), revision));
             return Err(ClaimError::Unavailable("timed out".into()));
         }
@@ -204,8 +207,13 @@ async fn a_renewal_that_lands_after_its_read_back_keeps_the_lease() {
     let ClaimOutcome::Acquired(lease) = a.claim("k", "d").await.unwrap() else {
         panic!()
     };
-    store.delay_next.store(true, std::sync::atomic::Ordering::SeqCst);
-    assert!(matches!(lease.renew().await, Err(LeaseLost::Unavailable(_))));
+    store
+        .delay_next
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    assert!(matches!(
+        lease.renew().await,
+        Err(LeaseLost::Unavailable(_))
+    ));
     lease
         .renew()
         .await

@@ -194,6 +194,7 @@ impl Config {
             }
             p.check(o.duplicate_window > gap, format!("output_streams[{i}].duplicate_window"), format!("{:?} is shorter than the longest gap between two runs of one key ({gap:?} = largest route deadline + lease + clock_skew + largest backoff + ack_wait + claims.pause_margin): a re-run could publish an output twice", o.duplicate_window));
         }
+        self.validate_source_outputs(p, gap);
         let dl_gap = self.dead_letter_gap();
         p.check(self.dead_letter.duplicate_window > dl_gap, "dead_letter.duplicate_window", format!("{:?} is shorter than lease + clock_skew + largest backoff ({dl_gap:?}): a dead letter could be stored twice", self.dead_letter.duplicate_window));
     }
@@ -463,6 +464,29 @@ impl Config {
                         a.subject, b.name, b.subject
                     ),
                 );
+            }
+        }
+    }
+}
+
+impl Config {
+    /// Outputs that land in the source stream (a chain): a route must take them, or each one
+    /// would come back as an unrouted message and be dead-lettered; and a window route's
+    /// re-run would store one twice unless the source keeps message ids longer than a re-run
+    /// can take. Checked here, before anything is created.
+    fn validate_source_outputs(&self, p: &mut Problems, gap: std::time::Duration) {
+        let sources = self.source_subjects();
+        for (i, r) in self.routes.iter().enumerate() {
+            for f in &r.allowed_outputs {
+                let Some(src) = sources.iter().find(|s| subject::overlaps(f, s)) else {
+                    continue;
+                };
+                let field = format!("routes[{i}].allowed_outputs");
+                let taken = self.routes.iter().any(|t| subject::covers(&t.subject, f));
+                p.check(taken, field.clone(), format!("route `{}`'s output subject `{f}` lands in the source stream (source subject `{src}`), where no route takes it: every output would come back as an unrouted message and be dead-lettered; give the outputs a stream of their own (an `[[output_streams]]` entry capturing `{f}`, with `source.subjects` narrowed so they do not capture it), or add a route for `{f}` (a chain)", r.name));
+                let fenced = self.fenced_stream(r).is_some();
+                let forever = self.source.dedup == DedupMode::Forever;
+                p.check(fenced || forever || self.source.duplicate_window > gap, field, format!("route `{}`'s output subject `{f}` lands in the source stream, which keeps message ids for {:?} (`source.duplicate_window`), not longer than the longest gap between two runs of one key ({gap:?}): a re-run could publish an output twice; raise source.duplicate_window above {gap:?}, or give the outputs a stream of their own", r.name, self.source.duplicate_window));
             }
         }
     }

@@ -10,7 +10,7 @@
 use async_nats::jetstream::AckKind;
 
 use super::effects::{self, DeadLetter, DeadLetterError};
-use super::message::{event, invoked, Delivery, infra_retry};
+use super::message::{event, infra_retry, invoked, Delivery};
 use super::settle::trace_context;
 use super::Shared;
 use crate::claim::{ClaimError, ClaimState, ClaimStore};
@@ -69,7 +69,9 @@ impl<S: ClaimStore> Shared<S> {
             Err(e) => {
                 tracing::warn!("claim store unavailable, will retry: {e}");
                 route.metrics.outcome(MessageOutcome::Error);
-                return self.settle(d, AckKind::Nak(Some(infra_retry(d.delivered)))).await;
+                return self
+                    .settle(d, AckKind::Nak(Some(infra_retry(d.delivered))))
+                    .await;
             }
         }
         // Not started beside the read: measured, that cost a fifth more host CPU per message
@@ -81,7 +83,9 @@ impl<S: ClaimStore> Shared<S> {
             Err(e) => {
                 tracing::warn!("guest task ended without an outcome: {e}");
                 route.metrics.outcome(MessageOutcome::Error);
-                return self.settle(d, AckKind::Nak(Some(infra_retry(d.delivered)))).await;
+                return self
+                    .settle(d, AckKind::Nak(Some(infra_retry(d.delivered))))
+                    .await;
             }
         };
         invoked(route, &invocation);
@@ -90,7 +94,9 @@ impl<S: ClaimStore> Shared<S> {
             Outcome::Success(outputs) => return self.complete_after(&a, attempt, &outputs).await,
             Outcome::Trap(trap) if trap.kind == TrapKind::PoolFull => {
                 route.metrics.outcome(MessageOutcome::Error);
-                return self.settle(d, AckKind::Nak(Some(infra_retry(d.delivered)))).await;
+                return self
+                    .settle(d, AckKind::Nak(Some(infra_retry(d.delivered))))
+                    .await;
             }
             Outcome::Trap(trap) if route.is_permanent(trap.kind) => {
                 return self.give_up_after(&a, attempt, &trap.to_string()).await
@@ -133,7 +139,9 @@ impl<S: ClaimStore> Shared<S> {
             Err(e) => {
                 tracing::warn!("{e:#}, will retry");
                 metrics.outcome(MessageOutcome::Error);
-                return self.settle(a.d, AckKind::Nak(Some(infra_retry(a.d.delivered)))).await;
+                return self
+                    .settle(a.d, AckKind::Nak(Some(infra_retry(a.d.delivered))))
+                    .await;
             }
         };
         let duplicates = published.iter().filter(|o| o.duplicate).count() as u64;
@@ -162,7 +170,9 @@ impl<S: ClaimStore> Shared<S> {
         {
             Ok(()) => reason.to_string(),
             Err(DeadLetterError::Transient { .. }) => {
-                return self.settle(a.d, AckKind::Nak(Some(infra_retry(a.d.delivered)))).await;
+                return self
+                    .settle(a.d, AckKind::Nak(Some(infra_retry(a.d.delivered))))
+                    .await;
             }
             Err(e @ DeadLetterError::Refused { .. }) => format!("{reason}; not dead-lettered: {e}"),
         };
@@ -199,7 +209,9 @@ impl<S: ClaimStore> Shared<S> {
             Err(e) => {
                 tracing::warn!("recording the outcome failed, will retry: {e}");
                 a.route.metrics.outcome(MessageOutcome::Error);
-                return self.settle(a.d, AckKind::Nak(Some(infra_retry(a.d.delivered)))).await;
+                return self
+                    .settle(a.d, AckKind::Nak(Some(infra_retry(a.d.delivered))))
+                    .await;
             }
         }
         // Not a confirmed ack, unlike claim-before's: the settled record is stored, so an ack

@@ -43,9 +43,6 @@ const SIZE_MARGIN: usize = 512;
 
 pub use crate::claim::key::output_id;
 
-/// Publishes outputs in order, pipelined, and waits for every stream ack. Returns where each
-/// was stored (a duplicate's sequence is the copy stored first). `trace` (the event's
-/// `traceparent` and `tracestate`) is added to outputs that do not set their own.
 /// Why an output can never be stored, if one cannot: it is bigger than the server's
 /// `max_payload` with the headers the host adds (`claim_key` names its ids). Checked one by one
 /// before the first publish or batch message: a permanent fault of the handler's, never an
@@ -65,6 +62,9 @@ pub fn oversized(js: &Context, claim_key: &str, outputs: &[Output]) -> Option<St
     })
 }
 
+/// Publishes outputs in order, pipelined, and waits for every stream ack. Returns where each
+/// was stored (a duplicate's sequence is the copy stored first). `trace` (the event's
+/// `traceparent` and `tracestate`) is added to outputs that do not set their own.
 pub async fn publish_outputs(
     js: &Context,
     claim_key: &str,

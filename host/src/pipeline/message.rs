@@ -163,7 +163,9 @@ impl<S: ClaimStore> Shared<S> {
         // The version now served runs this message to its end, whatever is swapped meanwhile.
         let Some(guest) = route.guest() else {
             // The route stopped being served after this message was pulled: leave it for later.
-            return self.settle(d, AckKind::Nak(Some(infra_retry(d.delivered)))).await;
+            return self
+                .settle(d, AckKind::Nak(Some(infra_retry(d.delivered))))
+                .await;
         };
         let claim_key = route.claim_key(&key);
         if route.claim_after {
@@ -205,7 +207,8 @@ impl<S: ClaimStore> Shared<S> {
             Ok(ClaimOutcome::Busy { retry_in }) => {
                 // Never ack: if the owner dies, this delivery may be the only copy left.
                 route.metrics.outcome(MessageOutcome::Busy);
-                self.settle(d, AckKind::Nak(Some(self.busy_delay(retry_in)))).await;
+                self.settle(d, AckKind::Nak(Some(self.busy_delay(retry_in))))
+                    .await;
             }
             Err(e @ ClaimError::Corrupt { .. }) => {
                 // Not a record this host wrote: retrying would loop for as long as it stays.
@@ -216,7 +219,8 @@ impl<S: ClaimStore> Shared<S> {
             Err(e) => {
                 tracing::warn!("claim failed, will retry: {e}");
                 route.metrics.outcome(MessageOutcome::Error);
-                self.settle(d, AckKind::Nak(Some(infra_retry(d.delivered)))).await;
+                self.settle(d, AckKind::Nak(Some(infra_retry(d.delivered))))
+                    .await;
             }
         }
     }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use async_nats::jetstream::context::PublishErrorKind;
 use async_nats::jetstream::{self, AckKind};
 
-use super::message::{position, Delivery, Position, infra_retry, INFRA_RETRY_MAX};
+use super::message::{infra_retry, position, Delivery, Position, INFRA_RETRY_MAX};
 use super::Shared;
 use crate::claim::ClaimStore;
 use crate::exclusive;
@@ -86,7 +86,8 @@ impl<S: ClaimStore> Shared<S> {
                     "cannot queue, will retry: {e}"
                 );
                 route.metrics.outcome(MessageOutcome::Error);
-                self.settle(&d, AckKind::Nak(Some(infra_retry(d.delivered)))).await;
+                self.settle(&d, AckKind::Nak(Some(infra_retry(d.delivered))))
+                    .await;
             }
         }
     }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use async_nats::jetstream::AckKind;
 
 use super::effects::{self, DeadLetter, DeadLetterError};
-use super::message::{Claimed, Delivery, infra_retry};
+use super::message::{infra_retry, Claimed, Delivery};
 use super::Shared;
 use crate::bindings::Output;
 use crate::claim::{ClaimStore, LeaseLost};
@@ -26,7 +26,9 @@ impl<S: ClaimStore> Shared<S> {
         published: &AtomicBool,
     ) {
         if let Some(reason) = effects::oversized(&self.js, c.lease.key(), outputs) {
-            c.route.metrics.trap(crate::runtime::TrapKind::OutputLimit.as_str());
+            c.route
+                .metrics
+                .trap(crate::runtime::TrapKind::OutputLimit.as_str());
             return self.give_up(c, &reason).await;
         }
         if c.route.fenced.is_some() {
@@ -206,7 +208,8 @@ impl<S: ClaimStore> Shared<S> {
                 self.settle(d, AckKind::Term).await;
             }
             Err(DeadLetterError::Transient { .. }) => {
-                self.settle(d, AckKind::Nak(Some(infra_retry(d.delivered)))).await
+                self.settle(d, AckKind::Nak(Some(infra_retry(d.delivered))))
+                    .await
             }
             Err(e @ DeadLetterError::Refused { .. }) => {
                 tracing::error!(sequence = d.sequence, "terminating message: {reason}; {e}");

@@ -17,7 +17,7 @@ use tokio::sync::watch;
 
 use super::effects::{self, DeadLetter};
 use super::Shared;
-use crate::claim::{key, ClaimState, ClaimStore};
+use crate::claim::{ClaimState, ClaimStore};
 use crate::metrics::MessageOutcome;
 
 /// The queue group hosts share, so one of them handles each advisory.
@@ -99,11 +99,8 @@ impl<S: ClaimStore> Shared<S> {
                 &message.payload,
             );
             if let Ok(id) = id {
-                let claim = self
-                    .claimer
-                    .store()
-                    .get(&key::encode(&route.name, &id))
-                    .await;
+                // A fenced route's claims are in its output stream, not the bucket.
+                let claim = self.claimer.store().get(&route.claim_key(&id)).await;
                 if let Ok(Some((record, _))) = claim {
                     if record.state == ClaimState::Completed {
                         return Ok(()); // a duplicate of work that was done

@@ -215,7 +215,10 @@ impl Live {
             Ok(())
         };
         if let Err(e) = result {
-            tracing::warn!(route = name, "cannot check the route's changed contract: {e:#}");
+            tracing::warn!(
+                route = name,
+                "cannot check the route's changed contract: {e:#}"
+            );
         }
     }
 

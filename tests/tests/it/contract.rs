@@ -31,7 +31,11 @@ allowed_outputs = ["in.ex.*.done"]
 }
 
 /// The recorded contract of `route`.
-async fn recorded(env: &TestEnv, config: &dedup_host::config::Config, route: &str) -> ContractRecord {
+async fn recorded(
+    env: &TestEnv,
+    config: &dedup_host::config::Config,
+    route: &str,
+) -> ContractRecord {
     let store = env
         .js
         .get_key_value(contract::bucket_name(config))
@@ -45,7 +49,11 @@ async fn recorded(env: &TestEnv, config: &dedup_host::config::Config, route: &st
 }
 
 /// Per host: why it does not serve `route` (`None`: it serves it).
-async fn refusals(env: &TestEnv, config: &dedup_host::config::Config, route: &str) -> BTreeMap<String, Option<String>> {
+async fn refusals(
+    env: &TestEnv,
+    config: &dedup_host::config::Config,
+    route: &str,
+) -> BTreeMap<String, Option<String>> {
     let store = status::open(&env.js, config).await.expect("status bucket");
     status::read_all(&store)
         .await
@@ -67,7 +75,10 @@ async fn hosts_of_different_sizes_agree_and_a_host_that_differs_is_refused_the_r
     big_config.host.max_in_flight = 256;
     let big = dedup_host::serve::start(big_config.clone()).await.unwrap();
     let record = recorded(&env, &big_config, "ex").await;
-    assert_eq!(record.contract.partitions, Some(dedup_host::config::DEFAULT_PARTITIONS));
+    assert_eq!(
+        record.contract.partitions,
+        Some(dedup_host::config::DEFAULT_PARTITIONS)
+    );
     assert_eq!(record.recorded_by, "small");
 
     let mut eight = env.config(&timing, &exclusive("partitions = 8"));
@@ -80,19 +91,41 @@ async fn hosts_of_different_sizes_agree_and_a_host_that_differs_is_refused_the_r
     .await;
     assert_eq!(why["small"], None);
     assert_eq!(why["big"], None);
-    let refused = why["eight"].clone().expect("the differing host is refused the route");
-    assert!(refused.contains("partitions: recorded 16, this config 8"), "{refused}");
-    assert!(refused.contains("dedup-host setup --config <this config> --change-route ex"), "{refused}");
+    let refused = why["eight"]
+        .clone()
+        .expect("the differing host is refused the route");
+    assert!(
+        refused.contains("partitions: recorded 16, this config 8"),
+        "{refused}"
+    );
+    assert!(
+        refused.contains("dedup-host setup --config <this config> --change-route ex"),
+        "{refused}"
+    );
 
     for i in 0..30 {
-        env.publish(&format!("in.ex.e{}", i % 3), &format!("k{i}"), &[], "probe:5")
-            .await;
+        env.publish(
+            &format!("in.ex.e{}", i % 3),
+            &format!("k{i}"),
+            &[],
+            "probe:5",
+        )
+        .await;
     }
     let keys: Vec<String> = (0..30).map(|i| format!("k{i}")).collect();
     let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
-    env.wait_completed("ex", &keys, Duration::from_secs(60)).await;
-    assert_eq!(differing.stats().processed, 0, "the refused host ran nothing");
-    assert_eq!(recorded(&env, &eight, "ex").await, record, "the contract is unchanged");
+    env.wait_completed("ex", &keys, Duration::from_secs(60))
+        .await;
+    assert_eq!(
+        differing.stats().processed,
+        0,
+        "the refused host ran nothing"
+    );
+    assert_eq!(
+        recorded(&env, &eight, "ex").await,
+        record,
+        "the contract is unchanged"
+    );
     for host in [small, big, differing] {
         host.shutdown().await.unwrap();
     }
@@ -122,9 +155,11 @@ async fn a_reload_never_unfences_a_fenced_route() {
     let before = fenced("fenced", "\"in.fan.*.done\"");
     let host = env.host(&timing, &before, "fenced-host").await;
     env.publish("in.fan.a", "a", &[], "x").await;
-    wait_for(Duration::from_secs(20), "the fenced claim completed", || async {
-        env.fenced_claim("fan", "a").await.map(|_| ())
-    })
+    wait_for(
+        Duration::from_secs(20),
+        "the fenced claim completed",
+        || async { env.fenced_claim("fan", "a").await.map(|_| ()) },
+    )
     .await;
 
     // An output subject the running output streams do not fence: refused whole (it used to
@@ -132,12 +167,19 @@ async fn a_reload_never_unfences_a_fenced_route() {
     let wider = env
         .config_text(&timing, &fenced("fenced", "\"in.fan.*.done\", \"extra.x\""))
         .replace("\"out.>\"]", "\"out.>\", \"extra.>\"]");
-    let mut wider = dedup_host::config::Config::parse(&wider, std::path::Path::new("t.toml"), env.dir.path().into())
-        .expect("the new config is valid on its own");
+    let mut wider = dedup_host::config::Config::parse(
+        &wider,
+        std::path::Path::new("t.toml"),
+        env.dir.path().into(),
+    )
+    .expect("the new config is valid on its own");
     wider.host.instance_id = Some("fenced-host".into());
     let report = host.reload(Ok(wider)).await;
     assert!(!report.applied, "{report:?}");
-    assert!(report.problems[0].contains("restart the hosts with this config"), "{report:?}");
+    assert!(
+        report.problems[0].contains("restart the hosts with this config"),
+        "{report:?}"
+    );
 
     // Window effects by reload: the route is refused on this host, its messages wait.
     let mut window = env.config(&timing, &fenced("window", "\"in.fan.*.done\""));
@@ -145,15 +187,27 @@ async fn a_reload_never_unfences_a_fenced_route() {
     let report = host.reload(Ok(window.clone())).await;
     assert!(report.applied, "{report:?}");
     let why = wait_for(Duration::from_secs(20), "the route refused", || async {
-        refusals(&env, &window, "fan").await.remove("fenced-host").flatten()
+        refusals(&env, &window, "fan")
+            .await
+            .remove("fenced-host")
+            .flatten()
     })
     .await;
-    assert!(why.contains("effects: recorded \"fenced\", this config \"window\""), "{why}");
+    assert!(
+        why.contains("effects: recorded \"fenced\", this config \"window\""),
+        "{why}"
+    );
     env.publish("in.fan.a", "a-again", &[], "x").await;
     env.publish("in.fan.b", "b", &[], "x").await;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    assert!(env.claim("fan", "b").await.is_none(), "no claim in the bucket");
-    assert!(env.fenced_claim("fan", "b").await.is_none(), "not run unfenced");
+    assert!(
+        env.claim("fan", "b").await.is_none(),
+        "no claim in the bucket"
+    );
+    assert!(
+        env.fenced_claim("fan", "b").await.is_none(),
+        "not run unfenced"
+    );
 
     // Back to the recorded contract: served again, the waiting messages run fenced, once.
     let mut back = env.config(&timing, &before);
@@ -170,8 +224,22 @@ async fn a_reload_never_unfences_a_fenced_route() {
         .filter(|m| m.subject.starts_with("in.fan."))
         .map(|m| m.subject.to_string())
         .collect();
-    assert_eq!(outputs.iter().filter(|s| s.starts_with("in.fan.a.")).count(), 1, "{outputs:?}");
-    assert_eq!(outputs.iter().filter(|s| s.starts_with("in.fan.b.")).count(), 1, "{outputs:?}");
+    assert_eq!(
+        outputs
+            .iter()
+            .filter(|s| s.starts_with("in.fan.a."))
+            .count(),
+        1,
+        "{outputs:?}"
+    );
+    assert_eq!(
+        outputs
+            .iter()
+            .filter(|s| s.starts_with("in.fan.b."))
+            .count(),
+        1,
+        "{outputs:?}"
+    );
     host.shutdown().await.unwrap();
 }
 
@@ -183,8 +251,14 @@ const EVENTS: usize = 30;
 fn host_config(env: &TestEnv, routes: &str, instance: &str) -> PathBuf {
     let text = env
         .config_text(&Timing::default(), routes)
-        .replace("duplicate_window = \"5m\"", "duplicate_window = \"5m\"\neffects = \"fenced\"")
-        .replace("[host]\n", &format!("[host]\ninstance_id = \"{instance}\"\n"));
+        .replace(
+            "duplicate_window = \"5m\"",
+            "duplicate_window = \"5m\"\neffects = \"fenced\"",
+        )
+        .replace(
+            "[host]\n",
+            &format!("[host]\ninstance_id = \"{instance}\"\n"),
+        );
     let path = env.path(&format!("{instance}.toml"));
     std::fs::write(&path, text).unwrap();
     path
@@ -208,7 +282,8 @@ fn cli(args: &[&str], config: &PathBuf) -> (bool, String) {
         .args(&args[1..])
         .output()
         .expect("run dedup-host");
-    let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
     (out.status.success(), text)
 }
 
@@ -218,7 +293,10 @@ async fn a_contract_change_under_traffic_loses_doubles_and_reorders_nothing() {
     let old_routes = exclusive("partitions = 4\nconcurrency = 4");
     let new_routes = exclusive("partitions = 8\nconcurrency = 4\neffects = \"fenced\"");
     let instances = ["c0", "c1", "c2"];
-    let paths: Vec<PathBuf> = instances.iter().map(|i| host_config(&env, &old_routes, i)).collect();
+    let paths: Vec<PathBuf> = instances
+        .iter()
+        .map(|i| host_config(&env, &old_routes, i))
+        .collect();
     let config = env.config(&Timing::default(), &old_routes);
     let mut hosts: Vec<Child> = paths.iter().map(run).collect();
     wait_for(Duration::from_secs(60), "three hosts serving", || async {
@@ -256,20 +334,34 @@ async fn a_contract_change_under_traffic_loses_doubles_and_reorders_nothing() {
     let (sent, text) = cli(&["reload"], &paths[0]);
     assert!(sent, "{text}");
     let new_config = env.config(&Timing::default(), &new_routes);
-    wait_for(Duration::from_secs(60), "every host refusing the old contract", || async {
-        let r = refusals(&env, &new_config, "ex").await;
-        (r.len() == 3 && r.values().all(Option::is_some)).then_some(())
-    })
+    wait_for(
+        Duration::from_secs(60),
+        "every host refusing the old contract",
+        || async {
+            let r = refusals(&env, &new_config, "ex").await;
+            (r.len() == 3 && r.values().all(Option::is_some)).then_some(())
+        },
+    )
     .await;
     let (changed, text) = cli(&["setup", "--change-route", "ex"], &paths[0]);
     assert!(changed, "{text}");
     assert!(text.contains("contract changed"), "{text}");
-    assert!(text.contains("partitions: recorded 4, this config 8"), "{text}");
-    assert_eq!(recorded(&env, &new_config, "ex").await.contract.partitions, Some(8));
-    wait_for(Duration::from_secs(60), "every host serving the new contract", || async {
-        let r = refusals(&env, &new_config, "ex").await;
-        (r.len() == 3 && r.values().all(Option::is_none)).then_some(())
-    })
+    assert!(
+        text.contains("partitions: recorded 4, this config 8"),
+        "{text}"
+    );
+    assert_eq!(
+        recorded(&env, &new_config, "ex").await.contract.partitions,
+        Some(8)
+    );
+    wait_for(
+        Duration::from_secs(60),
+        "every host serving the new contract",
+        || async {
+            let r = refusals(&env, &new_config, "ex").await;
+            (r.len() == 3 && r.values().all(Option::is_none)).then_some(())
+        },
+    )
     .await;
     publisher.await.unwrap();
 
@@ -286,11 +378,17 @@ async fn a_contract_change_under_traffic_loses_doubles_and_reorders_nothing() {
         *per_sequence.entry(r.1).or_default() += 1;
     }
     assert_eq!(per_sequence.len(), ENTITIES * EVENTS, "every event ran");
-    assert!(per_sequence.values().all(|n| *n == 1), "an event ran twice: {per_sequence:?}");
+    assert!(
+        per_sequence.values().all(|n| *n == 1),
+        "an event ran twice: {per_sequence:?}"
+    );
     // Per entity: runs in source order and never overlapping.
     let mut by_entity: BTreeMap<String, Vec<(u64, u64, u64)>> = BTreeMap::new();
     for (entity, sequence, start, end) in runs {
-        by_entity.entry(entity).or_default().push((start, sequence, end));
+        by_entity
+            .entry(entity)
+            .or_default()
+            .push((start, sequence, end));
     }
     for (entity, mut runs) in by_entity {
         runs.sort();

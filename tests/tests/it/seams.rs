@@ -16,9 +16,11 @@ async fn an_outage_backs_off_exponentially_and_the_message_completes_after_it() 
     let config = outputs.info().await.unwrap().config.clone();
     env.js.delete_stream(OUTPUTS).await.unwrap();
     env.publish("in.upper.a", "during-outage", &[], "abc").await;
-    wait_for(Duration::from_secs(20), "the first refused publish", || async {
-        (host.stats().errors >= 1).then_some(())
-    })
+    wait_for(
+        Duration::from_secs(20),
+        "the first refused publish",
+        || async { (host.stats().errors >= 1).then_some(()) },
+    )
     .await;
     // Delays of 1, 2, 4 and 8 s, each jittered down to half at most: five deliveries at most
     // in 12 s, where a fixed one-second retry makes about twelve. (A slower machine makes fewer.)
@@ -67,14 +69,24 @@ max_output_bytes = 134217728
             .get("Dedup-Reason")
             .map(|v| v.as_str().to_string())
             .unwrap_or_default();
-        assert!(reason.contains("over the server's max_payload"), "{effects}: {reason}");
+        assert!(
+            reason.contains("over the server's max_payload"),
+            "{effects}: {reason}"
+        );
         assert_eq!(
-            letters[0].headers.get("Dedup-Claim-Key").map(|v| v.as_str().to_string()),
+            letters[0]
+                .headers
+                .get("Dedup-Claim-Key")
+                .map(|v| v.as_str().to_string()),
             Some("big.k.a".to_string()),
             "{effects}"
         );
         let stats = host.stats();
-        assert_eq!((stats.retried, stats.errors), (0, 0), "{effects}: {stats:?}");
+        assert_eq!(
+            (stats.retried, stats.errors),
+            (0, 0),
+            "{effects}: {stats:?}"
+        );
         assert!(
             env.messages(OUTPUTS)
                 .await
