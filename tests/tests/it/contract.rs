@@ -149,11 +149,11 @@ config = {{ succeed_on_attempt = "1", outputs = "1", work_ms = "1" }}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reload_never_unfences_a_fenced_route() {
-    let mut env = TestEnv::start().await;
-    env.fenced_outputs = true;
-    let timing = Timing::default();
+    let env = TestEnv::start().await;
     let before = fenced("fenced", "\"in.fan.*.done\"");
-    let host = env.host(&timing, &before, "fenced-host").await;
+    let host = dedup_host::serve::start(either_config(&env, &before, "fenced-host"))
+        .await
+        .unwrap();
     env.publish("in.fan.a", "a", &[], "x").await;
     wait_for(
         Duration::from_secs(20),
@@ -164,16 +164,18 @@ async fn a_reload_never_unfences_a_fenced_route() {
 
     // An output subject the running output streams do not fence: refused whole (it used to
     // move the route's claims to the bucket, where every completed key is unknown).
-    let wider = env
-        .config_text(&timing, &fenced("fenced", "\"in.fan.*.done\", \"extra.x\""))
-        .replace("\"out.>\"]", "\"out.>\", \"extra.>\"]");
-    let mut wider = dedup_host::config::Config::parse(
+    let wider = either_effects(
+        &env,
+        &fenced("fenced", "\"in.fan.*.done\", \"extra.x\""),
+        "fenced-host",
+    )
+    .replace("\"out.>\"]", "\"out.>\", \"extra.>\"]");
+    let wider = dedup_host::config::Config::parse(
         &wider,
         std::path::Path::new("t.toml"),
         env.dir.path().into(),
     )
     .expect("the new config is valid on its own");
-    wider.host.instance_id = Some("fenced-host".into());
     let report = host.reload(Ok(wider)).await;
     assert!(!report.applied, "{report:?}");
     assert!(
@@ -182,8 +184,7 @@ async fn a_reload_never_unfences_a_fenced_route() {
     );
 
     // Window effects by reload: the route is refused on this host, its messages wait.
-    let mut window = env.config(&timing, &fenced("window", "\"in.fan.*.done\""));
-    window.host.instance_id = Some("fenced-host".into());
+    let window = either_config(&env, &fenced("window", "\"in.fan.*.done\""), "fenced-host");
     let report = host.reload(Ok(window.clone())).await;
     assert!(report.applied, "{report:?}");
     let why = wait_for(Duration::from_secs(20), "the route refused", || async {
@@ -210,13 +211,16 @@ async fn a_reload_never_unfences_a_fenced_route() {
     );
 
     // Back to the recorded contract: served again, the waiting messages run fenced, once.
-    let mut back = env.config(&timing, &before);
-    back.host.instance_id = Some("fenced-host".into());
-    assert!(host.reload(Ok(back)).await.applied);
+    assert!(
+        host.reload(Ok(either_config(&env, &before, "fenced-host")))
+            .await
+            .applied
+    );
     wait_for(Duration::from_secs(30), "b completed fenced", || async {
         env.fenced_claim("fan", "b").await.map(|_| ())
     })
     .await;
+    env.wait_drained(Duration::from_secs(20)).await;
     let outputs: Vec<String> = env
         .messages(OUTPUTS)
         .await
@@ -246,11 +250,10 @@ async fn a_reload_never_unfences_a_fenced_route() {
 const ENTITIES: usize = 6;
 const EVENTS: usize = 30;
 
-/// Config text of one host: the output stream accepts fenced batches and keeps message ids
-/// for 5 minutes, so the route can run with either effects.
-fn host_config(env: &TestEnv, routes: &str, instance: &str) -> PathBuf {
-    let text = env
-        .config_text(&Timing::default(), routes)
+/// Config text whose output stream accepts fenced batches and keeps message ids for 5
+/// minutes, so a route can run with either effects.
+fn either_effects(env: &TestEnv, routes: &str, instance: &str) -> String {
+    env.config_text(&Timing::default(), routes)
         .replace(
             "duplicate_window = \"5m\"",
             "duplicate_window = \"5m\"\neffects = \"fenced\"",
@@ -258,17 +261,40 @@ fn host_config(env: &TestEnv, routes: &str, instance: &str) -> PathBuf {
         .replace(
             "[host]\n",
             &format!("[host]\ninstance_id = \"{instance}\"\n"),
-        );
+        )
+}
+
+/// [`either_effects`], parsed.
+fn either_config(env: &TestEnv, routes: &str, instance: &str) -> dedup_host::config::Config {
+    let text = either_effects(env, routes, instance);
+    dedup_host::config::Config::parse(&text, std::path::Path::new("t.toml"), env.dir.path().into())
+        .expect("valid config")
+}
+
+/// Writes one host's config file ([`either_effects`]).
+fn host_config(env: &TestEnv, routes: &str, instance: &str) -> PathBuf {
     let path = env.path(&format!("{instance}.toml"));
-    std::fs::write(&path, text).unwrap();
+    std::fs::write(&path, either_effects(env, routes, instance)).unwrap();
     path
+}
+
+/// Host processes, killed if the test fails before stopping them.
+struct Hosts(Vec<Child>);
+
+impl Drop for Hosts {
+    fn drop(&mut self) {
+        for host in &mut self.0 {
+            let _ = host.kill();
+            let _ = host.wait();
+        }
+    }
 }
 
 fn run(path: &PathBuf) -> Child {
     Command::new(host_binary())
         .args(["run", "--config"])
         .arg(path)
-        .stdout(Stdio::null())
+        .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
         .expect("start dedup-host run")
@@ -297,8 +323,8 @@ async fn a_contract_change_under_traffic_loses_doubles_and_reorders_nothing() {
         .iter()
         .map(|i| host_config(&env, &old_routes, i))
         .collect();
-    let config = env.config(&Timing::default(), &old_routes);
-    let mut hosts: Vec<Child> = paths.iter().map(run).collect();
+    let config = either_config(&env, &old_routes, "c0");
+    let mut hosts = Hosts(paths.iter().map(run).collect());
     wait_for(Duration::from_secs(60), "three hosts serving", || async {
         let r = refusals(&env, &config, "ex").await;
         (r.len() == 3 && r.values().all(Option::is_none)).then_some(())
@@ -333,7 +359,7 @@ async fn a_contract_change_under_traffic_loses_doubles_and_reorders_nothing() {
     }
     let (sent, text) = cli(&["reload"], &paths[0]);
     assert!(sent, "{text}");
-    let new_config = env.config(&Timing::default(), &new_routes);
+    let new_config = either_config(&env, &new_routes, "c0");
     wait_for(
         Duration::from_secs(60),
         "every host refusing the old contract",
@@ -346,6 +372,7 @@ async fn a_contract_change_under_traffic_loses_doubles_and_reorders_nothing() {
     let (changed, text) = cli(&["setup", "--change-route", "ex"], &paths[0]);
     assert!(changed, "{text}");
     assert!(text.contains("contract changed"), "{text}");
+    eprintln!("{text}");
     assert!(
         text.contains("partitions: recorded 4, this config 8"),
         "{text}"
@@ -397,7 +424,7 @@ async fn a_contract_change_under_traffic_loses_doubles_and_reorders_nothing() {
             assert!(pair[0].2 <= pair[1].0, "{entity}: overlapping {pair:?}");
         }
     }
-    for host in hosts.drain(..) {
+    for host in hosts.0.drain(..) {
         stop_gracefully(host);
     }
 }

@@ -145,7 +145,7 @@ subject = "in.fixme.*"
 component = "{}"
 allowed_outputs = ["in.fixme.*.done"]
 claim = "{claim}"
-limits = {{ deadline = "5s" }}
+limits = {{ deadline = "1s" }}
 "#,
         component.display()
     );

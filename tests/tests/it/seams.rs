@@ -54,6 +54,7 @@ key = {{ subject_token = 2 }}
 allowed_outputs = ["in.big.*.done"]
 effects = "{effects}"
 [routes.limits]
+memory_bytes = 201326592
 max_output_bytes = 134217728
 "#
         );
