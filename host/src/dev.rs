@@ -17,7 +17,8 @@ pub struct LocalServer {
 }
 
 impl LocalServer {
-    /// Starts `nats-server -js` on a free loopback port, storing data under `store_dir`.
+    /// Starts `nats-server -js` on loopback, storing data under `store_dir`: on NATS's usual
+    /// port 4222 when it is free (so every command's default finds it), else on a free one.
     pub fn start(store_dir: &Path) -> anyhow::Result<Self> {
         std::fs::create_dir_all(store_dir).with_context(|| {
             format!(
@@ -25,7 +26,10 @@ impl LocalServer {
                 store_dir.display()
             )
         })?;
-        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let port = match TcpListener::bind(("127.0.0.1", DEFAULT_PORT)) {
+            Ok(_) => DEFAULT_PORT,
+            Err(_) => TcpListener::bind("127.0.0.1:0")?.local_addr()?.port(),
+        };
         let child = Command::new("nats-server")
             .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
             .arg(store_dir)
@@ -76,4 +80,21 @@ impl Drop for LocalServer {
 /// Where `dedup-host dev` keeps the local server's data.
 pub fn data_dir() -> PathBuf {
     PathBuf::from(".dedup-host")
+}
+
+/// NATS's usual client port, which `dev` takes when it is free.
+pub const DEFAULT_PORT: u16 = 4222;
+
+/// The file in [`data_dir`] where a running `dev` writes its server's URL, so commands run
+/// beside it with a config that names no server (`nats.urls` empty) find it.
+pub fn url_file() -> PathBuf {
+    data_dir().join("dev-url")
+}
+
+/// The URL a running `dev` wrote in the folder `dir` (the config's folder, or the current
+/// one), if any.
+pub fn running_url(dir: &Path) -> Option<String> {
+    let url = std::fs::read_to_string(dir.join(url_file())).ok()?;
+    let url = url.trim();
+    (!url.is_empty()).then(|| url.to_string())
 }

@@ -185,6 +185,7 @@ pub async fn ensure(js: &Context, config: &Config) -> anyhow::Result<Setup> {
         }
     }
     check_output_windows(js, config).await?;
+    refuse_silent_rename(js, config).await?;
     let claims = ensure_bucket(js, config).await?;
     Ok(Setup { source, claims })
 }
@@ -230,6 +231,40 @@ async fn check_output_windows(js: &Context, config: &Config) -> anyhow::Result<(
                     c.duplicate_window
                 );
             }
+        }
+    }
+    Ok(())
+}
+
+/// A deployment that ran before default names were derived from the source stream used the
+/// shared ones (`dedup-claims`, ...): starting it on new names would forget every completed
+/// key. Refused, with the lines that keep its names, when the source stream has this config's
+/// route consumers, the derived claim bucket does not exist and the shared one does.
+async fn refuse_silent_rename(js: &Context, config: &Config) -> anyhow::Result<()> {
+    let keep = config.derived_names();
+    let legacy = crate::config::DEFAULT_BUCKET;
+    if keep.is_empty()
+        || js.get_key_value(&config.claims.bucket).await.is_ok()
+        || js.get_key_value(legacy).await.is_err()
+    {
+        return Ok(());
+    }
+    let Ok(source) = js.get_stream(&config.source.stream).await else {
+        return Ok(());
+    };
+    for r in &config.routes {
+        if source
+            .consumer_info(route_consumer_name(config, &r.name))
+            .await
+            .is_ok()
+        {
+            anyhow::bail!(
+                "stream `{}` has route `{}`'s consumer, but not the claim bucket `{}` named after it, while the shared `{legacy}` exists: this deployment ran before default names were taken from the source stream. Keep its records by naming them in the config: {}",
+                config.source.stream,
+                r.name,
+                config.claims.bucket,
+                keep.join(", ")
+            );
         }
     }
     Ok(())

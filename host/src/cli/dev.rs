@@ -52,8 +52,17 @@ pub async fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
             server.url(),
             store.display()
         );
+        if !args.demo {
+            // Commands run beside it find it: by this file (with a config that names no
+            // server) or by the environment variable every command reads.
+            let _ = std::fs::write(crate::dev::url_file(), server.url());
+            eprintln!(
+                "dedup-host dev: in another shell: export DEDUP_HOST_NATS_URL={}",
+                server.url()
+            );
+        }
         config.nats.urls = vec![server.url().to_string()];
-        Some(server)
+        Some(UrlFileGuard(server))
     } else {
         None
     };
@@ -70,6 +79,18 @@ pub async fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
         .await?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The local server, and the URL file beside it removed when `dev` ends.
+struct UrlFileGuard(LocalServer);
+
+impl Drop for UrlFileGuard {
+    fn drop(&mut self) {
+        let written = crate::dev::running_url(std::path::Path::new("."));
+        if written.as_deref() == Some(self.0.url()) {
+            let _ = std::fs::remove_file(crate::dev::url_file());
+        }
+    }
 }
 
 /// The config file, or the built-in demo config.

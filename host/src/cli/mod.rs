@@ -11,6 +11,7 @@ mod publish;
 mod reload;
 mod run;
 mod setup;
+mod tail;
 
 use clap::{Parser, Subcommand};
 
@@ -43,6 +44,8 @@ pub enum Command {
     Dev(dev::DevArgs),
     /// Publish one event with a `Nats-Msg-Id`.
     Publish(publish::PublishArgs),
+    /// Print messages as they are stored on a subject, or a route's outputs and dead letters.
+    Tail(tail::TailArgs),
     /// Upload a route's component to the object store; every host picks it up.
     Deploy(deploy::DeployArgs),
     /// Withdraw a route's component; hosts stop consuming its subjects (messages wait).
@@ -78,6 +81,7 @@ impl Cli {
             Command::Run(args) => run::run(args).await,
             Command::Dev(args) => dev::run(args).await,
             Command::Publish(args) => publish::run(args).await,
+            Command::Tail(args) => tail::run(args).await,
             Command::Deploy(args) => deploy::deploy(args).await,
             Command::Undeploy(args) => deploy::undeploy(args).await,
             Command::Routes(args) => deploy::routes(args).await,

@@ -157,8 +157,8 @@ pub enum LettersCommand {
 #[derive(Debug, Args)]
 #[command(group = clap::ArgGroup::new("which").required(true).multiple(true).args(["sequence", "all"]))]
 pub struct Which {
-    /// Letter sequences in the dead-letter stream (repeat the flag for several).
-    #[arg(long)]
+    /// Letter sequences in the dead-letter stream (`--sequence 2 5`, or the flag repeated).
+    #[arg(long, num_args = 1..)]
     sequence: Vec<u64>,
     /// Every letter (of `--route`, when given).
     #[arg(long)]

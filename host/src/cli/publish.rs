@@ -13,14 +13,19 @@ use clap::Args;
 /// Flags of `dedup-host publish`.
 #[derive(Debug, Args)]
 pub struct PublishArgs {
-    /// Server URL.
+    /// Server URL (`--server` is an older spelling); default: the config's `nats.urls` with
+    /// `--config`, else nats://127.0.0.1:4222.
     #[arg(
-        long,
+        long = "nats-url",
+        short = 's',
+        alias = "server",
         value_name = "URL",
-        env = "DEDUP_HOST_NATS_URL",
-        default_value = "nats://127.0.0.1:4222"
+        env = "DEDUP_HOST_NATS_URL"
     )]
-    server: String,
+    nats_url: Option<String>,
+    /// A host config: publish to its server, with its credentials.
+    #[arg(long, value_name = "FILE")]
+    config: Option<std::path::PathBuf>,
     /// Subject to publish on (a stream must capture it).
     #[arg(long, value_name = "S")]
     subject: String,
@@ -55,9 +60,28 @@ pub async fn run(args: PublishArgs) -> anyhow::Result<ExitCode> {
             .map_err(|_| anyhow::anyhow!("--header `{k}`: the value cannot hold line breaks"))?;
         headers.append(name, value);
     }
-    let client = async_nats::connect(&args.server)
-        .await
-        .with_context(|| format!("cannot connect to NATS at `{}` (--server)", args.server))?;
+    let client = match (&args.config, &args.nats_url) {
+        (Some(path), url) => {
+            let mut config = crate::config::Config::load(path)?;
+            if let Some(url) = url {
+                config.nats.urls = url.split(',').map(str::to_string).collect();
+            } else if config.nats.urls.is_empty() {
+                config
+                    .nats
+                    .urls
+                    .extend(crate::dev::running_url(&config.base_dir));
+            }
+            crate::connect::connect(&config, "dedup-host publish").await?
+        }
+        (None, url) => {
+            let url = url
+                .clone()
+                .unwrap_or_else(|| "nats://127.0.0.1:4222".into());
+            async_nats::connect(&url).await.with_context(|| {
+                format!("cannot connect to NATS at `{url}`: start one (`dedup-host dev`), or name another with --nats-url URL")
+            })?
+        }
+    };
     let js = async_nats::jetstream::new(client);
     let key = HeaderValue::from_str(&args.key)
         .map_err(|_| anyhow::anyhow!("--key cannot hold line breaks"))?;

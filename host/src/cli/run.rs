@@ -16,17 +16,22 @@ pub struct ConfigArgs {
     /// The TOML configuration file.
     #[arg(long, value_name = "FILE", env = "DEDUP_HOST_CONFIG")]
     config: PathBuf,
-    /// Override `nats.urls` (comma-separated).
-    #[arg(long, value_name = "URLS", env = "DEDUP_HOST_NATS_URL")]
+    /// Override `nats.urls` (comma-separated), as the `nats` CLI's `-s`.
+    #[arg(long, short = 's', value_name = "URLS", env = "DEDUP_HOST_NATS_URL")]
     nats_url: Option<String>,
 }
 
 impl ConfigArgs {
-    /// Loads and validates the configuration, with the URL override applied.
+    /// Loads and validates the configuration, with the URL override applied; a config that
+    /// names no server gets the one a `dedup-host dev` running beside it started.
     pub fn load(&self) -> Result<Config, ConfigError> {
         let mut config = Config::load(&self.config)?;
         if let Some(urls) = &self.nats_url {
             config.nats.urls = urls.split(',').map(str::to_string).collect();
+        } else if config.nats.urls.is_empty() {
+            let dev = crate::dev::running_url(&config.base_dir)
+                .or_else(|| crate::dev::running_url(std::path::Path::new(".")));
+            config.nats.urls.extend(dev);
         }
         Ok(config)
     }

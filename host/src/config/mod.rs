@@ -6,6 +6,7 @@ mod derived;
 pub mod diff;
 mod effects;
 mod modes;
+mod names;
 mod route;
 mod validate;
 
@@ -101,9 +102,11 @@ pub struct Config {
 pub struct ComponentsConfig {
     /// NATS Object Store bucket holding the components of routes that name no `component`
     /// file: object `<route name>`, uploaded with `dedup-host deploy`. Created when missing.
+    /// Default `dedup-components-<source stream>` (`dedup-components` on the default stream).
     pub bucket: String,
     /// KV bucket where each host reports the version it serves per route
-    /// (`dedup-host routes` reads it). Created when missing.
+    /// (`dedup-host routes` reads it). Created when missing. Default
+    /// `dedup-hosts-<source stream>` (`dedup-hosts` on the default stream).
     pub status_bucket: String,
     /// Compiled components are kept here, so a restart does not recompile unchanged ones
     /// (relative to the config file). Must be writable by the host only.
@@ -292,7 +295,8 @@ pub enum Storage {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ClaimsConfig {
-    /// KV bucket name; created when missing. Never recreate it under running hosts.
+    /// KV bucket name; created when missing. Never recreate it under running hosts. Default
+    /// `dedup-claims-<source stream>` (`dedup-claims` on the default stream).
     pub bucket: String,
     /// How long the bucket keeps a claim record (it must outlive every redelivery of a key).
     #[serde(with = "humantime_serde")]
@@ -335,9 +339,11 @@ impl Default for ClaimsConfig {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct DeadLetterConfig {
-    /// Subject dead letters are published on.
+    /// Subject dead letters are published on. Default `dedup.dead.<source stream>`
+    /// (`dedup.dead` on the default stream).
     pub subject: String,
-    /// Stream capturing that subject; created when missing.
+    /// Stream capturing that subject; created when missing. Default `<source stream>_DEAD`
+    /// (`DEDUP_DEAD` on the default stream).
     pub stream: String,
     /// The stream's duplicate window (dead letters carry deterministic ids): must exceed
     /// lease + clock skew + the largest backoff.
@@ -476,6 +482,9 @@ impl Config {
             message: e.to_string(),
         })?;
         config.base_dir = base_dir;
+        if let Ok(table) = text.parse::<toml::Table>() {
+            config.derive_names(&table);
+        }
         config.validate().map_err(|problems| ConfigError::Invalid {
             path: path.to_path_buf(),
             problems,

@@ -108,13 +108,46 @@ pub async fn list(
     config: &Config,
     selection: &Selection,
 ) -> anyhow::Result<Vec<Letter>> {
+    if let Some(route) = &selection.route {
+        anyhow::ensure!(
+            config.routes.iter().any(|r| r.name == *route),
+            "route `{route}` is not in this config (it has {:?}): pass the config of the deployment that has it",
+            config.routes.iter().map(|r| r.name.as_str()).collect::<Vec<_>>()
+        );
+    }
     let stored = scan::stream(js, &config.dead_letter.stream, "", selection.since).await?;
-    Ok(stored
+    let letters: Vec<Letter> = stored
         .into_iter()
         .map(Letter::from_stored)
+        .filter(|l| is_ours(config, l))
         .filter(|l| selection.route.as_ref().is_none_or(|r| *r == l.route))
         .filter(|l| selection.sequences.is_empty() || selection.sequences.contains(&l.sequence))
-        .collect())
+        .collect();
+    let unknown: Vec<u64> = selection
+        .sequences
+        .iter()
+        .filter(|s| !letters.iter().any(|l| l.sequence == **s))
+        .copied()
+        .collect();
+    anyhow::ensure!(
+        unknown.is_empty(),
+        "no dead letter of this config's routes has sequence {unknown:?} in stream `{}`: `dedup-host dead-letters --config FILE list` shows them",
+        config.dead_letter.stream
+    );
+    Ok(letters)
+}
+
+/// Whether a letter belongs to this config's deployment: one of its routes, or (no route)
+/// a subject of its source. A dead-letter stream shared by several deployments holds theirs too.
+fn is_ours(config: &Config, letter: &Letter) -> bool {
+    if letter.route.is_empty() {
+        return letter.subject.is_empty()
+            || config
+                .source_subjects()
+                .iter()
+                .any(|s| crate::subject::matches(s, &letter.subject));
+    }
+    config.routes.iter().any(|r| r.name == letter.route)
 }
 
 /// What a replay or purge did (or, dry, would do) with one letter.

@@ -38,6 +38,10 @@ pub mod headers {
     pub const ORIGINAL_PREFIX: &str = "Dedup-Original-";
 }
 
+/// The server's error for a message over its stream's `max_msg_size` (JSStreamMessageExceedsMaximumErr,
+/// 10054): no retry can store it.
+const MESSAGE_TOO_BIG_FOR_STREAM: &str = "error code 10054";
+
 /// Room kept under the server's max payload for the protocol line and rounding.
 const SIZE_MARGIN: usize = 512;
 
@@ -216,10 +220,17 @@ pub async fn publish_dead_letter(
         // Only what no retry can change is a refusal; anything else the server says (a full
         // discard-new stream, insufficient resources, a leader change) may pass, and the
         // message stays in its stream until the letter is stored.
+        let too_big_for_the_stream = || {
+            std::error::Error::source(&source)
+                .is_some_and(|e| e.to_string().contains(MESSAGE_TOO_BIG_FOR_STREAM))
+        };
         match source.kind() {
             PublishErrorKind::MaxPayloadExceeded
             | PublishErrorKind::WrongLastMessageId
             | PublishErrorKind::WrongLastSequence => DeadLetterError::Refused { subject, source },
+            PublishErrorKind::Other if too_big_for_the_stream() => {
+                DeadLetterError::Refused { subject, source }
+            }
             _ => DeadLetterError::Transient { subject, source },
         }
     };

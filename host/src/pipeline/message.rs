@@ -463,7 +463,7 @@ mod tests {
         assert!(infra_retry(0) <= INFRA_RETRY_FIRST);
         assert!(infra_retry(10) >= INFRA_RETRY_MAX / 2);
         // The server's default bound of 100 deliveries lasts hours, not 100 seconds.
-        let total: Duration = (1..=100).map(|d| infra_retry(d)).sum();
+        let total: Duration = (1..=100).map(infra_retry).sum();
         assert!(total > Duration::from_secs(3 * 3600), "{total:?}");
     }
 }

@@ -222,6 +222,11 @@ async fn the_readme_authoring_section_runs_as_a_script() {
         text.contains("greeter  orders.created.*  <- store"),
         "{text}"
     );
+    assert!(text.contains("stored as sequence 1 of stream"), "{text}");
+    assert!(
+        text.contains("ORDERS_DONE #1 orders.created.42.done:"),
+        "the output, read back with tail: {text}"
+    );
 }
 
 #[test]

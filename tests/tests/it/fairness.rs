@@ -123,7 +123,7 @@ limits = { deadline = "2s" }
 
 /// Why each route's component was refused, as the host reports it in the status bucket.
 async fn refusals(env: &TestEnv) -> Vec<(String, String)> {
-    let Ok(store) = env.js.get_key_value("dedup-hosts").await else {
+    let Ok(store) = env.js.get_key_value("dedup-hosts-EVENTS").await else {
         return Vec::new();
     };
     let hosts = dedup_host::components::status::read_all(&store)

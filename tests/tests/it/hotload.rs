@@ -25,7 +25,7 @@ const BROKEN: &[u8] = b"\0asm\x01\0\0\0";
 
 /// The digest `instance` reports serving for route `swap`, and why it refused a version.
 async fn served(env: &TestEnv, instance: &str) -> (Option<String>, Option<String>) {
-    let kv = env.js.get_key_value("dedup-hosts").await;
+    let kv = env.js.get_key_value("dedup-hosts-EVENTS").await;
     let Ok(kv) = kv else { return (None, None) };
     let hosts = status::read_all(&kv).await.unwrap_or_default();
     let route = hosts

@@ -21,15 +21,21 @@ component = "{guest:uppercase}"
 allowed_outputs = ["in.second.*"]
 limits = { deadline = "60s" }
 "#;
-    let err = serve::start(env.config(&Timing::default(), routes))
-        .await
-        .err()
-        .expect("refused");
-    let shown = format!("{err:#}");
+    // Refused at validation, before anything is created (it used to be found by `run`, after
+    // the stream was made with the short window).
+    let text = env.config_text(&Timing::default(), routes);
+    let err = dedup_host::config::Config::parse(
+        &text,
+        std::path::Path::new("t.toml"),
+        env.dir.path().into(),
+    )
+    .expect_err("refused")
+    .to_string();
     assert!(
-        shown.contains(&format!("stream `{SOURCE}` captures route `first`")),
-        "{shown}"
+        err.contains("route `first`'s output subject `in.second.*` lands in the source stream, which keeps message ids for 120s"),
+        "{err}"
     );
+    assert!(err.contains("where no route takes it"), "{err}");
 }
 
 #[tokio::test]

@@ -12,6 +12,7 @@ mod config;
 mod conformance;
 mod contract;
 mod dedup;
+mod deployments;
 mod exclusive;
 mod failures;
 mod fairness;

@@ -67,8 +67,8 @@ async fn setup_creates_everything_then_finds_it_all_matching() {
         ("stream", "DEAD"),
         ("stream", OUTPUTS),
         ("kv bucket", "claims"),
-        ("object store", "dedup-components"),
-        ("kv bucket", "dedup-hosts"),
+        ("object store", "dedup-components-EVENTS"),
+        ("kv bucket", "dedup-hosts-EVENTS"),
         ("consumer", "hosts-upper"),
         ("consumer", "hosts"),
     ] {

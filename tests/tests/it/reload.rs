@@ -217,7 +217,7 @@ async fn dedup_host_reload_reaches_every_host() {
     // Both hosts report themselves before the reload is sent.
     let js = env.js.clone();
     wait_for(Duration::from_secs(20), "two live hosts", || async {
-        let kv = js.get_key_value("dedup-hosts").await.ok()?;
+        let kv = js.get_key_value("dedup-hosts-EVENTS").await.ok()?;
         let mut keys = kv.keys().await.ok()?;
         let mut n = 0;
         while let Some(Ok(_)) = futures::StreamExt::next(&mut keys).await {

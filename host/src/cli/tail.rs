@@ -1,0 +1,164 @@
+//! `dedup-host tail --config FILE (SUBJECT | --route R)`: print messages as they are stored
+//! on a subject, or a route's outputs and dead letters, read from the streams that capture them
+//! (ordered consumers: nothing is acknowledged or removed).
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use async_nats::jetstream::consumer::{push, DeliverPolicy};
+use async_nats::jetstream::{self, Context};
+use clap::Args;
+use futures::StreamExt;
+
+use super::run::ConfigArgs;
+use crate::pipeline::effects::headers;
+
+/// Flags of `dedup-host tail`.
+#[derive(Debug, Args)]
+pub struct TailArgs {
+    #[command(flatten)]
+    config: ConfigArgs,
+    /// The subject (wildcards allowed) to follow.
+    #[arg(
+        value_name = "SUBJECT",
+        required_unless_present = "route",
+        conflicts_with = "route"
+    )]
+    subject: Option<String>,
+    /// Follow route R's outputs (its `allowed_outputs`) and its dead letters.
+    #[arg(long, value_name = "R")]
+    route: Option<String>,
+    /// Start from the oldest message each stream holds, not from now.
+    #[arg(long)]
+    all: bool,
+    /// Exit after N messages.
+    #[arg(long, short = 'n', value_name = "N")]
+    count: Option<usize>,
+    /// Exit after this long (1 if `--count` messages did not arrive by then), e.g. `30s`.
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    wait: Option<Duration>,
+    /// One JSON object per message instead of a line.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Follows and prints.
+pub async fn run(args: TailArgs) -> anyhow::Result<ExitCode> {
+    let config = args.config.load()?;
+    let (filters, route) = match (&args.subject, &args.route) {
+        (Some(subject), _) => (vec![subject.clone()], None),
+        (None, Some(route)) => {
+            let r = config
+                .routes
+                .iter()
+                .find(|r| &r.name == route)
+                .with_context(|| {
+                    let names: Vec<_> = config.routes.iter().map(|r| r.name.as_str()).collect();
+                    format!("route `{route}` is not in this config (it has {names:?})")
+                })?;
+            let mut filters = r.allowed_outputs.clone();
+            filters.push(config.dead_letter.subject.clone());
+            (filters, Some(route.clone()))
+        }
+        (None, None) => anyhow::bail!("name a SUBJECT or --route R"),
+    };
+    let client = crate::connect::connect(&config, "dedup-host tail").await?;
+    let js = jetstream::new(client.clone());
+    let mut followed = Vec::new();
+    for filter in &filters {
+        let stream = js.stream_by_subject(filter.clone()).await.with_context(|| {
+            format!("no stream captures `{filter}`: run `dedup-host setup --config FILE` (or publish to a subject a stream captures)")
+        })?;
+        followed.push(follow(&js, &client, &stream, filter, args.all).await?);
+    }
+    let mut messages = futures::stream::select_all(followed);
+    let deadline = args.wait.map(|w| tokio::time::Instant::now() + w);
+    let mut shown = 0;
+    while args.count.is_none_or(|n| shown < n) {
+        let next = match deadline {
+            Some(at) => match tokio::time::timeout_at(at, messages.next()).await {
+                Ok(next) => next,
+                Err(_) => break,
+            },
+            None => messages.next().await,
+        };
+        let Some(message) = next else { break };
+        let m = message.map_err(|e| anyhow::anyhow!("following the stream failed: {e}"))?;
+        let letter_route = m.headers.as_ref().and_then(|h| h.get(headers::ROUTE));
+        let is_letter = m.subject.as_str() == config.dead_letter.subject;
+        if let (Some(route), true) = (&route, is_letter) {
+            if letter_route.map(|v| v.as_str()) != Some(route.as_str()) {
+                continue; // another route's dead letter
+            }
+        }
+        print(&m, is_letter, args.json);
+        shown += 1;
+    }
+    client.flush().await?;
+    Ok(match args.count {
+        Some(n) if shown < n => ExitCode::from(1),
+        _ => ExitCode::SUCCESS,
+    })
+}
+
+/// An ordered consumer of `stream` on `filter`.
+async fn follow(
+    js: &Context,
+    client: &async_nats::Client,
+    stream: &str,
+    filter: &str,
+    all: bool,
+) -> anyhow::Result<push::Ordered> {
+    let stream = js.get_stream_no_info(stream).await?;
+    let consumer = stream
+        .create_consumer(push::OrderedConfig {
+            deliver_subject: client.new_inbox(),
+            filter_subject: filter.to_string(),
+            deliver_policy: if all {
+                DeliverPolicy::All
+            } else {
+                DeliverPolicy::New
+            },
+            ..Default::default()
+        })
+        .await
+        .with_context(|| format!("cannot follow `{filter}`"))?;
+    Ok(consumer.messages().await?)
+}
+
+fn print(m: &jetstream::Message, is_letter: bool, json: bool) {
+    let info = m.info().ok();
+    let (stream, sequence) = info
+        .as_ref()
+        .map_or(("?", 0), |i| (i.stream, i.stream_sequence));
+    let header = |name: &str| {
+        m.headers
+            .as_ref()
+            .and_then(|h| h.get(name))
+            .map(|v| v.as_str().to_string())
+    };
+    let payload = crate::text::reason(&String::from_utf8_lossy(&m.payload));
+    if json {
+        let line = serde_json::json!({
+            "stream": stream,
+            "sequence": sequence,
+            "subject": m.subject.as_str(),
+            "dead_letter": is_letter,
+            "reason": header(headers::REASON),
+            "key": header(headers::KEY),
+            "msg_id": header("Nats-Msg-Id"),
+            "payload": payload,
+        });
+        println!("{line}");
+    } else if is_letter {
+        println!(
+            "{stream} #{sequence} dead letter of `{}` key `{}`: {} | {payload}",
+            header(headers::ROUTE).unwrap_or_default(),
+            header(headers::KEY).unwrap_or_default(),
+            header(headers::REASON).unwrap_or_default()
+        );
+    } else {
+        println!("{stream} #{sequence} {}: {payload}", m.subject);
+    }
+}

@@ -1,0 +1,140 @@
+//! Two deployments on one server, with different source streams and the same route names,
+//! share nothing by default: claims, dead letters, host status and reloads are each their own,
+//! and every operator command sees only its own config's routes.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use dedup_host_tests::guests::{guest, host_binary};
+use dedup_host_tests::harness::{wait_for, TestEnv};
+
+/// A deployment on source stream `stream` capturing `<prefix>.*`, with one route `r` that
+/// runs the hostile guest; every other name is left to its default.
+fn deployment(env: &TestEnv, stream: &str, prefix: &str) -> (PathBuf, dedup_host::config::Config) {
+    let text = format!(
+        r#"
+[nats]
+urls = ["{url}"]
+
+[source]
+stream = "{stream}"
+subjects = ["{prefix}.*"]
+ack_wait = "2s"
+
+[claims]
+lease = "2s"
+heartbeat = "500ms"
+storage = "memory"
+
+[[routes]]
+name = "r"
+subject = "{prefix}.*"
+component = "{component}"
+"#,
+        url = env.server().url(),
+        component = guest("hostile").display()
+    );
+    let path = env.path(&format!("{stream}.toml"));
+    std::fs::write(&path, &text).unwrap();
+    let config = dedup_host::config::Config::load(&path).expect("valid");
+    (path, config)
+}
+
+fn cli(config: &PathBuf, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(host_binary())
+        .arg(args[0])
+        .arg("--config")
+        .arg(config)
+        .args(&args[1..])
+        .output()
+        .expect("run dedup-host");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_deployments_on_one_server_see_only_their_own() {
+    let env = TestEnv::start().await;
+    let (a_path, a) = deployment(&env, "SHOP", "shop");
+    let (b_path, b) = deployment(&env, "PAY", "pay");
+    assert_eq!(a.claims.bucket, "dedup-claims-SHOP");
+    assert_ne!(a.dead_letter.stream, b.dead_letter.stream);
+    let mut hosts = Vec::new();
+    for (config, id) in [(&a, "host-a"), (&b, "host-b")] {
+        let mut config = config.clone();
+        config.host.instance_id = Some(id.into());
+        hosts.push(dedup_host::serve::start(config).await.unwrap());
+    }
+    for subject in ["shop.x", "pay.y"] {
+        let (id, payload) = ("same-id", "reject:5");
+        let mut h = async_nats::HeaderMap::new();
+        h.insert("Nats-Msg-Id", id);
+        env.js
+            .publish_with_headers(subject.to_string(), h, payload.into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+    wait_for(Duration::from_secs(30), "one letter each", || async {
+        let a_letters = env.messages(&a.dead_letter.stream).await.len();
+        let b_letters = env.messages(&b.dead_letter.stream).await.len();
+        (a_letters == 1 && b_letters == 1).then_some(())
+    })
+    .await;
+
+    // Same route name, same key: two claims, one in each deployment's bucket.
+    for config in [&a, &b] {
+        let kv = env.js.get_key_value(&config.claims.bucket).await.unwrap();
+        assert!(
+            kv.get("r.k.same-id").await.unwrap().is_some(),
+            "{}",
+            config.claims.bucket
+        );
+    }
+    let (code, out, err) = cli(&a_path, &["dead-letters", "list", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let listed: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(listed.as_array().unwrap().len(), 1, "{listed}");
+    assert_eq!(listed[0]["subject"], "shop.x");
+
+    let (code, out, err) = cli(
+        &a_path,
+        &["dead-letters", "replay", "--all", "--dry-run", "--json"],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("shop.x") && !out.contains("pay.y"), "{out}");
+    let (code, _, err) = cli(&a_path, &["dead-letters", "replay", "--sequence", "99"]);
+    assert_ne!(code, 0, "an unknown letter is an error");
+    assert!(
+        err.contains("no dead letter of this config's routes has sequence [99]"),
+        "{err}"
+    );
+    let (code, _, err) = cli(&a_path, &["dead-letters", "list", "--route", "other"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("route `other` is not in this config"), "{err}");
+
+    let (code, out, err) = cli(&a_path, &["audit", "--json"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let audit: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(audit["messages"], 1, "only SHOP's message: {audit}");
+
+    let (code, out, err) = cli(&a_path, &["reload", "--json"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let answers: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let ids: Vec<&str> = answers
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["instance_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["host-a"], "only its own deployment's host answers");
+    let _ = b_path;
+    for host in hosts {
+        host.shutdown().await.unwrap();
+    }
+}
