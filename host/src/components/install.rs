@@ -39,6 +39,10 @@ pub async fn offer(runtime: &Runtime, route: &Route, origin: &str, bytes: Vec<u8
         );
         return refuse(route, current.as_ref(), reason);
     }
+    // One compile at a time in this process: the CPU time this process uses meanwhile is then
+    // the compile's (plus what guests use beside it), and a second route offered the same
+    // component finds it in the compile cache instead of compiling it again.
+    let _compiling = COMPILES.acquire().await.expect("never closed");
     let loader = runtime.clone();
     let name = origin.to_string();
     let compile =
@@ -82,6 +86,9 @@ pub async fn offer(runtime: &Runtime, route: &Route, origin: &str, bytes: Vec<u8
     );
     Installed::Swapped { digest }
 }
+
+/// Compiles run one at a time (see [`offer`]).
+static COMPILES: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
 
 /// How many times `compile_timeout` a compile may take in wall time, on a starved machine.
 const WALL_FACTOR: u32 = 10;
