@@ -337,7 +337,9 @@ fn unfenced(running: &Config) -> Vec<String> {
         .collect()
 }
 
-/// Follows the deployment's contract records: every change is checked by [`Live::recheck`].
+/// Follows the deployment's contract records: each one as it is when the watch starts (or
+/// starts again, so nothing changed meanwhile is missed), then every change, is checked by
+/// [`Live::recheck`].
 pub(crate) fn follow_contracts(
     live: Arc<Live>,
     mut stopped: watch::Receiver<bool>,
@@ -345,7 +347,7 @@ pub(crate) fn follow_contracts(
     use futures::StreamExt as _;
     tokio::spawn(async move {
         loop {
-            let mut updates = match live.contracts.watch_all().await {
+            let mut updates = match live.contracts.watch_with_history(">").await {
                 Ok(updates) => updates,
                 Err(e) => {
                     tracing::warn!("cannot follow route contracts, retrying: {e}");
@@ -365,6 +367,11 @@ pub(crate) fn follow_contracts(
                     Some(Err(e)) => tracing::warn!("route contract watch: {e}"),
                     None => break,
                 }
+            }
+            // The watch ended (a server restart, say): follow again, without spinning.
+            tokio::select! {
+                _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
+                _ = stopped.wait_for(|s| *s) => return,
             }
         }
     })

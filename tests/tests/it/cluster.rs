@@ -23,7 +23,8 @@ async fn a_host_with_every_url_serves_while_the_first_node_is_down() {
         DEAD,
         OUTPUTS,
         &format!("KV_{BUCKET}"),
-        "KV_dedup-hosts",
+        "KV_dedup-hosts-EVENTS",
+        "KV_dedup-contracts-EVENTS",
     ] {
         assert_eq!(replicas(&env, stream).await, 3, "stream `{stream}`");
     }
