@@ -1,5 +1,6 @@
-//! The demo's exclusive and forever parts: ledger adjustments that run one per account at a
-//! time, and a late re-run whose ledger entry a forever stream refuses.
+//! The demo's exclusive, contract and forever parts: ledger adjustments that run one per
+//! account at a time, the ledger route's contract, and a late re-run whose ledger entry a
+//! forever stream refuses.
 
 use std::time::Duration;
 
@@ -130,4 +131,32 @@ pub(super) async fn stale_commit(js: &JetStream, config: &Config) -> anyhow::Res
             other => format!("was NOT refused: {other:?}"),
         }
     ))
+}
+
+/// Prints the ledger route's contract, and what a host configured with other partitions is
+/// told: it refuses the route instead of putting an account on another partition.
+pub(super) async fn print_contract(js: &JetStream, config: &Config) -> anyhow::Result<()> {
+    let store = crate::contract::open(js, config).await?;
+    let Some((record, _)) = crate::contract::read(&store, ROUTE).await? else {
+        return Ok(());
+    };
+    let c = &record.contract;
+    println!(
+        "\nRoute contract of `{ROUTE}` (recorded on the server by {}; every host must agree): claims in {}, effects {:?}, claim {:?}, {} partition(s)",
+        record.recorded_by,
+        c.claims,
+        c.effects,
+        c.claim,
+        c.partitions.unwrap_or(0)
+    );
+    let mut bigger = config.clone();
+    let Some(route) = bigger.routes.iter_mut().find(|r| r.name == ROUTE) else {
+        return Ok(());
+    };
+    route.partitions = Some(route.partitions() * 2);
+    let route = route.clone();
+    if let Err(e) = crate::contract::agree(&store, &bigger, &route, "demo").await {
+        println!("  a host configured with other partitions is refused the route:\n  {e}");
+    }
+    Ok(())
 }

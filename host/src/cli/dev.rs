@@ -263,6 +263,7 @@ async fn demo(config: Config) -> anyhow::Result<()> {
     }
     println!("\nFenced effects: {fenced}");
     super::demo_modes::print_exclusive(&js, &audit_config).await?;
+    super::demo_modes::print_contract(&js, &audit_config).await?;
     println!("\nForever deduplication: {late}");
     println!("\nDead letters in stream {dead_stream}:");
     print_stream(&js, &dead_stream, |m| {
