@@ -11,6 +11,7 @@ use super::{Config, DEFAULT_STREAM};
 struct Derived {
     path: [&'static str; 2],
     name: fn(&str) -> String,
+    get: fn(&Config) -> &String,
     set: fn(&mut Config, String),
 }
 
@@ -18,26 +19,31 @@ const DERIVED: [Derived; 5] = [
     Derived {
         path: ["claims", "bucket"],
         name: |s| format!("dedup-claims-{s}"),
+        get: |c| &c.claims.bucket,
         set: |c, n| c.claims.bucket = n,
     },
     Derived {
         path: ["dead_letter", "stream"],
         name: |s| format!("{s}_DEAD"),
+        get: |c| &c.dead_letter.stream,
         set: |c, n| c.dead_letter.stream = n,
     },
     Derived {
         path: ["dead_letter", "subject"],
         name: |s| format!("dedup.dead.{s}"),
+        get: |c| &c.dead_letter.subject,
         set: |c, n| c.dead_letter.subject = n,
     },
     Derived {
         path: ["components", "bucket"],
         name: |s| format!("dedup-components-{s}"),
+        get: |c| &c.components.bucket,
         set: |c, n| c.components.bucket = n,
     },
     Derived {
         path: ["components", "status_bucket"],
         name: |s| format!("dedup-hosts-{s}"),
+        get: |c| &c.components.status_bucket,
         set: |c, n| c.components.status_bucket = n,
     },
 ];
@@ -68,34 +74,10 @@ impl Config {
             return Vec::new();
         }
         let legacy = Config::default();
-        let pairs = [
-            ("claims.bucket", &self.claims.bucket, &legacy.claims.bucket),
-            (
-                "dead_letter.stream",
-                &self.dead_letter.stream,
-                &legacy.dead_letter.stream,
-            ),
-            (
-                "dead_letter.subject",
-                &self.dead_letter.subject,
-                &legacy.dead_letter.subject,
-            ),
-            (
-                "components.bucket",
-                &self.components.bucket,
-                &legacy.components.bucket,
-            ),
-            (
-                "components.status_bucket",
-                &self.components.status_bucket,
-                &legacy.components.status_bucket,
-            ),
-        ];
-        pairs
+        DERIVED
             .iter()
-            .zip(DERIVED.iter())
-            .filter(|((_, now, _), d)| **now == (d.name)(&self.source.stream))
-            .map(|((field, _, legacy), _)| format!("{field} = \"{legacy}\""))
+            .filter(|d| *(d.get)(self) == (d.name)(&self.source.stream))
+            .map(|d| format!("{} = \"{}\"", d.path.join("."), (d.get)(&legacy)))
             .collect()
     }
 }

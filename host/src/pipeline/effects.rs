@@ -53,6 +53,9 @@ pub use crate::claim::key::output_id;
 /// outage to retry (a refused publish would come back forever; a partial fenced batch would be
 /// left behind every time).
 pub fn oversized(js: &Context, claim_key: &str, outputs: &[Output]) -> Option<String> {
+    if outputs.is_empty() {
+        return None;
+    }
     let max = js.client().server_info().max_payload;
     let overhead = 2 * (claim_key.len() + 64) + SIZE_MARGIN;
     outputs.iter().enumerate().find_map(|(i, o)| {

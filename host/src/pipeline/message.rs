@@ -25,6 +25,9 @@ use tracing::Instrument as _;
 /// The W3C trace-context header: carried from an event to its outputs and dead letters.
 pub(super) const TRACEPARENT: &str = "traceparent";
 
+/// Nak delay of a message pulled just before its route stopped being served.
+const NOT_SERVED_RETRY: Duration = Duration::from_secs(1);
+
 /// First nak delay after an infrastructure error (rule 20).
 const INFRA_RETRY_FIRST: Duration = Duration::from_secs(1);
 /// Longest nak delay after infrastructure errors: with the server's delivery bound (default
@@ -162,10 +165,9 @@ impl<S: ClaimStore> Shared<S> {
         };
         // The version now served runs this message to its end, whatever is swapped meanwhile.
         let Some(guest) = route.guest() else {
-            // The route stopped being served after this message was pulled: leave it for later.
-            return self
-                .settle(d, AckKind::Nak(Some(infra_retry(d.delivered))))
-                .await;
+            // The route stopped being served after this message was pulled (a swap, a reload):
+            // not an outage, so no backoff; the loop pulls again only once it is served.
+            return self.settle(d, AckKind::Nak(Some(NOT_SERVED_RETRY))).await;
         };
         let claim_key = route.claim_key(&key);
         if route.claim_after {
