@@ -4,8 +4,12 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-/// Default wall-clock deadline for one invocation.
+/// Default CPU-time deadline for one invocation.
 pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(30);
+/// The default wall-clock limit of an invocation, in multiples of its CPU deadline: room for a
+/// busy machine to stretch the guest's work, and a bound for a guest that waits instead of
+/// computing (a sleep uses no CPU).
+pub const WALL_FACTOR: u32 = 3;
 /// Default cap on a guest's linear memory, per memory.
 pub const DEFAULT_MEMORY_BYTES: u64 = 64 << 20;
 /// Default cap on table elements per table.
@@ -33,9 +37,21 @@ pub const DEFAULT_TABLES: usize = 16;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Limits {
-    /// Wall-clock time for instantiation plus the call, enforced by epoch interruption.
+    /// CPU time the guest may use for instantiation plus the call, measured on the threads
+    /// that run it and checked at every epoch tick (DESIGN.md rule 21: a busy machine
+    /// stretches wall time, not the guest's own work).
     #[serde(with = "humantime_serde")]
     pub deadline: Duration,
+    /// Wall-clock limit for instantiation plus the call, whatever the guest does with it
+    /// (computing, sleeping, waiting in a host call). `None` (the default) is
+    /// [`WALL_FACTOR`] times `deadline`. It bounds how long one run can hold a key, so the
+    /// duplicate-window arithmetic uses it ([`Limits::wall_limit`]).
+    #[serde(
+        default,
+        with = "humantime_serde::option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub wall: Option<Duration>,
     /// Fuel per invocation (about one unit per WebAssembly instruction): a deterministic CPU
     /// budget on top of the deadline. `None` (the default) leaves only the deadline.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -64,6 +80,7 @@ impl Default for Limits {
     fn default() -> Self {
         Self {
             deadline: DEFAULT_DEADLINE,
+            wall: None,
             fuel: None,
             memory_bytes: DEFAULT_MEMORY_BYTES,
             table_elements: DEFAULT_TABLE_ELEMENTS,
@@ -75,5 +92,12 @@ impl Default for Limits {
             max_log_lines: DEFAULT_MAX_LOG_LINES,
             max_log_bytes: DEFAULT_MAX_LOG_BYTES,
         }
+    }
+}
+
+impl Limits {
+    /// The wall-clock limit of one invocation: `wall`, or [`WALL_FACTOR`] times `deadline`.
+    pub fn wall_limit(&self) -> Duration {
+        self.wall.unwrap_or(self.deadline * WALL_FACTOR)
     }
 }

@@ -225,10 +225,11 @@ async fn check_output_windows(js: &Context, config: &Config) -> anyhow::Result<(
             if let Some(f) = reached {
                 anyhow::ensure!(
                     c.duplicate_window > gap,
-                    "stream `{}` captures route `{}`'s output subject `{f}` but keeps message ids for {:?}, not longer than the longest gap between two runs of one key ({gap:?} = largest route deadline + lease + clock_skew + largest backoff + ack_wait + claims.pause_margin): a re-run could publish an output twice; raise the stream's duplicate window",
+                    "stream `{}` captures route `{}`'s output subject `{f}` but keeps message ids for {:?}, not longer than the longest gap between two runs of one key ({gap:?} = {}): a re-run could publish an output twice; raise the stream's duplicate window",
                     c.name,
                     r.name,
-                    c.duplicate_window
+                    c.duplicate_window,
+                    crate::config::RERUN_GAP_TERMS
                 );
             }
         }

@@ -6,6 +6,9 @@ use std::time::Duration;
 use super::Config;
 use crate::runtime::engine::PoolTotals;
 
+/// What [`Config::longest_rerun_gap`] adds up, as error messages name it.
+pub const RERUN_GAP_TERMS: &str = "largest route limits.wall (default 3 x limits.deadline) + lease + clock_skew + largest backoff + ack_wait + claims.pause_margin";
+
 impl Config {
     /// The nak delay after failed attempt number `attempt` (1-based).
     pub fn backoff_for(&self, attempt: u32) -> Duration {
@@ -61,8 +64,8 @@ impl Config {
             .unwrap_or(Duration::from_secs(1))
     }
 
-    /// The longest time between two runs of one key that publish outputs: the longest
-    /// route deadline (a run publishes at its end), a lease that lapsed plus the clock-skew
+    /// The longest time between two runs of one key that publish outputs ([`RERUN_GAP_TERMS`]): the longest
+    /// route wall-clock limit (a run publishes at its end; [`crate::limits::Limits::wall_limit`]), a lease that lapsed plus the clock-skew
     /// margin, the largest backoff, the ack wait before a redelivery, and the pause margin for
     /// outages and stopped processes. Every stream a route publishes to must keep message ids
     /// longer than this, or a re-run could publish an output twice (DESIGN.md §2 rule 6).
@@ -70,7 +73,7 @@ impl Config {
         let deadline = self
             .routes
             .iter()
-            .map(|r| r.limits.deadline)
+            .map(|r| r.limits.wall_limit())
             .max()
             .unwrap_or_default();
         deadline

@@ -10,6 +10,7 @@ mod names;
 mod route;
 mod validate;
 
+pub use derived::RERUN_GAP_TERMS;
 pub use modes::{ClaimMode, DedupMode, EffectsMode};
 pub use route::{
     KeySource, MissingKey, RouteConfig, DEFAULT_COMPILE_TIMEOUT, DEFAULT_MAX_COMPONENT_BYTES,

@@ -192,7 +192,7 @@ impl Config {
             if o.effects == EffectsMode::Fenced && !self.window_route_reaches(&o.subjects) {
                 continue;
             }
-            p.check(o.duplicate_window > gap, format!("output_streams[{i}].duplicate_window"), format!("{:?} is shorter than the longest gap between two runs of one key ({gap:?} = largest route deadline + lease + clock_skew + largest backoff + ack_wait + claims.pause_margin): a re-run could publish an output twice", o.duplicate_window));
+            p.check(o.duplicate_window > gap, format!("output_streams[{i}].duplicate_window"), format!("{:?} is shorter than the longest gap between two runs of one key ({gap:?} = {}): a re-run could publish an output twice", o.duplicate_window, super::RERUN_GAP_TERMS));
         }
         self.validate_source_outputs(p, gap);
         let dl_gap = self.dead_letter_gap();
@@ -392,6 +392,16 @@ impl Config {
                 at("limits.deadline"),
                 "must be greater than zero",
             );
+            if let Some(wall) = r.limits.wall {
+                p.check(
+                    wall >= r.limits.deadline,
+                    at("limits.wall"),
+                    format!(
+                        "is {wall:?}, shorter than limits.deadline ({:?}): the guest could never use its CPU time; make it at least the deadline, or leave it out (3 x the deadline)",
+                        r.limits.deadline
+                    ),
+                );
+            }
             p.check(
                 r.limits.memory_bytes <= DEFAULT_POOL_MEMORY_BYTES,
                 at("limits.memory_bytes"),

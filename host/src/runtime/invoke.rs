@@ -8,6 +8,10 @@ use wasmtime::{CallHook, Store, UpdateDeadline};
 
 use super::engine::FAST_SLICE;
 
+/// How long after its wall-clock limit a guest parked in a host call is ended; a computing
+/// guest is ended at the first epoch tick past it.
+const WALL_GRACE: Duration = Duration::from_millis(20);
+
 use super::outcome::{Invocation, Outcome, Trap, TrapKind};
 use super::outputs::check_outputs;
 use super::state::{GuestState, InvokeOptions, LogContext};
@@ -46,18 +50,37 @@ impl Handler {
         }
         let _running = self.inner.ticker.as_ref().map(|t| t.enter());
 
-        let instantiated = self.inner.pre.instantiate_async(&mut store).await;
-        let instantiate = started.elapsed();
-        let result = match instantiated {
-            Ok(bindings) => {
-                let call = bindings
-                    .dedup_handler_handler()
-                    .call_handle(&mut store, &event)
-                    .await;
-                call.map_err(|e| classify(store.data_mut(), e, TrapKind::Guest))
+        // The epoch check ends a guest that computes past its limits; this timer ends one
+        // parked in a host call (a sleep) past its wall-clock limit, a little later.
+        let wall = tokio::time::Instant::from_std(store.data().wall_deadline) + WALL_GRACE;
+        let mut instantiate = None;
+        let run = async {
+            let instantiated = self.inner.pre.instantiate_async(&mut store).await;
+            instantiate = Some(started.elapsed());
+            match instantiated {
+                Ok(bindings) => {
+                    let call = bindings
+                        .dedup_handler_handler()
+                        .call_handle(&mut store, &event)
+                        .await;
+                    call.map_err(|e| classify(store.data_mut(), e, TrapKind::Guest))
+                }
+                Err(e) => Err(classify(store.data_mut(), e, TrapKind::Instantiate)),
             }
-            Err(e) => Err(classify(store.data_mut(), e, TrapKind::Instantiate)),
         };
+        let result = match tokio::time::timeout_at(wall, run).await {
+            Ok(result) => result,
+            Err(_) => {
+                let state = store.data_mut();
+                state.cpu_pause();
+                let message = wall_message(state, state.cpu_used);
+                Err(Trap {
+                    kind: TrapKind::Timeout,
+                    message,
+                })
+            }
+        };
+        let instantiate = instantiate.unwrap_or_else(|| started.elapsed());
         let outcome = match result {
             Ok(Ok(outputs)) => check_outputs(outputs, options),
             Ok(Err(Failure::Retry(r))) => Outcome::Retry {
@@ -101,15 +124,17 @@ impl Handler {
     }
 }
 
-/// Arms the limits: memory and table limiter, fuel, and the deadline checked at every epoch
-/// tick. At each tick the guest yields to the executor; past [`FAST_SLICE`] it also gives
-/// back its long-running lane and queues for one again (its route's, then the process's), so
-/// long runners take turns. The deadline is wall-clock time, so waiting for a lane counts
-/// against it: a guest that gets its lane past its deadline traps at that tick. A guest gives
-/// its lane back whenever it calls into the host (a sleep, a poll), so a waiting guest never
-/// holds one. (Timing out while still queued was measured to cost a neighbouring route a third
-/// of its throughput beside a saturated looping route: the looping route then fails faster and
-/// its dead letters and claim writes take the I/O.)
+/// Arms the limits: memory and table limiter, fuel, and the deadlines checked at every epoch
+/// tick. The deadline is CPU time (DESIGN.md rule 21): from its first tick on, the guest's
+/// segments of execution are measured with the thread's CPU clock, paused across host calls
+/// and suspensions (where the worker thread runs other tasks), so a busy machine or a wait for
+/// a lane never counts against it. The wall-clock limit bounds everything else, a sleeping
+/// guest included.
+///
+/// At each tick the guest yields to the executor; past [`FAST_SLICE`] it also gives back its
+/// long-running lane and queues for one again (its route's, then the process's), so long
+/// runners take turns. A guest gives its lane back whenever it calls into the host (a sleep,
+/// a poll), so a waiting guest never holds one.
 fn meter(store: &mut Store<GuestState>, options: &InvokeOptions, lanes: Arc<Semaphore>) {
     let limits: &Limits = &options.limits;
     store.limiter(|state| state);
@@ -118,43 +143,76 @@ fn meter(store: &mut Store<GuestState>, options: &InvokeOptions, lanes: Arc<Sema
         .expect("the engine consumes fuel when metered");
     store.set_epoch_deadline(1);
     store.call_hook(|mut ctx, hook| {
-        if matches!(hook, CallHook::CallingHost) {
-            ctx.data_mut().lane.lock().expect("lane slot").clear();
+        let state = ctx.data_mut();
+        match hook {
+            CallHook::CallingHost => {
+                state.cpu_pause();
+                state.lane.lock().expect("lane slot").clear();
+            }
+            CallHook::ReturningFromHost => state.cpu_resume(),
+            _ => {}
         }
         Ok(())
     });
     let route_lanes = options.route_lanes.clone();
     store.epoch_deadline_callback(move |mut ctx| {
         let state = ctx.data_mut();
-        if Instant::now() >= state.deadline {
-            let deadline = state.limits.deadline;
-            return Err(state.breach(
-                TrapKind::Timeout,
-                format!("ran past its deadline of {}ms", deadline.as_millis()),
-            ));
+        let cpu = state.cpu_at_tick();
+        if let Some(breach) = overrun(state, cpu) {
+            return Err(breach);
         }
-        if state.started.elapsed() < FAST_SLICE {
-            return Ok(UpdateDeadline::Yield(1));
-        }
+        let long_runner = state.started.elapsed() >= FAST_SLICE;
         let slot = state.lane.clone();
-        slot.lock().expect("lane slot").clear();
+        let mark = state.cpu_mark.clone();
+        if long_runner {
+            slot.lock().expect("lane slot").clear();
+        }
         let (lanes, route_lanes) = (lanes.clone(), route_lanes.clone());
         Ok(UpdateDeadline::YieldCustom(
             1,
             Box::pin(async move {
                 tokio::task::yield_now().await;
-                let acquire = async {
+                if long_runner {
                     let mut held = Vec::with_capacity(2);
                     if let Some(route_lanes) = route_lanes {
                         held.push(route_lanes.acquire_owned().await.expect("lanes open"));
                     }
                     held.push(lanes.acquire_owned().await.expect("lanes open"));
-                    held
-                };
-                *slot.lock().expect("lane slot") = acquire.await;
+                    *slot.lock().expect("lane slot") = held;
+                }
+                // The guest goes on right after this, on the thread that polled it last.
+                mark.set_now();
             }),
         ))
     });
+}
+
+/// The limit a guest at an epoch tick has run past, having used `cpu` of CPU time: its
+/// deadline, or its wall-clock limit.
+fn overrun(state: &mut GuestState, cpu: Duration) -> Option<wasmtime::Error> {
+    let deadline = state.limits.deadline;
+    if cpu >= deadline {
+        let message = format!(
+            "ran past its deadline of {}ms of CPU time",
+            deadline.as_millis()
+        );
+        return Some(state.breach(TrapKind::Timeout, message));
+    }
+    if Instant::now() >= state.wall_deadline {
+        let message = wall_message(state, cpu);
+        return Some(state.breach(TrapKind::Timeout, message));
+    }
+    None
+}
+
+/// Why a guest that ran past its wall-clock limit having used `cpu` was ended.
+fn wall_message(state: &GuestState, cpu: Duration) -> String {
+    format!(
+        "ran past its wall-clock limit of {}ms (limits.wall) having used {}ms of its {}ms CPU deadline: it waited (a sleep, a host call) or the machine was too busy to run it; raise limits.wall if that is expected",
+        state.limits.wall_limit().as_millis(),
+        cpu.as_millis(),
+        state.limits.deadline.as_millis()
+    )
 }
 
 /// Turns a wasmtime error into a trap, preferring the limit a host hook recorded.

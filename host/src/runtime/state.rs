@@ -2,8 +2,9 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use wasmtime::component::ResourceTable;
@@ -39,6 +40,38 @@ pub struct InvokeOptions {
     pub route_lanes: Option<Arc<Semaphore>>,
 }
 
+/// The thread CPU clock reading that starts a measured segment of guest execution, shared
+/// between a guest's store and the future its epoch tick yields to.
+#[derive(Debug, Clone)]
+pub(crate) struct CpuMark(Arc<AtomicU64>);
+
+/// No segment is being measured.
+const NO_MARK: u64 = u64::MAX;
+
+impl Default for CpuMark {
+    fn default() -> Self {
+        Self(Arc::new(AtomicU64::new(NO_MARK)))
+    }
+}
+
+impl CpuMark {
+    /// Starts a segment now, on the calling thread.
+    pub(crate) fn set_now(&self) {
+        let nanos = crate::cpu::thread_cpu()
+            .as_nanos()
+            .min(u128::from(NO_MARK - 1));
+        self.0.store(nanos as u64, Ordering::Relaxed);
+    }
+
+    /// Ends the segment, returning where it started.
+    fn take(&self) -> Option<Duration> {
+        match self.0.swap(NO_MARK, Ordering::Relaxed) {
+            NO_MARK => None,
+            nanos => Some(Duration::from_nanos(nanos)),
+        }
+    }
+}
+
 /// Identifies the invocation in the host's logs.
 #[derive(Debug, Clone, Default)]
 pub struct LogContext {
@@ -58,7 +91,18 @@ pub struct GuestState {
     pub(crate) config: Arc<BTreeMap<String, String>>,
     pub(crate) limits: Limits,
     pub(crate) started: Instant,
-    pub(crate) deadline: Instant,
+    /// When the wall-clock limit ([`Limits::wall_limit`]) runs out.
+    pub(crate) wall_deadline: Instant,
+    /// CPU time the guest has used in the segments measured so far.
+    pub(crate) cpu_used: Duration,
+    /// The thread's CPU clock when the current segment of guest execution began, in
+    /// nanoseconds; [`NO_MARK`] while the guest is not known to be running on this thread
+    /// (before its first epoch tick, in a host call, suspended). Shared with the future a tick
+    /// yields to, which sets it on the thread that resumes the guest.
+    pub(crate) cpu_mark: CpuMark,
+    /// Whether the guest has reached an epoch tick: from then on its CPU time is measured
+    /// (a guest done within its first tick costs no clock reads).
+    pub(crate) measured: bool,
     /// The long-running lane this guest holds for the current tick, once it is a long runner:
     /// its route's lane permit and the process's. Empty while it waits or sits in a host call.
     pub(crate) lane: Arc<std::sync::Mutex<Vec<OwnedSemaphorePermit>>>,
@@ -91,7 +135,7 @@ impl GuestState {
         }
         let limits = options.limits.clone();
         let started = Instant::now();
-        let deadline = started + limits.deadline;
+        let wall_deadline = started + limits.wall_limit();
         Ok(Self {
             started,
             lane: Arc::default(),
@@ -100,12 +144,39 @@ impl GuestState {
             stderr,
             config: options.config.clone(),
             limits,
-            deadline,
+            wall_deadline,
+            cpu_used: Duration::ZERO,
+            cpu_mark: CpuMark::default(),
+            measured: false,
             logs: Vec::new(),
             log_bytes: 0,
             context,
             breach: None,
         })
+    }
+
+    /// Ends the current measured segment (the guest calls into the host or is about to be
+    /// suspended): its CPU time is added to `cpu_used`.
+    pub(crate) fn cpu_pause(&mut self) {
+        if let Some(mark) = self.cpu_mark.take() {
+            self.cpu_used += crate::cpu::thread_cpu().saturating_sub(mark);
+        }
+    }
+
+    /// Starts a measured segment on the calling thread (the guest runs again, here), once
+    /// the guest is measured at all.
+    pub(crate) fn cpu_resume(&mut self) {
+        if self.measured {
+            self.cpu_mark.set_now();
+        }
+    }
+
+    /// At an epoch tick: adds the segment so far and returns the CPU time used. The caller
+    /// resumes measuring after whatever suspension the tick causes.
+    pub(crate) fn cpu_at_tick(&mut self) -> Duration {
+        self.measured = true;
+        self.cpu_pause();
+        self.cpu_used
     }
 
     /// Records the first limit broken during this invocation.

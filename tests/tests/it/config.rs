@@ -83,7 +83,7 @@ fn each_class_of_mistake_names_its_field() {
         ("[source]", "[[output_streams]]\nname = \"OUT\"\nsubjects = [\"orders.>\"]\n[source]", "overlaps source subject"),
         ("[source]", "[[output_streams]]\nname = \"OUT\"\nsubjects = [\"dedup.>\"]\n[source]", "dead-letter subject"),
         // The duplicate-window rules, now with the route's deadline and the pause margin.
-        ("[source]", "[[output_streams]]\nname = \"OUT\"\nsubjects = [\"x.>\"]\nduplicate_window = \"2m\"\n[source]", "largest route deadline"),
+        ("[source]", "[[output_streams]]\nname = \"OUT\"\nsubjects = [\"x.>\"]\nduplicate_window = \"2m\"\n[source]", "largest route limits.wall"),
         ("[source]", "[dead_letter]\nduplicate_window = \"30s\"\n[source]", "dead_letter.duplicate_window"),
         ("[source]", "[source]\nserver_max_deliver = 6", "source.server_max_deliver"),
         ("[source]", "[source]\nreplicas = 2", "source.replicas"),

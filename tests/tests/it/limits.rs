@@ -109,3 +109,53 @@ async fn guests_see_no_environment_arguments_or_files() {
         other => panic!("reading /etc/passwd must fail: {other:?}"),
     }
 }
+
+/// Eight guests that each compute until 400 ms of wall time have passed, taking turns on one
+/// long-running lane: each gets an eighth of the lane, about 50 ms of CPU, well inside a 200 ms
+/// deadline. A deadline in wall time (the old rule) ends every one of them; in CPU time
+/// (DESIGN.md rule 21) a machine too busy to run them at once only makes them slower.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_machine_stretches_a_guest_without_ending_it() {
+    let rt = Runtime::new(&EngineSettings {
+        long_running_lanes: 1,
+        ..EngineSettings::default()
+    })
+    .expect("runtime");
+    let h = rt.load_file(&guest("hostile")).expect("load hostile");
+    let mut opts = tight();
+    opts.limits.wall = Some(Duration::from_secs(60));
+    let runs = (0..8).map(|_| h.invoke(event("spin-sleep:400:0"), &opts));
+    for (i, inv) in futures::future::join_all(runs)
+        .await
+        .into_iter()
+        .enumerate()
+    {
+        assert!(
+            matches!(inv.outcome, Outcome::Success(_)),
+            "guest {i} ended after {:?}: {:?}",
+            inv.elapsed,
+            inv.outcome
+        );
+    }
+}
+
+/// A guest that sleeps uses no CPU: its wall-clock limit ends it, even while it is parked in
+/// the host's sleep, and the reason says what it used.
+#[tokio::test]
+async fn a_sleeping_guest_is_ended_at_its_wall_limit() {
+    let h = hostile();
+    let mut opts = tight();
+    opts.limits.wall = Some(Duration::from_millis(400));
+    let inv = h.invoke(event("sleep:20000"), &opts).await;
+    let Outcome::Trap(t) = inv.outcome else {
+        panic!("{:?}", inv.outcome)
+    };
+    assert_eq!(t.kind, TrapKind::Timeout, "{}", t.message);
+    assert!(
+        t.message
+            .contains("wall-clock limit of 400ms (limits.wall) having used"),
+        "{}",
+        t.message
+    );
+    assert!(inv.elapsed < Duration::from_secs(20), "{:?}", inv.elapsed);
+}

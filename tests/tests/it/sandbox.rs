@@ -10,21 +10,23 @@ use dedup_host::pipeline::effects::headers;
 use dedup_host_tests::harness::{wait_for, TestEnv, Timing, DEAD, OUTPUTS};
 
 /// `hostile` retries traps (two attempts); `strict` fails them at once; `metered` has a fuel
-/// budget; `reader` may read one directory; `upper` is the well-behaved neighbour.
+/// budget; `reader` may read one directory; `upper` is the well-behaved neighbour. The looping
+/// cases share the host's one long-running lane, so each gets a fraction of it: their wall
+/// limit is raised for the loops to reach their CPU deadline.
 const ROUTES: &str = r#"
 [[routes]]
 name = "hostile"
 subject = "in.hostile.*"
 component = "{guest:hostile}"
 allowed_outputs = ["in.hostile.*.done"]
-limits = { deadline = "300ms", memory_bytes = 100_000_000, max_outputs = 10, max_output_bytes = 1_000_000, max_log_lines = 100 }
+limits = { deadline = "300ms", wall = "20s", memory_bytes = 100_000_000, max_outputs = 10, max_output_bytes = 1_000_000, max_log_lines = 100 }
 
 [[routes]]
 name = "strict"
 subject = "in.strict.*"
 component = "{guest:hostile}"
 allowed_outputs = ["in.strict.*.done"]
-limits = { deadline = "300ms" }
+limits = { deadline = "300ms", wall = "20s" }
 permanent_traps = ["timeout"]
 
 [[routes]]
