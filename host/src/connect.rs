@@ -49,9 +49,10 @@ pub async fn connect(config: &Config, name: &str) -> anyhow::Result<async_nats::
     }
     // Every URL is handed over as its own server, so the client fails over among them.
     let client = options.name(name).connect(servers).await.with_context(|| {
+        let origin = n.urls_origin.as_deref().unwrap_or("`nats.urls` in the config");
         format!(
-            "cannot connect to NATS at any of {:?} (`nats.urls`)",
-            n.urls
+            "cannot connect to NATS at {} (from {origin}): is the server running and reachable? Start a local one with `dedup-host dev`, or name another with --nats-url",
+            n.urls.join(", ")
         )
     })?;
     check_version(&client.server_info().version)?;

@@ -40,7 +40,7 @@ pub struct Limits {
     /// CPU time the guest may use for instantiation plus the call, measured on the threads
     /// that run it and checked at every epoch tick (DESIGN.md rule 21: a busy machine
     /// stretches wall time, not the guest's own work).
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "crate::durations")]
     pub deadline: Duration,
     /// Wall-clock limit for instantiation plus the call, whatever the guest does with it
     /// (computing, sleeping, waiting in a host call). `None` (the default) is
@@ -48,7 +48,7 @@ pub struct Limits {
     /// duplicate-window arithmetic uses it ([`Limits::wall_limit`]).
     #[serde(
         default,
-        with = "humantime_serde::option",
+        with = "crate::durations::option",
         skip_serializing_if = "Option::is_none"
     )]
     pub wall: Option<Duration>,
@@ -57,6 +57,7 @@ pub struct Limits {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fuel: Option<u64>,
     /// Largest size a linear memory may grow to, in bytes.
+    #[serde(deserialize_with = "crate::size::deserialize")]
     pub memory_bytes: u64,
     /// Largest number of elements a table may grow to.
     pub table_elements: u64,
@@ -69,10 +70,12 @@ pub struct Limits {
     /// Most outputs one invocation may return.
     pub max_outputs: usize,
     /// Most bytes (payloads, subjects and headers) all outputs of one invocation may carry.
+    #[serde(deserialize_with = "crate::size::deserialize")]
     pub max_output_bytes: u64,
     /// Most log lines one invocation may write.
     pub max_log_lines: usize,
     /// Most log bytes (messages and fields) one invocation may write.
+    #[serde(deserialize_with = "crate::size::deserialize")]
     pub max_log_bytes: u64,
 }
 

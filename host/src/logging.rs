@@ -9,8 +9,14 @@ use crate::config::LogFormat;
 /// Installs the process's log subscriber. Keep the guard until the process ends: dropping it
 /// flushes the lines still queued.
 pub fn init(format: LogFormat) -> WorkerGuard {
+    init_with_default(format, "warn")
+}
+
+/// Like [`init`], with `default` as the filter when `RUST_LOG` is unset (`dedup-host dev`
+/// shows swaps and each message's outcome: `warn,dedup_host=info`).
+pub fn init_with_default(format: LogFormat, default: &str) -> WorkerGuard {
     let (writer, guard) = tracing_appender::non_blocking(std::io::stderr());
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn"));
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(writer);

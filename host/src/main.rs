@@ -11,7 +11,7 @@ async fn main() -> ExitCode {
     match cli.run().await {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("dedup-host: error: {e:#}");
+            eprintln!("dedup-host: error: {}", dedup_host::text::error_chain(&e));
             ExitCode::from(2)
         }
     }

@@ -331,8 +331,11 @@ impl RouteMetrics {
         }
     }
 
-    /// Counts a delivery's end; a duplicate is also a hit of the claim layer.
+    /// Counts a delivery's end; a duplicate is also a hit of the claim layer. Also logged at
+    /// info, inside the message's span (route, key, attempt), for `dedup-host dev` and for
+    /// anyone who runs with `RUST_LOG=dedup_host=info`.
     pub fn outcome(&self, outcome: MessageOutcome) {
+        tracing::info!(outcome = outcome.label(), "message settled");
         self.outcomes[outcome as usize].inc();
         if outcome == MessageOutcome::Duplicate {
             self.hit(DedupLayer::Claim, 1);

@@ -225,7 +225,7 @@ async fn check_output_windows(js: &Context, config: &Config) -> anyhow::Result<(
             if let Some(f) = reached {
                 anyhow::ensure!(
                     c.duplicate_window > gap,
-                    "stream `{}` captures route `{}`'s output subject `{f}` but keeps message ids for {:?}, not longer than the longest gap between two runs of one key ({gap:?} = {}): a re-run could publish an output twice; raise the stream's duplicate window",
+                    "stream `{}` captures route `{}`'s output subject `{f}` but keeps message ids for {:?}, not longer than the longest gap between two runs of one key ({gap:?} = {}): a re-run could publish an output twice; raise the stream's duplicate window with `dedup-host setup --apply` (`--plan` shows the change first)",
                     c.name,
                     r.name,
                     c.duplicate_window,
@@ -449,7 +449,7 @@ async fn ensure_stream(js: &Context, spec: StreamSpec) -> anyhow::Result<stream:
         let uncovered = spec.uncovered(have);
         anyhow::ensure!(
             uncovered.is_empty(),
-            "stream `{name}` (`{field}`) exists but captures {have:?}, not {uncovered:?}: fix its subjects or name another stream"
+            "stream `{name}` (`{field}`) exists but captures {have:?}, not {uncovered:?}: `dedup-host setup --plan` shows the change and `dedup-host setup --apply` widens its subjects (or name another stream)"
         );
         if let Some(difference) = spec.dedup_difference(&info.config) {
             anyhow::bail!("stream `{name}` (`{field}`) exists but {difference}: recreate it, or name another stream");

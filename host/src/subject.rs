@@ -9,7 +9,22 @@ pub fn is_valid_filter(filter: &str) -> bool {
                 && !t.contains(char::is_whitespace)
                 && (*t != ">" || i == tokens.len() - 1)
                 && (t.len() == 1 || !t.contains(['*', '>']))
+                && *t != "#"
         })
+}
+
+/// Why `filter` is not a valid filter, for an error message: what is wrong and what to write.
+pub fn filter_error(filter: &str) -> String {
+    let why = if filter.split('.').any(|t| t == "#") {
+        "`#` is MQTT's wildcard; in NATS `>` matches the rest of a subject and `*` one token"
+    } else if filter.contains(char::is_whitespace) {
+        "subjects have no spaces"
+    } else if filter.split('.').any(str::is_empty) {
+        "a token is empty (two dots, or a dot at an end)"
+    } else {
+        "`*` (one token) and `>` (the rest, last only) must stand alone between dots"
+    };
+    format!("`{filter}` is not a valid subject filter: {why}")
 }
 
 /// Subject prefixes of the server's own APIs and internals (JetStream, KV, object store,
@@ -170,6 +185,8 @@ mod tests {
 
     #[test]
     fn validity() {
+        assert!(!is_valid_filter("shop.orders.#"));
+        assert!(filter_error("shop.orders.#").contains("in NATS `>` matches the rest"));
         assert!(is_valid_filter("a.*.>"));
         assert!(!is_valid_filter("a..b"));
         assert!(!is_valid_filter("a.>.b"));

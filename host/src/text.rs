@@ -53,9 +53,37 @@ pub fn header_value(s: &str) -> String {
     escape_controls(s).chars().take(MAX_HEADER_CHARS).collect()
 }
 
+/// An error and its causes joined by `: `, leaving out a cause whose text the message before
+/// it already contains (many errors repeat their source in their own text).
+pub fn error_chain(error: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in error.chain() {
+        let cause = cause.to_string();
+        if text.contains(&cause) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&cause);
+    }
+    text
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cause_the_message_repeats_is_shown_once() {
+        let io = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        let e = anyhow::Error::new(io).context("IO error: connection refused");
+        let e = e.context("cannot connect to NATS at `nats://127.0.0.1:1`");
+        assert_eq!(
+            error_chain(&e),
+            "cannot connect to NATS at `nats://127.0.0.1:1`: IO error: connection refused"
+        );
+    }
 
     #[test]
     fn control_characters_are_escaped() {

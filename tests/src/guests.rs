@@ -38,3 +38,30 @@ pub fn host_binary() -> PathBuf {
     );
     bin
 }
+
+/// What one `dedup-host` command printed and how it exited.
+#[derive(Debug)]
+pub struct CliRun {
+    /// The exit code (-1 when killed by a signal).
+    pub code: i32,
+    /// Standard output.
+    pub stdout: String,
+    /// Standard error.
+    pub stderr: String,
+}
+
+/// Runs `dedup-host <args[0]> --config <config> <args[1..]>` to its end.
+pub fn cli(config: &std::path::Path, args: &[&str]) -> CliRun {
+    let out = std::process::Command::new(host_binary())
+        .arg(args[0])
+        .arg("--config")
+        .arg(config)
+        .args(&args[1..])
+        .output()
+        .expect("run dedup-host");
+    CliRun {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).to_string(),
+        stderr: String::from_utf8_lossy(&out.stderr).to_string(),
+    }
+}

@@ -50,7 +50,7 @@ pub fn new(args: NewArgs) -> anyhow::Result<ExitCode> {
 /// Flags of `dedup-host build`.
 #[derive(Debug, Args)]
 pub struct BuildArgs {
-    /// The project (default: the current directory).
+    /// The project directory.
     #[arg(value_name = "DIR", default_value = ".")]
     dir: PathBuf,
     /// Where to write the component (default: DIR/<name>.wasm).

@@ -84,9 +84,19 @@ pub async fn routes(args: RoutesArgs) -> anyhow::Result<ExitCode> {
     let bucket = store::open(&js, &config).await?;
     let hosts = status::read_all(&status::open(&js, &config).await?).await?;
     for r in &config.routes {
-        let source = match &r.component {
-            Some(file) => format!("file {}", config.resolve(file).display()),
-            None => match store::deployed(&bucket, &r.name).await {
+        let dir = config.components.dir.as_ref().map(|d| config.resolve(d));
+        let source = match (&r.component, dir) {
+            (Some(file), _) => format!("file {}", config.resolve(file).display()),
+            (None, Some(dir)) => {
+                let file = dir.join(format!("{}.wasm", r.name));
+                let state = if file.is_file() {
+                    ""
+                } else {
+                    " (no such file yet)"
+                };
+                format!("directory file {}{state}", file.display())
+            }
+            (None, None) => match store::deployed(&bucket, &r.name).await {
                 Some(digest) => format!("store {}/{} {digest}", config.components.bucket, r.name),
                 None => format!(
                     "store {}/{} (nothing deployed)",
@@ -128,6 +138,10 @@ fn store_route(config: &Config, route: &str) -> anyhow::Result<()> {
     };
     if let Some(file) = &r.component {
         anyhow::bail!("route `{route}` is served from the file `{}`: replace that file instead, or remove `component` from the route to serve it from the object store", file.display());
+    }
+    if let Some(dir) = &config.components.dir {
+        let file = config.resolve(dir).join(format!("{route}.wasm"));
+        anyhow::bail!("route `{route}` is served from the component directory (`components.dir`): copy the component to `{}` instead (hosts take it once it stops changing), or remove `components.dir` to serve routes from the object store", file.display());
     }
     Ok(())
 }

@@ -39,7 +39,13 @@ pub struct DevArgs {
 /// Runs the host against a local server (started when the config names none).
 pub async fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
     let mut config = load(args.config.as_deref())?;
-    let _log = args.serve.apply(&mut config);
+    let _log = if args.demo {
+        args.serve.apply(&mut config)
+    } else {
+        // The dev loop shows swaps and each message's outcome; `RUST_LOG` still wins.
+        args.serve.overrides(&mut config);
+        crate::logging::init_with_default(config.host.log_format, "warn,dedup_host=info")
+    };
     let store = data_dir().join(if args.demo { "demo" } else { "nats" });
     if args.demo {
         // A fresh store, so every demo run shows first-time processing.

@@ -32,8 +32,9 @@ pub struct InvokeArgs {
     /// The attempt number the guest sees (1-based).
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     attempt: u32,
-    /// A route configuration value the guest can read; repeat for more.
-    #[arg(long = "config", value_name = "K=V", value_parser = super::parse_key_value)]
+    /// A route configuration value the guest can read (the route's `config` table); repeat
+    /// for more. (`--config K=V` is an older spelling; elsewhere `--config` names a host file.)
+    #[arg(long = "set", alias = "config", value_name = "K=V", value_parser = super::parse_key_value)]
     config: Vec<(String, String)>,
     /// The route name the guest sees.
     #[arg(long, value_name = "NAME", default_value = "invoke")]

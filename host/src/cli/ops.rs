@@ -9,6 +9,7 @@ use clap::{Args, Subcommand};
 use super::run::ConfigArgs;
 use crate::ops::letters::{self, Action, Selection};
 use crate::ops::story::{self, Target};
+use crate::times;
 
 /// Connects with the config's settings for a one-off command.
 async fn jetstream(
@@ -68,6 +69,7 @@ pub async fn inspect(args: InspectArgs) -> anyhow::Result<ExitCode> {
     println!("claim key         {}", s.claim_key);
     println!("verdict           {}", s.verdict);
     if let Some(c) = &s.claim {
+        let now = crate::claim::record::now_ms();
         println!("claim record      revision {}", s.revision.unwrap_or(0));
         println!(
             "  state           {:?}{}",
@@ -80,10 +82,14 @@ pub async fn inspect(args: InspectArgs) -> anyhow::Result<ExitCode> {
             "  fencing token   {}",
             c.fencing_token.map_or("-".into(), |t| t.to_string())
         );
-        println!("  lease expires   {} ms", c.lease_expires_ms);
+        println!("  lease expires   {}", times::when(c.lease_expires_ms, now));
         println!("  digest          {}", c.digest);
         println!("  reason          {}", c.reason.as_deref().unwrap_or("-"));
-        println!("  created/updated {} / {} ms", c.created_ms, c.updated_ms);
+        println!("  created         {}", times::when(c.created_ms, now));
+        println!("  updated         {}", times::when(c.updated_ms, now));
+        if let Some(at) = c.retry_at_ms {
+            println!("  retry at        {}", times::when(at, now));
+        }
     } else {
         println!("claim record      none");
     }

@@ -29,9 +29,16 @@ pub struct PublishArgs {
     /// Subject to publish on (a stream must capture it).
     #[arg(long, value_name = "S")]
     subject: String,
-    /// The message id (`Nats-Msg-Id`), the default idempotency key.
-    #[arg(long, value_name = "K")]
-    key: String,
+    /// The message id (`Nats-Msg-Id`): the stream drops a repeat of it, and a route with
+    /// the default `key = "msg-id"` takes it as the idempotency key. (`--key` is an older
+    /// spelling.)
+    #[arg(
+        long = "msg-id",
+        visible_alias = "id",
+        alias = "key",
+        value_name = "ID"
+    )]
+    msg_id: String,
     /// The message body.
     #[command(flatten)]
     payload: super::payload::PayloadArgs,
@@ -83,8 +90,8 @@ pub async fn run(args: PublishArgs) -> anyhow::Result<ExitCode> {
         }
     };
     let js = async_nats::jetstream::new(client);
-    let key = HeaderValue::from_str(&args.key)
-        .map_err(|_| anyhow::anyhow!("--key cannot hold line breaks"))?;
+    let key = HeaderValue::from_str(&args.msg_id)
+        .map_err(|_| anyhow::anyhow!("--msg-id cannot hold line breaks"))?;
     headers.insert("Nats-Msg-Id", key);
     let ack = js
         .publish_with_headers(args.subject.clone(), headers, payload.into())
@@ -129,7 +136,7 @@ pub async fn run(args: PublishArgs) -> anyhow::Result<ExitCode> {
             0 => println!("stored as sequence {sequence} of stream `{stream}`"),
             EXIT_DUPLICATE_WINDOW => println!(
                 "duplicate (window): stream `{stream}` already holds message id `{}` as sequence {sequence}; not stored again",
-                args.key
+                args.msg_id
             ),
             _ => println!(
                 "duplicate (forever: subject already holds a message): stream `{stream}` keeps `{}` as sequence {sequence}; not stored again",

@@ -13,11 +13,17 @@ use crate::serve::{self, ReloadReport};
 /// The configuration flags shared by the commands that talk to a deployment.
 #[derive(Debug, Args)]
 pub struct ConfigArgs {
-    /// The TOML configuration file.
-    #[arg(long, value_name = "FILE", env = "DEDUP_HOST_CONFIG")]
-    config: PathBuf,
+    /// The TOML configuration file (before or after a subcommand).
+    #[arg(long, value_name = "FILE", env = "DEDUP_HOST_CONFIG", global = true)]
+    config: Option<PathBuf>,
     /// Override `nats.urls` (comma-separated), as the `nats` CLI's `-s`.
-    #[arg(long, short = 's', value_name = "URLS", env = "DEDUP_HOST_NATS_URL")]
+    #[arg(
+        long,
+        short = 's',
+        value_name = "URLS",
+        env = "DEDUP_HOST_NATS_URL",
+        global = true
+    )]
     nats_url: Option<String>,
 }
 
@@ -25,12 +31,17 @@ impl ConfigArgs {
     /// Loads and validates the configuration, with the URL override applied; a config that
     /// names no server gets the one a `dedup-host dev` running beside it started.
     pub fn load(&self) -> Result<Config, ConfigError> {
-        let mut config = Config::load(&self.config)?;
+        let path = self.config.as_ref().ok_or(ConfigError::Missing)?;
+        let mut config = Config::load(path)?;
         if let Some(urls) = &self.nats_url {
             config.nats.urls = urls.split(',').map(str::to_string).collect();
+            config.nats.urls_origin = Some("--nats-url or DEDUP_HOST_NATS_URL".into());
         } else if config.nats.urls.is_empty() {
             let dev = crate::dev::running_url(&config.base_dir)
                 .or_else(|| crate::dev::running_url(std::path::Path::new(".")));
+            if dev.is_some() {
+                config.nats.urls_origin = Some("the `dedup-host dev` running here".into());
+            }
             config.nats.urls.extend(dev);
         }
         Ok(config)

@@ -1,13 +1,15 @@
 //! `dedup-host setup --config FILE [--dry-run] [--json]`: create or verify every stream,
 //! bucket and consumer the config needs, print what was created, what matched and what
-//! differs, and exit 1 on a difference it will not change. With `--change-route R`: change a
-//! route's contract ([`crate::contract_change`]).
+//! differs, and exit 1 on a difference it will not change. With `--plan` / `--apply`: show or
+//! make the changes an existing deployment needs ([`crate::plan`]). With `--change-route R`:
+//! change a route's contract ([`crate::contract_change`]).
 
 use std::process::ExitCode;
 
 use clap::Args;
 
 use super::run::ConfigArgs;
+use crate::plan::Change;
 use crate::provision::{self, Found};
 
 /// Flags of `dedup-host setup`.
@@ -26,6 +28,15 @@ pub struct SetupArgs {
     /// once no host serves the route: reload the hosts with this config first.
     #[arg(long, value_name = "R")]
     change_route: Option<String>,
+    /// Show what an existing deployment needs changed to match the config (stream subjects,
+    /// duplicate windows, replicas, the claim bucket's history and max age), each with its
+    /// risk; change nothing.
+    #[arg(long, conflicts_with_all = ["dry_run", "apply", "change_route"])]
+    plan: bool,
+    /// Make the plan's safe changes in place (the server keeps every message); refuse the
+    /// ones that would lose or weaken something, saying what to do instead.
+    #[arg(long, conflicts_with_all = ["dry_run", "change_route"])]
+    apply: bool,
 }
 
 /// Provisions and reports.
@@ -53,6 +64,14 @@ pub async fn run(args: SetupArgs) -> anyhow::Result<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     }
+    if args.plan || args.apply {
+        let changes = if args.apply {
+            crate::plan::apply(&js, &config).await?
+        } else {
+            crate::plan::plan(&js, &config).await?
+        };
+        return print_plan(&changes, args.json);
+    }
     let items = provision::provision(&js, &config, args.dry_run).await?;
     client.flush().await?;
     if args.json {
@@ -77,7 +96,39 @@ pub async fn run(args: SetupArgs) -> anyhow::Result<ExitCode> {
         .filter(|i| matches!(i.found, Found::Differs(_)))
         .count();
     if differs > 0 {
-        eprintln!("dedup-host setup: {differs} item(s) differ from the config; setup changes no existing stream or bucket: fix them on the server or in the config");
+        eprintln!("dedup-host setup: {differs} item(s) differ from the config; `dedup-host setup --plan` shows the changes that fix them on the server and `--apply` makes the safe ones (a contract changes with `--change-route R`)");
+        return Ok(ExitCode::from(1));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Prints a plan (or what `--apply` made of it); exit 1 when a change was refused or failed.
+fn print_plan(changes: &[Change], json: bool) -> anyhow::Result<ExitCode> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(changes)?);
+    } else if changes.is_empty() {
+        println!("nothing to change: every existing stream and bucket matches the config");
+    }
+    let mut blocked = 0;
+    for c in changes {
+        let state = match (&c.applied, c.safe) {
+            (Some(Ok(())), _) => "applied".to_string(),
+            (Some(Err(e)), _) => format!("FAILED ({e})"),
+            (None, true) => "to apply".to_string(),
+            (None, false) => "REFUSED".to_string(),
+        };
+        if !c.safe || matches!(c.applied, Some(Err(_))) {
+            blocked += 1;
+        }
+        if !json {
+            println!(
+                "{state:<9} {} {} ({}): {}\n          risk: {}",
+                c.kind, c.name, c.field, c.what, c.risk
+            );
+        }
+    }
+    if blocked > 0 {
+        eprintln!("dedup-host setup: {blocked} change(s) not made; each says what to do instead");
         return Ok(ExitCode::from(1));
     }
     Ok(ExitCode::SUCCESS)

@@ -113,7 +113,7 @@ pub struct ComponentsConfig {
     /// (relative to the config file). Must be writable by the host only.
     pub cache_dir: Option<PathBuf>,
     /// How often component files are checked for a new version.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "crate::durations")]
     pub poll_interval: Duration,
     /// Replicas of the component object store and the host-status bucket when created.
     pub replicas: usize,
@@ -143,6 +143,10 @@ pub struct NatsConfig {
     /// Server URLs, e.g. `["nats://10.0.0.1:4222"]`.
     #[serde(default)]
     pub urls: Vec<String>,
+    /// Where `urls` came from when not from the file (a flag, the environment, a `dev`
+    /// running beside it), for error messages; `None` means `nats.urls`.
+    #[serde(skip)]
+    pub urls_origin: Option<String>,
     /// User name (with `password`).
     pub user: Option<String>,
     /// Password (with `user`).
@@ -183,9 +187,10 @@ pub struct HostConfig {
     /// place only the pages its last instance wrote, so the next instance takes no page
     /// faults. Up to this much memory per slot in use stays resident; 0 gives every page back
     /// to the kernel after each invocation (slower, least memory). Default 16 MiB.
+    #[serde(deserialize_with = "crate::size::deserialize")]
     pub keep_resident_bytes: usize,
     /// How long shutdown waits for in-flight work.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "crate::durations")]
     pub shutdown_grace: Duration,
     /// Where to serve `/metrics`, `/healthz` and `/readyz` (for example `0.0.0.0:9464`);
     /// nothing is served when unset.
@@ -230,19 +235,19 @@ pub struct SourceConfig {
     /// Subjects the stream captures (used when creating it; checked to cover every route).
     pub subjects: Vec<String>,
     /// The stream's duplicate window for publishers' `Nats-Msg-Id`.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "crate::durations")]
     pub duplicate_window: Duration,
     /// Durable consumer name; created or bound.
     pub consumer: String,
     /// How long the server waits for an ack (or progress) before redelivering.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "crate::durations")]
     pub ack_wait: Duration,
-    /// Most attempts per key, counted in the claim record across all hosts. The server-side
-    /// consumer's max deliver is left unlimited so a message that waits on another host's
-    /// claim is never dropped by the server.
+    /// Most attempts per key, counted in the claim record across all hosts. The server's own
+    /// bound on deliveries is `server_max_deliver`, far above this; infrastructure retries (an
+    /// outage) count no attempt.
     pub max_deliver: u32,
     /// Nak delay for each failed attempt (the last entry repeats).
-    #[serde(deserialize_with = "durations")]
+    #[serde(deserialize_with = "crate::durations::list::deserialize")]
     pub backoff: Vec<Duration>,
     /// Most unacknowledged messages the consumer hands out.
     pub max_ack_pending: i64,
@@ -300,24 +305,24 @@ pub struct ClaimsConfig {
     /// `dedup-claims-<source stream>` (`dedup-claims` on the default stream).
     pub bucket: String,
     /// How long the bucket keeps a claim record (it must outlive every redelivery of a key).
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "crate::durations")]
     pub max_age: Duration,
     /// Bucket replicas (1, 3 or 5).
     pub replicas: usize,
     /// Bucket storage.
     pub storage: Storage,
     /// How long a claim stays valid without renewal.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "crate::durations")]
     pub lease: Duration,
     /// How often a running claim is renewed and the message's ack wait reset.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "crate::durations")]
     pub heartbeat: Duration,
     /// Extra time past a lease's expiry before another host may reclaim it.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "crate::durations")]
     pub clock_skew: Duration,
     /// How long a NATS outage or a paused host process may delay a run's effects, on top of
     /// the timing above; part of what every output stream's duplicate window must outlast.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "crate::durations")]
     pub pause_margin: Duration,
 }
 
@@ -348,7 +353,7 @@ pub struct DeadLetterConfig {
     pub stream: String,
     /// The stream's duplicate window (dead letters carry deterministic ids): must exceed
     /// lease + clock skew + the largest backoff.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "crate::durations")]
     pub duplicate_window: Duration,
     /// Stream replicas when the host creates it (1, 3 or 5).
     pub replicas: usize,
@@ -374,7 +379,7 @@ pub struct OutputStreamConfig {
     /// Subjects it captures (used when creating it).
     pub subjects: Vec<String>,
     /// Duplicate window; must exceed [`Config::longest_rerun_gap`].
-    #[serde(default = "default_output_window", with = "humantime_serde")]
+    #[serde(default = "default_output_window", with = "crate::durations")]
     pub duplicate_window: Duration,
     /// Stream replicas when the host creates it (1, 3 or 5).
     #[serde(default = "one")]
@@ -401,21 +406,6 @@ fn one() -> usize {
     1
 }
 
-/// Parses a list of human-readable durations (`["1s", "500ms"]`).
-fn durations<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<Duration>, D::Error> {
-    let texts: Vec<String> = Vec::deserialize(d)?;
-    texts
-        .iter()
-        .map(|t| {
-            humantime_serde::re::humantime::parse_duration(t).map_err(|e| {
-                serde::de::Error::custom(format!(
-                    "`{t}` is not a duration ({e}); write e.g. \"500ms\" or \"5s\""
-                ))
-            })
-        })
-        .collect()
-}
-
 fn default_output_window() -> Duration {
     DEFAULT_OUTPUT_DUPLICATE_WINDOW
 }
@@ -423,6 +413,9 @@ fn default_output_window() -> Duration {
 /// Why a configuration was refused.
 #[derive(Debug, Error)]
 pub enum ConfigError {
+    /// No config file was named.
+    #[error("no config file: pass --config FILE (before or after the subcommand), or set DEDUP_HOST_CONFIG")]
+    Missing,
     /// The file could not be read.
     #[error("config `{path}`: cannot read it: {source}")]
     Read {

@@ -75,6 +75,7 @@ pub struct RouteConfig {
     pub partitions: Option<usize>,
     /// Largest payload accepted; bigger ones are dead-lettered.
     #[serde(default = "default_max_payload")]
+    #[serde(deserialize_with = "crate::size::deserialize")]
     pub max_payload_bytes: usize,
     /// Values the guest reads through the `config` import.
     #[serde(default)]
@@ -113,11 +114,12 @@ pub struct RouteConfig {
     /// Largest component accepted for this route, in bytes; a bigger one is refused before
     /// it is compiled (default 64 MiB; the Python runtime is about 18 MB).
     #[serde(default = "default_max_component_bytes")]
+    #[serde(deserialize_with = "crate::size::deserialize")]
     pub max_component_bytes: usize,
     /// Most CPU time a new component may take to compile (measured in CPU time, so a busy
     /// machine does not refuse it; wall time is bounded at ten times this); a slower one is
     /// refused (default 60s).
-    #[serde(default = "default_compile_timeout", with = "humantime_serde")]
+    #[serde(default = "default_compile_timeout", with = "crate::durations")]
     pub compile_timeout: Duration,
 }
 

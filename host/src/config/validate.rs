@@ -245,7 +245,7 @@ impl Config {
             p.check(
                 subject::is_valid_filter(s),
                 format!("source.subjects[{i}]"),
-                format!("`{s}` is not a valid subject filter"),
+                subject::filter_error(s),
             );
         }
         for s in self.source_subjects() {
@@ -305,7 +305,7 @@ impl Config {
                 p.check(
                     subject::is_valid_filter(s),
                     format!("output_streams[{i}].subjects[{j}]"),
-                    format!("`{s}` is not a valid subject filter"),
+                    subject::filter_error(s),
                 );
             }
         }
@@ -333,7 +333,7 @@ impl Config {
             p.check(
                 subject::is_valid_filter(&r.subject),
                 at("subject"),
-                format!("`{}` is not a valid subject filter", r.subject),
+                subject::filter_error(&r.subject),
             );
             if !self.source.subjects.is_empty() {
                 let covered = self
@@ -349,7 +349,7 @@ impl Config {
                     component.is_file(),
                     at("component"),
                     format!(
-                        "file `{}` does not exist (build the guests with guests/build.sh, or leave `component` out to take it from the object store)",
+                        "file `{}` does not exist (build its project with `dedup-host build`, or leave `component` out to take it from the object store)",
                         component.display()
                     ),
                 );
@@ -417,7 +417,7 @@ impl Config {
                 p.check(
                     subject::is_valid_filter(f),
                     field.clone(),
-                    format!("`{f}` is not a valid subject filter"),
+                    subject::filter_error(f),
                 );
                 p.check(
                     !subject::reaches_reserved(f),

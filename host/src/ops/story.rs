@@ -200,15 +200,15 @@ fn verdict(s: &Story) -> String {
                 c.attempt,
                 c.retry_at_ms
                     .filter(|t| *t > now)
-                    .map(|t| format!(" in {} ms", t - now))
+                    .map(|t| format!(" {}", crate::times::relative(t, now)))
                     .unwrap_or_default(),
                 c.reason.as_deref().unwrap_or("")
             ),
             InProgress if c.lease_expires_ms < now => format!(
-                "in progress on attempt {} by `{}`, lease lapsed {} ms ago: another host will take it over",
+                "in progress on attempt {} by `{}`, lease lapsed {}: another host will take it over",
                 c.attempt,
                 c.owner,
-                now - c.lease_expires_ms
+                crate::times::relative(c.lease_expires_ms, now)
             ),
             InProgress => format!("in progress on attempt {} by `{}`", c.attempt, c.owner),
         },

@@ -69,6 +69,9 @@ pub(super) struct Delivery {
     pub(super) queued: Option<(async_nats::Subject, u64)>,
     /// How many times the server delivered it (this delivery included).
     pub(super) delivered: u64,
+    /// Whether this delivery ended the message's life (acked or termed here, not naked or
+    /// left to another route's consumer): only those count in the end-to-end latency.
+    pub(super) ended: std::sync::atomic::AtomicBool,
 }
 
 impl<S: ClaimStore> Shared<S> {
@@ -121,7 +124,9 @@ impl<S: ClaimStore> Shared<S> {
         let age = now
             .unwrap_or_default()
             .saturating_sub(Duration::from_nanos(published_ns));
-        metrics.end_to_end(age);
+        if d.ended.load(std::sync::atomic::Ordering::Relaxed) {
+            metrics.end_to_end(age);
+        }
         drop(in_flight);
     }
 
@@ -131,7 +136,10 @@ impl<S: ClaimStore> Shared<S> {
             let subject = &d.message.subject;
             if self.routes.find(subject).is_some() || self.routes.is_parked(subject) {
                 // The route's own consumer has it (a removed route's keeps it for its return).
-                return self.settle(d, AckKind::Ack).await;
+                if let Err(e) = d.acker.ack_with(AckKind::Ack).await {
+                    tracing::warn!(sequence = d.sequence, "ack failed: {e}");
+                }
+                return;
             }
             let reason = format!("no route for subject `{}`", d.message.subject);
             return self.dead_letter_unclaimed(d, "", "", &reason).await;
@@ -394,7 +402,13 @@ impl Delivery {
             sequence,
             queued: None,
             delivered,
+            ended: Default::default(),
         }
+    }
+
+    /// Marks the delivery as the message's last.
+    pub(super) fn end(&self) {
+        self.ended.store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The trace id of the event's W3C `traceparent` header, if it has a valid one.

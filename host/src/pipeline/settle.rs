@@ -267,6 +267,7 @@ impl<S: ClaimStore> Shared<S> {
     /// inbox, where `double_ack` subscribes, publishes and unsubscribes a fresh inbox per
     /// message. A failure is logged: the record is written, so a redelivery finds it and acks.
     pub(super) async fn ack_confirmed(&self, d: &Delivery) {
+        d.end();
         let Some(reply) = d.reply.clone() else {
             return tracing::warn!("ack not confirmed: the delivery has no ack subject");
         };
@@ -278,6 +279,9 @@ impl<S: ClaimStore> Shared<S> {
 
     /// Acks, naks or terms a delivery; a failure is logged (the server redelivers).
     pub(super) async fn settle(&self, d: &Delivery, kind: AckKind) {
+        if matches!(kind, AckKind::Ack | AckKind::Term) {
+            d.end();
+        }
         if let Err(e) = d.acker.ack_with(kind).await {
             tracing::warn!(sequence = d.sequence, "ack ({kind:?}) failed: {e}");
         }

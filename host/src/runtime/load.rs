@@ -12,15 +12,15 @@ use crate::bindings::{HANDLER_EXPORT, HOST_INTERFACES};
 #[derive(Debug, Error)]
 pub enum LoadError {
     /// The file could not be read.
-    #[error("component `{path}`: cannot read it: {source}")]
+    #[error("component `{path}`: cannot read it: {error}{hint}", hint = read_hint(error))]
     Read {
         /// The file.
         path: PathBuf,
-        /// The I/O error.
-        source: std::io::Error,
+        /// The I/O error (shown in the message, so not a `source`: it would print twice).
+        error: std::io::Error,
     },
     /// The file is neither WebAssembly nor WebAssembly text.
-    #[error("component `{path}`: not a WebAssembly file (no `\\0asm` header); build it with `guests/build.sh` or `cargo build --target wasm32-wasip2`")]
+    #[error("component `{path}`: not a WebAssembly file (no `\\0asm` header); build its project with `dedup-host build` (or its language's tool for `wasm32-wasip2`)")]
     NotWasm {
         /// The file.
         path: PathBuf,
@@ -40,7 +40,7 @@ pub enum LoadError {
         message: String,
     },
     /// The component does not export the handler interface.
-    #[error("component `{path}`: does not export `{HANDLER_EXPORT}` (it exports {found}); implement the `handler-guest` world from `wit/`")]
+    #[error("component `{path}`: does not export `{HANDLER_EXPORT}` (it exports {found}); implement the `handler-guest` world (`dedup-host wit` writes it; `dedup-host new` makes a project that does)")]
     MissingExport {
         /// The file.
         path: PathBuf,
@@ -159,4 +159,13 @@ fn is_wasi_p2(name: &str) -> bool {
         return false;
     };
     LINKED.contains(&package) && interface.contains("@0.2.")
+}
+
+/// What to do about a component file that cannot be read: a missing one is usually not
+/// built yet.
+fn read_hint(error: &std::io::Error) -> &'static str {
+    match error.kind() {
+        std::io::ErrorKind::NotFound => "; build it with `dedup-host build` in its project",
+        _ => "",
+    }
 }

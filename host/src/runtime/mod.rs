@@ -77,9 +77,9 @@ impl Runtime {
 
     /// Reads, compiles and checks the component at `path`.
     pub fn load_file(&self, path: &Path) -> Result<Handler, LoadError> {
-        let bytes = std::fs::read(path).map_err(|source| LoadError::Read {
+        let bytes = std::fs::read(path).map_err(|error| LoadError::Read {
             path: path.to_path_buf(),
-            source,
+            error,
         })?;
         self.load_bytes(path, &bytes)
     }

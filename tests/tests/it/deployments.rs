@@ -3,10 +3,9 @@
 //! and every operator command sees only its own config's routes.
 
 use std::path::PathBuf;
-use std::process::Command;
 use std::time::Duration;
 
-use dedup_host_tests::guests::{guest, host_binary};
+use dedup_host_tests::guests::guest;
 use dedup_host_tests::harness::{wait_for, TestEnv};
 
 /// A deployment on source stream `stream` capturing `<prefix>.*`, with one route `r` that
@@ -41,19 +40,9 @@ component = "{component}"
     (path, config)
 }
 
-fn cli(config: &PathBuf, args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(host_binary())
-        .arg(args[0])
-        .arg("--config")
-        .arg(config)
-        .args(&args[1..])
-        .output()
-        .expect("run dedup-host");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).to_string(),
-        String::from_utf8_lossy(&out.stderr).to_string(),
-    )
+fn cli(config: &std::path::Path, args: &[&str]) -> (i32, String, String) {
+    let run = dedup_host_tests::guests::cli(config, args);
+    (run.code, run.stdout, run.stderr)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -131,4 +120,45 @@ async fn two_deployments_on_one_server_see_only_their_own() {
     for host in hosts {
         host.shutdown().await.unwrap();
     }
+}
+
+/// With `components.dir`, `routes` names the directory's file the host serves, and `deploy`
+/// refuses (it would upload to a store no host reads) with the file to copy to instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn routes_and_deploy_know_the_component_directory() {
+    let env = TestEnv::start().await;
+    let (path, _) = deployment(&env, "DIRS", "dirs");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let component = format!("component = \"{}\"\n", guest("hostile").display());
+    let text = text.replace(&component, "") + "\n[components]\ndir = \"wasm\"\n";
+    std::fs::write(&path, text).unwrap();
+    std::fs::create_dir(env.path("wasm")).unwrap();
+    std::fs::copy(guest("hostile"), env.path("wasm/r.wasm")).unwrap();
+
+    let (code, stdout, stderr) = cli(&path, &["routes"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.contains("<- directory file") && stdout.contains("r.wasm"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("nothing deployed"), "{stdout}");
+
+    let hostile = guest("hostile");
+    let (code, _, stderr) = cli(
+        &path,
+        &[
+            "deploy",
+            "--route",
+            "r",
+            "--component",
+            hostile.to_str().unwrap(),
+        ],
+    );
+    assert_ne!(code, 0);
+    assert!(
+        stderr.contains(
+            "served from the component directory (`components.dir`): copy the component to"
+        ),
+        "{stderr}"
+    );
 }

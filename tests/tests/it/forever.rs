@@ -31,7 +31,7 @@ fn publish(env: &TestEnv, subject: &str, msg_id: &str) -> (i32, String) {
             "publish",
             "--subject",
             subject,
-            "--key",
+            "--msg-id",
             msg_id,
             "--payload",
             "hi",

@@ -84,15 +84,21 @@ async fn a_reload_adds_removes_and_tightens_routes_under_steady_traffic() {
     env.publish("in.r3.probe-after", "probe-after", &[], big)
         .await;
     env.publish("in.r4.new", "r4-0", &[], "added").await;
-    wait_for(Duration::from_secs(30), "r1, r3 and r4 settled", || async {
-        let per = outputs(&env).await;
-        let done = (0..150).all(|i| {
-            per.contains_key(&format!("in.r1.e{i}.done"))
-                && per.contains_key(&format!("in.r3.e{i}.done"))
-        });
-        let probe = env.messages(DEAD).await.len() == 1;
-        (done && probe && per.contains_key("in.r4.new.done")).then_some(())
-    })
+    // The changed route hands back what it had pulled; beside CPU hogs those come back over
+    // tens of seconds (see issue 25's note), so the wait is generous.
+    wait_for(
+        Duration::from_secs(120),
+        "r1, r3 and r4 settled",
+        || async {
+            let per = outputs(&env).await;
+            let done = (0..150).all(|i| {
+                per.contains_key(&format!("in.r1.e{i}.done"))
+                    && per.contains_key(&format!("in.r3.e{i}.done"))
+            });
+            let probe = env.messages(DEAD).await.len() == 1;
+            (done && probe && per.contains_key("in.r4.new.done")).then_some(())
+        },
+    )
     .await;
     let letters = env.messages(DEAD).await;
     assert_eq!(

@@ -1,0 +1,243 @@
+//! `dedup-host setup --plan` and `--apply`: the changes an existing deployment needs to match
+//! its config, like `terraform plan/apply`. Each change says what it does and its risk; a
+//! change that would lose or weaken something already stored is refused with what to do
+//! instead. Widening a stream's subjects, raising a duplicate window, a bucket's history or
+//! max age, and changing replicas are made in place (the server keeps every message).
+
+use std::time::Duration;
+
+use async_nats::jetstream::stream;
+use async_nats::jetstream::Context;
+use serde::Serialize;
+
+use crate::config::Config;
+use crate::setup::{self, StreamSpec};
+
+/// One change to one stream or bucket.
+#[derive(Debug, Clone, Serialize)]
+pub struct Change {
+    /// `stream` or `kv bucket`.
+    pub kind: &'static str,
+    /// Its name on the server.
+    pub name: String,
+    /// The config field it comes from.
+    pub field: String,
+    /// What changes, from what to what.
+    pub what: String,
+    /// What happens while it is made, or why it is refused and what to do instead.
+    pub risk: String,
+    /// Whether `--apply` makes it.
+    pub safe: bool,
+    /// Set by `--apply`: whether the server took it (`None` when not attempted).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub applied: Option<Result<(), String>>,
+}
+
+/// A planned update of one stream: the changes and the stream config that makes them.
+struct Update {
+    changes: Vec<Change>,
+    config: stream::Config,
+}
+
+/// What the deployment needs changed; nothing is changed. Missing items are not listed
+/// (`setup` creates them).
+pub async fn plan(js: &Context, config: &Config) -> anyhow::Result<Vec<Change>> {
+    Ok(updates(js, config)
+        .await?
+        .into_iter()
+        .flat_map(|u| u.changes)
+        .collect())
+}
+
+/// Makes the safe changes of the plan, one stream at a time, and returns the whole plan with
+/// what became of each change.
+pub async fn apply(js: &Context, config: &Config) -> anyhow::Result<Vec<Change>> {
+    let mut all = Vec::new();
+    for mut update in updates(js, config).await? {
+        let wanted = update.changes.iter().any(|c| c.safe);
+        let outcome = if wanted {
+            Some(
+                js.update_stream(&update.config)
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| format!("the server refused it: {e}")),
+            )
+        } else {
+            None
+        };
+        for change in &mut update.changes {
+            if change.safe {
+                change.applied = outcome.clone();
+            }
+        }
+        all.extend(update.changes);
+    }
+    Ok(all)
+}
+
+async fn updates(js: &Context, config: &Config) -> anyhow::Result<Vec<Update>> {
+    let mut updates = Vec::new();
+    for spec in setup::stream_specs(config) {
+        if let Ok(mut existing) = js.get_stream(&spec.name).await {
+            let have = existing.info().await?.config.clone();
+            updates.push(stream_update(&spec, have));
+        }
+    }
+    let bucket = setup::claim_bucket_config(config);
+    if let Ok(mut existing) = js.get_stream(format!("KV_{}", bucket.bucket)).await {
+        let have = existing.info().await?.config.clone();
+        updates.push(bucket_update(config, have));
+    }
+    Ok(updates)
+}
+
+/// The changes that make an existing stream what `spec` needs.
+fn stream_update(spec: &StreamSpec, have: stream::Config) -> Update {
+    let change = |what: String, risk: &str, safe: bool| Change {
+        kind: "stream",
+        name: spec.name.clone(),
+        field: spec.field.clone(),
+        what,
+        risk: risk.to_string(),
+        safe,
+        applied: None,
+    };
+    let mut changes = Vec::new();
+    let mut config = have.clone();
+    let uncovered = spec.uncovered(&have.subjects);
+    if !uncovered.is_empty() {
+        config.subjects.extend(uncovered.iter().cloned());
+        changes.push(change(
+            format!("subjects {:?} -> {:?}", have.subjects, config.subjects),
+            "none: stored messages stay; the stream also captures the new subjects from now on (refused by the server if another stream captures them)",
+            true,
+        ));
+    }
+    window_change(&mut changes, &mut config, spec.duplicate_window, &change);
+    if have.num_replicas != spec.replicas {
+        config.num_replicas = spec.replicas;
+        changes.push(change(
+            format!("replicas {} -> {}", have.num_replicas, spec.replicas),
+            "the server copies or drops replicas in the background and elects a leader (a pause of a few seconds); needs as many servers as replicas",
+            true,
+        ));
+    }
+    if have.storage != spec.storage {
+        changes.push(change(
+            format!("storage {:?} -> {:?}", have.storage, spec.storage),
+            "refused: the server cannot change a stream's storage; create a new stream with the new storage and move the messages (`nats stream backup` / `restore`), or keep the storage in the config",
+            false,
+        ));
+    }
+    if let Some(difference) = spec.dedup_difference(&have) {
+        changes.push(change(
+            difference,
+            "refused: changing retention, per-subject limits or batch settings can discard stored messages or change what a publish means; name a new stream in the config and move the messages to it",
+            false,
+        ));
+    }
+    Update { changes, config }
+}
+
+/// Raises a duplicate window; a lower one is refused (repeats published before the change
+/// could get through).
+fn window_change(
+    changes: &mut Vec<Change>,
+    config: &mut stream::Config,
+    want: Duration,
+    change: &dyn Fn(String, &str, bool) -> Change,
+) {
+    let have = config.duplicate_window;
+    if have == want {
+        return;
+    }
+    let what = format!(
+        "duplicate window {} -> {}",
+        humantime::format_duration(have),
+        humantime::format_duration(want)
+    );
+    if want > have {
+        config.duplicate_window = want;
+        changes.push(change(
+            what,
+            "none: the stream remembers message ids longer from now on",
+            true,
+        ));
+    } else {
+        changes.push(change(
+            what,
+            "refused: a shorter window lets through repeats the stream would drop now; keep the longer window in the config (it is allowed), or shorten it with `nats stream edit` once you are sure",
+            false,
+        ));
+    }
+}
+
+/// The changes that make an existing claim bucket what the config needs.
+fn bucket_update(config: &Config, have: stream::Config) -> Update {
+    let name = config.claims.bucket.clone();
+    let change = |what: String, risk: &str, safe: bool| Change {
+        kind: "kv bucket",
+        name: name.clone(),
+        field: "claims.bucket".into(),
+        what,
+        risk: risk.to_string(),
+        safe,
+        applied: None,
+    };
+    let want = setup::claim_bucket_config(config);
+    let mut changes = Vec::new();
+    let mut updated = have.clone();
+    if !setup::claim_history_ok(have.max_messages_per_subject) {
+        updated.max_messages_per_subject = setup::CLAIM_HISTORY;
+        let safe = have.max_messages_per_subject > setup::CLAIM_HISTORY;
+        changes.push(change(
+            format!(
+                "history {} -> {}",
+                have.max_messages_per_subject,
+                setup::CLAIM_HISTORY
+            ),
+            if safe {
+                "none for claims: older revisions of each key are dropped"
+            } else {
+                "refused: name another bucket"
+            },
+            safe,
+        ));
+    }
+    if have.max_age != want.max_age {
+        let what = format!(
+            "max age {} -> {}",
+            humantime::format_duration(have.max_age),
+            humantime::format_duration(want.max_age)
+        );
+        // Zero is no limit at all.
+        let longer =
+            !have.max_age.is_zero() && (want.max_age.is_zero() || want.max_age > have.max_age);
+        if longer {
+            updated.max_age = want.max_age;
+            changes.push(change(
+                what,
+                "none: records are kept longer from now on",
+                true,
+            ));
+        } else {
+            changes.push(change(
+                what,
+                "refused: a shorter max age removes claim records at once, and a redelivery of a completed key would run again; keep the longer max age in the config",
+                false,
+            ));
+        }
+    }
+    if have.num_replicas != want.num_replicas {
+        updated.num_replicas = want.num_replicas;
+        changes.push(change(
+            format!("replicas {} -> {}", have.num_replicas, want.num_replicas),
+            "the server copies or drops replicas in the background and elects a leader (a pause of a few seconds); needs as many servers as replicas",
+            true,
+        ));
+    }
+    Update {
+        changes,
+        config: updated,
+    }
+}

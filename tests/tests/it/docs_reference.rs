@@ -1,0 +1,143 @@
+//! The reference pages agree with the code, both ways: every config key the parser takes is in
+//! docs/config.md under its section (and every key there is taken), and every metric series
+//! and outcome label a host exports is in the README's metrics table (and nothing there is
+//! missing from the host).
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use dedup_host::config::Config;
+use dedup_host::metrics::Metrics;
+
+fn repo_file(path: &str) -> String {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    std::fs::read_to_string(root.join(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// The keys the parser accepts in a section, from the error it gives for an unknown one.
+fn accepted_keys(section: &str) -> BTreeSet<String> {
+    let text = format!("{section}\nzz_not_a_key = 1\n");
+    let err = Config::parse(&text, Path::new("probe.toml"), PathBuf::from("."))
+        .expect_err("an unknown key is refused")
+        .to_string();
+    let expected = err
+        .split_once("expected")
+        .unwrap_or_else(|| panic!("{section}: no key list in `{err}`"))
+        .1;
+    let keys: BTreeSet<String> = expected
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .map(str::to_string)
+        .collect();
+    assert!(!keys.is_empty(), "{section}: {err}");
+    keys
+}
+
+/// The keys docs/config.md lists in the table under `heading`.
+fn documented_keys(page: &str, heading: &str) -> BTreeSet<String> {
+    let start = page
+        .find(heading)
+        .unwrap_or_else(|| panic!("docs/config.md has no `{heading}` section"));
+    page[start..]
+        .lines()
+        .skip(1)
+        .take_while(|l| !l.starts_with("## "))
+        .filter_map(|l| l.strip_prefix("| `"))
+        .filter_map(|l| l.split_once('`').map(|(k, _)| k.to_string()))
+        .collect()
+}
+
+#[test]
+fn every_config_key_is_documented_and_every_documented_key_exists() {
+    let page = repo_file("docs/config.md");
+    let sections = [
+        ("[nats]", "## `[nats]`"),
+        ("[host]", "## `[host]`"),
+        ("[source]", "## `[source]`"),
+        ("[claims]", "## `[claims]`"),
+        ("[dead_letter]", "## `[dead_letter]`"),
+        ("[[output_streams]]", "## `[[output_streams]]`"),
+        ("[components]", "## `[components]`"),
+        ("[[routes]]", "## `[[routes]]`"),
+        ("[[routes]]\n[routes.limits]", "## `[routes.limits]`"),
+    ];
+    let top = accepted_keys("");
+    for (section, heading) in sections {
+        let table = section.lines().last().unwrap();
+        let name = table.trim_matches(['[', ']']);
+        assert!(
+            top.contains(name) || name == "routes.limits",
+            "`{name}` is not a top-level key: {top:?}"
+        );
+        let code = accepted_keys(section);
+        let docs = documented_keys(&page, heading);
+        let undocumented: Vec<_> = code.difference(&docs).collect();
+        let unknown: Vec<_> = docs.difference(&code).collect();
+        assert!(
+            undocumented.is_empty() && unknown.is_empty(),
+            "{section}: keys missing from docs/config.md: {undocumented:?}; documented keys the parser refuses: {unknown:?}"
+        );
+    }
+}
+
+#[test]
+fn every_metric_and_outcome_is_in_the_readme_and_nothing_else_is() {
+    let readme = repo_file("README.md");
+    let start = readme.find("### Metrics").expect("a Metrics section");
+    let end = start + readme[start..].find("Example alerts").expect("its end");
+    let table = &readme[start..end];
+
+    let metrics = Metrics::new();
+    // Families without a series are not exported: give the lazily made ones one each.
+    let route = metrics.route("r");
+    route.outcome(dedup_host::metrics::MessageOutcome::Processed);
+    route.trap("timeout");
+    route.serving(Some("sha256:0"));
+    let exposition = metrics.encode();
+    let mut exported = BTreeSet::new();
+    for line in exposition.lines() {
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let mut parts = rest.split_whitespace();
+            let (name, kind) = (parts.next().unwrap(), parts.next().unwrap());
+            let name = match kind {
+                "counter" => format!("{name}_total"),
+                _ => name.to_string(),
+            };
+            exported.insert(name);
+        }
+    }
+    for name in &exported {
+        assert!(
+            table.contains(&format!("`{name}")) || table.contains(&format!(", `{name}")),
+            "metric `{name}` is not in the README's metrics table"
+        );
+    }
+    let mentioned: BTreeSet<String> = table
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|w| w.starts_with("dedup_"))
+        .map(str::to_string)
+        .collect();
+    for name in &mentioned {
+        assert!(
+            exported.contains(name),
+            "the README's metrics table names `{name}`, which no host exports: {exported:?}"
+        );
+    }
+
+    let mut labels = BTreeSet::new();
+    for line in exposition.lines().filter(|l| !l.starts_with('#')) {
+        for label in ["outcome", "layer"] {
+            if let Some(rest) = line.split_once(&format!("{label}=\"")) {
+                labels.insert(rest.1.split('"').next().unwrap().to_string());
+            }
+        }
+    }
+    assert!(labels.contains("coalesced"), "{labels:?}");
+    for label in &labels {
+        assert!(
+            table.contains(&format!("`{label}`")),
+            "label value `{label}` is not explained in the README's metrics table"
+        );
+    }
+}

@@ -1,0 +1,136 @@
+//! `setup --plan` / `--apply` on a live deployment: a wider source stream and a longer output
+//! window are made in place while a host process keeps working (nothing lost or doubled), and
+//! changes that would lose or weaken what is stored are refused with what to do instead.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use async_nats::jetstream::stream::StorageType;
+use dedup_host_tests::guests::cli;
+use dedup_host_tests::harness::{stop_gracefully, TestEnv, Timing, OUTPUTS, SOURCE, UPPER_ROUTE};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plan_and_apply_widen_a_live_deployment_and_refuse_what_would_lose_data() {
+    let env = TestEnv::start().await;
+    let timing = Timing::default();
+    let host = env.host_process(&timing, UPPER_ROUTE, "h1").await;
+    let base = env.config_text(&timing, UPPER_ROUTE);
+    let wider = base
+        .replace(
+            "subjects = [\"in.*.*\"]\nconsumer",
+            "subjects = [\"in.*.*\", \"extra.>\"]\nconsumer",
+        )
+        .replace("duplicate_window = \"5m\"", "duplicate_window = \"7m\"");
+    assert_ne!(wider, base, "the harness config changed shape");
+    let path = env.path("wider.toml");
+    std::fs::write(&path, &wider).unwrap();
+
+    let keys: Vec<String> = (0..40).map(|i| format!("k-{i}")).collect();
+    for key in &keys[..10] {
+        env.publish("in.upper.x", key, &[], "abc").await;
+    }
+    let plan = cli(&path, &["setup", "--plan"]);
+    assert_eq!(plan.code, 0, "{plan:?}");
+    assert!(
+        plan.stdout
+            .contains(r#"subjects ["in.*.*"] -> ["in.*.*", "extra.>"]"#)
+            && plan.stdout.contains("duplicate window 5m -> 7m")
+            && plan.stdout.contains("to apply"),
+        "{}",
+        plan.stdout
+    );
+    let mut source = env.js.get_stream(SOURCE).await.unwrap();
+    let info = source.info().await.unwrap();
+    assert_eq!(info.config.subjects, ["in.*.*"], "--plan changes nothing");
+
+    // The change is applied while messages arrive and the host runs them.
+    let publisher = {
+        let js = env.js.clone();
+        let keys = keys[10..].to_vec();
+        tokio::spawn(async move {
+            for key in keys {
+                let mut h = async_nats::HeaderMap::new();
+                h.insert("Nats-Msg-Id", key.as_str());
+                js.publish_with_headers("in.upper.x", h, "abc".into())
+                    .await
+                    .unwrap()
+                    .await
+                    .unwrap();
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+    };
+    let applied = cli(&path, &["setup", "--apply"]);
+    assert_eq!(applied.code, 0, "{applied:?}");
+    assert_eq!(
+        applied.stdout.matches("applied").count(),
+        2,
+        "{}",
+        applied.stdout
+    );
+    publisher.await.unwrap();
+    let info = source.info().await.unwrap();
+    assert_eq!(info.config.subjects, ["in.*.*", "extra.>"]);
+    let mut outputs = env.js.get_stream(OUTPUTS).await.unwrap();
+    let out_info = outputs.info().await.unwrap();
+    assert_eq!(out_info.config.duplicate_window, Duration::from_secs(420));
+    let again = cli(&path, &["setup", "--plan"]);
+    assert!(again.stdout.contains("nothing to change"), "{again:?}");
+
+    let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+    env.wait_completed("upper", &keys, Duration::from_secs(60))
+        .await;
+    env.wait_drained(Duration::from_secs(20)).await;
+    let outputs = env.outputs().await;
+    let ids: BTreeSet<String> = outputs
+        .iter()
+        .filter_map(|m| m.headers.get("Nats-Msg-Id").map(|v| v.to_string()))
+        .collect();
+    assert_eq!(outputs.len(), keys.len(), "one output per key");
+    assert_eq!(ids.len(), keys.len());
+    stop_gracefully(host);
+
+    // A shorter claim max age and another storage would lose what is stored: refused.
+    let lossy = wider
+        .replace("[claims]\n", "[claims]\nmax_age = \"1h\"\n")
+        .replace(
+            "duplicate_window = \"7m\"",
+            "duplicate_window = \"7m\"\nstorage = \"memory\"",
+        );
+    let path = env.path("lossy.toml");
+    std::fs::write(&path, &lossy).unwrap();
+    let refused = cli(&path, &["setup", "--apply"]);
+    assert_eq!(refused.code, 1, "{refused:?}");
+    assert!(
+        refused.stdout.contains("REFUSED   kv bucket")
+            && refused
+                .stdout
+                .contains("keep the longer max age in the config")
+            && refused.stdout.contains("REFUSED   stream OUTPUTS")
+            && refused.stdout.contains("nats stream backup"),
+        "{}",
+        refused.stdout
+    );
+    let out_info = env
+        .js
+        .get_stream(OUTPUTS)
+        .await
+        .unwrap()
+        .info()
+        .await
+        .unwrap()
+        .config
+        .clone();
+    assert_eq!(out_info.storage, StorageType::File);
+    let bucket = env
+        .js
+        .get_stream(format!("KV_{}", dedup_host_tests::harness::BUCKET))
+        .await
+        .unwrap()
+        .info()
+        .await
+        .unwrap()
+        .config
+        .clone();
+    assert_eq!(bucket.max_age, Duration::from_secs(24 * 3600));
+}
