@@ -227,6 +227,10 @@ async fn the_readme_authoring_section_runs_as_a_script() {
         text.contains("ORDERS_DONE #1 orders.created.42.done:"),
         "the output, read back with tail: {text}"
     );
+    assert!(
+        text.contains("verdict           dead-lettered after attempt 1"),
+        "the failing message's story: {text}"
+    );
 }
 
 #[test]

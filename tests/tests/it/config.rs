@@ -174,3 +174,81 @@ fn fenced_and_claim_after_routes_are_refused_where_they_cannot_hold() {
     );
     assert!(problems(&fenced_after).contains("no claim to fence"));
 }
+
+/// The first hour's error texts (issue 26): each names the thing and the fix, and none points
+/// inside this repository or repeats its cause.
+#[test]
+fn first_hour_errors_name_the_thing_and_the_fix() {
+    let sized = good().replace(
+        "component = ",
+        "limits = { memory_bytes = \"64MiB\", max_output_bytes = \"512KiB\" }\nmax_payload_bytes = \"1 MB\"\ncomponent = ",
+    );
+    let c = Config::parse(&sized, Path::new("ok.toml"), ".".into()).expect("sizes with units");
+    assert_eq!(c.routes[0].limits.memory_bytes, 64 << 20);
+    assert_eq!(c.routes[0].limits.max_output_bytes, 512 << 10);
+    assert_eq!(c.routes[0].max_payload_bytes, 1_000_000);
+    let shown =
+        problems(&good().replace("component = ", "max_payload_bytes = \"lots\"\ncomponent = "));
+    assert!(shown.contains("\"64MiB\""), "{shown}");
+
+    let shown = problems(&good().replace("[source]", "[source]\nack_wait = \"soon\""));
+    assert!(
+        shown.contains("`soon` is not a duration") && shown.contains("\"30s\""),
+        "{shown}"
+    );
+    let shown = problems(&good().replace("subject = \"orders.*\"", "subject = \"orders.#\""));
+    assert!(
+        shown.contains("`orders.#` is not a valid subject filter: `#` is MQTT's wildcard"),
+        "{shown}"
+    );
+    let shown =
+        problems(&good().replace(&guest("uppercase").display().to_string(), "not-built.wasm"));
+    assert!(
+        shown.contains("build its project with `dedup-host build`") && !shown.contains("build.sh"),
+        "{shown}"
+    );
+
+    let runtime = dedup_host::runtime::Runtime::new(&Default::default()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let missing = runtime
+        .load_file(&dir.path().join("greeter.wasm"))
+        .unwrap_err();
+    let shown = dedup_host::text::error_chain(&anyhow::Error::new(missing));
+    assert_eq!(shown.matches("os error 2").count(), 1, "{shown}");
+    assert!(
+        shown.contains("build it with `dedup-host build`"),
+        "{shown}"
+    );
+    let text = dir.path().join("notes.wasm");
+    std::fs::write(&text, "hello").unwrap();
+    let shown = runtime.load_file(&text).unwrap_err().to_string();
+    assert!(
+        shown.contains("`dedup-host build`") && !shown.contains("build.sh"),
+        "{shown}"
+    );
+}
+
+/// `--config` and `--nats-url` go after a nested subcommand too, and a refused connection
+/// names where the URL came from, with its cause once.
+#[test]
+fn global_flags_follow_the_subcommand_and_the_url_origin_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("host.toml");
+    std::fs::write(&path, good()).unwrap();
+    let out = std::process::Command::new(dedup_host_tests::guests::host_binary())
+        .args(["dead-letters", "list", "--config"])
+        .arg(&path)
+        .args(["-s", "nats://127.0.0.1:1"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(
+            "cannot connect to NATS at nats://127.0.0.1:1 (from --nats-url or DEDUP_HOST_NATS_URL)"
+        ),
+        "{stderr}"
+    );
+    assert!(stderr.matches("refused").count() <= 1, "{stderr}");
+    assert!(!stderr.contains("unexpected argument"), "{stderr}");
+}
