@@ -33,6 +33,9 @@ pub struct Change {
     pub applied: Option<Result<(), String>>,
 }
 
+/// What changing a stream's replicas does while it runs.
+const REPLICAS_RISK: &str = "the server copies or drops replicas in the background and elects a leader (a pause of a few seconds); needs as many servers as replicas";
+
 /// A planned update of one stream: the changes and the stream config that makes them.
 struct Update {
     changes: Vec<Change>,
@@ -118,7 +121,7 @@ fn stream_update(spec: &StreamSpec, have: stream::Config) -> Update {
         config.num_replicas = spec.replicas;
         changes.push(change(
             format!("replicas {} -> {}", have.num_replicas, spec.replicas),
-            "the server copies or drops replicas in the background and elects a leader (a pause of a few seconds); needs as many servers as replicas",
+            REPLICAS_RISK,
             true,
         ));
     }
@@ -232,7 +235,7 @@ fn bucket_update(config: &Config, have: stream::Config) -> Update {
         updated.num_replicas = want.num_replicas;
         changes.push(change(
             format!("replicas {} -> {}", have.num_replicas, want.num_replicas),
-            "the server copies or drops replicas in the background and elects a leader (a pause of a few seconds); needs as many servers as replicas",
+            REPLICAS_RISK,
             true,
         ));
     }

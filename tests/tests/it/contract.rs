@@ -300,17 +300,9 @@ fn run(path: &PathBuf) -> Child {
         .expect("start dedup-host run")
 }
 
-fn cli(args: &[&str], config: &PathBuf) -> (bool, String) {
-    let out = Command::new(host_binary())
-        .arg(args[0])
-        .arg("--config")
-        .arg(config)
-        .args(&args[1..])
-        .output()
-        .expect("run dedup-host");
-    let text =
-        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
-    (out.status.success(), text)
+fn cli(args: &[&str], config: &std::path::Path) -> (bool, String) {
+    let run = dedup_host_tests::guests::cli(config, args);
+    (run.code == 0, run.stdout + &run.stderr)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
