@@ -117,14 +117,7 @@ fn stream_update(spec: &StreamSpec, have: stream::Config) -> Update {
         ));
     }
     window_change(&mut changes, &mut config, spec.duplicate_window, &change);
-    if have.num_replicas != spec.replicas {
-        config.num_replicas = spec.replicas;
-        changes.push(change(
-            format!("replicas {} -> {}", have.num_replicas, spec.replicas),
-            REPLICAS_RISK,
-            true,
-        ));
-    }
+    replicas_change(&mut changes, &mut config, spec.replicas, &change);
     if have.storage != spec.storage {
         changes.push(change(
             format!("storage {:?} -> {:?}", have.storage, spec.storage),
@@ -140,6 +133,20 @@ fn stream_update(spec: &StreamSpec, have: stream::Config) -> Update {
         ));
     }
     Update { changes, config }
+}
+
+/// Changes the replicas in place (the server moves the data).
+fn replicas_change(
+    changes: &mut Vec<Change>,
+    config: &mut stream::Config,
+    want: usize,
+    change: &dyn Fn(String, &str, bool) -> Change,
+) {
+    if config.num_replicas != want {
+        let what = format!("replicas {} -> {want}", config.num_replicas);
+        config.num_replicas = want;
+        changes.push(change(what, REPLICAS_RISK, true));
+    }
 }
 
 /// Raises a duplicate window; a lower one is refused (repeats published before the change
@@ -231,14 +238,7 @@ fn bucket_update(config: &Config, have: stream::Config) -> Update {
             ));
         }
     }
-    if have.num_replicas != want.num_replicas {
-        updated.num_replicas = want.num_replicas;
-        changes.push(change(
-            format!("replicas {} -> {}", have.num_replicas, want.num_replicas),
-            REPLICAS_RISK,
-            true,
-        ));
-    }
+    replicas_change(&mut changes, &mut updated, want.num_replicas, &change);
     Update {
         changes,
         config: updated,

@@ -111,26 +111,14 @@ async fn plan_and_apply_widen_a_live_deployment_and_refuse_what_would_lose_data(
         "{}",
         refused.stdout
     );
-    let out_info = env
-        .js
-        .get_stream(OUTPUTS)
-        .await
-        .unwrap()
-        .info()
-        .await
-        .unwrap()
-        .config
-        .clone();
+    let out_info = stream_config(&env, OUTPUTS).await;
     assert_eq!(out_info.storage, StorageType::File);
-    let bucket = env
-        .js
-        .get_stream(format!("KV_{}", dedup_host_tests::harness::BUCKET))
-        .await
-        .unwrap()
-        .info()
-        .await
-        .unwrap()
-        .config
-        .clone();
+    let bucket = stream_config(&env, &format!("KV_{}", dedup_host_tests::harness::BUCKET)).await;
     assert_eq!(bucket.max_age, Duration::from_secs(24 * 3600));
+}
+
+/// A stream's config as the server holds it now.
+async fn stream_config(env: &TestEnv, name: &str) -> async_nats::jetstream::stream::Config {
+    let mut stream = env.js.get_stream(name).await.unwrap();
+    stream.info().await.unwrap().config.clone()
 }
