@@ -157,6 +157,15 @@ pub fn summary(report: &ReloadReport) -> String {
             "; needs a restart to apply: {}",
             d.restart_needed.join(", ")
         );
+        let streams = ["[source]", "[claims]", "[dead_letter]", "[output_streams]"];
+        if d.restart_needed
+            .iter()
+            .any(|s| streams.contains(&s.as_str()))
+        {
+            line += " (streams and buckets first: `dedup-host setup --plan` shows what an \
+                     existing deployment needs and `dedup-host setup --apply` makes it, then \
+                     restart the hosts one at a time)";
+        }
     }
     if !report.problems.is_empty() {
         line += &format!("; problems: {}", report.problems.join("; "));
@@ -171,5 +180,36 @@ pub async fn shutdown_signal() {
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
         _ = term.recv() => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::diff::ConfigDiff;
+
+    fn report(restart_needed: &[&str]) -> ReloadReport {
+        ReloadReport {
+            instance_id: "h1".into(),
+            applied: true,
+            diff: ConfigDiff {
+                restart_needed: restart_needed.iter().map(|s| s.to_string()).collect(),
+                ..ConfigDiff::default()
+            },
+            problems: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_reload_that_changes_streams_names_the_commands_that_change_them() {
+        let line = summary(&report(&["[source]"]));
+        assert!(
+            line.contains("needs a restart to apply: [source]"),
+            "{line}"
+        );
+        assert!(line.contains("`dedup-host setup --plan`"), "{line}");
+        assert!(line.contains("`dedup-host setup --apply`"), "{line}");
+        let line = summary(&report(&["[host]"]));
+        assert!(!line.contains("setup --plan"), "{line}");
     }
 }

@@ -162,7 +162,8 @@ impl<S: ClaimStore> Shared<S> {
             attempt,
             route: &a.route.name,
             key: a.key,
-            id: format!("dl:{}", a.claim_key),
+            // One letter per stored copy: a replay (a new sequence) that fails again gets its own.
+            id: format!("dl:{}:{}", a.claim_key, a.d.sequence),
         };
         let recorded = match self
             .publish_dead_letter(a.d, letter, &a.route.metrics)

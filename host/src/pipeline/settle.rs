@@ -149,7 +149,8 @@ impl<S: ClaimStore> Shared<S> {
             attempt: c.lease.attempt(),
             route: &c.route.name,
             key: c.key,
-            id: format!("dl:{}", c.lease.key()),
+            // One letter per stored copy: a replay (a new sequence) that fails again gets its own.
+            id: format!("dl:{}:{}", c.lease.key(), c.d.sequence),
         };
         let recorded = match self
             .publish_dead_letter(c.d, letter, &c.route.metrics)

@@ -179,16 +179,35 @@ fn a_missing_toolchain_is_named_with_the_command_that_installs_it() {
     assert!(!dir.join("greeter.wasm").exists());
 }
 
-/// The README's authoring section, run from an empty folder with only `dedup-host` added to
-/// the PATH, against a real nats-server.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_readme_authoring_section_runs_as_a_script() {
+macro_rules! readme_script {
+    ($($test:ident => $lang:literal,)*) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $test() {
+                the_readme_authoring_section_runs_as_a_script($lang).await;
+            }
+        )*
+    };
+}
+
+readme_script! {
+    the_readme_quick_start_runs_as_a_script_in_python => "python",
+    the_readme_quick_start_runs_as_a_script_in_rust => "rust",
+    the_readme_quick_start_runs_as_a_script_in_js => "js",
+    the_readme_quick_start_runs_as_a_script_in_c => "c",
+}
+
+/// The README's quick start, the newcomer's path, run from an empty folder with only
+/// `dedup-host` added to the PATH, against a real nats-server, with the project in `lang`.
+async fn the_readme_authoring_section_runs_as_a_script(lang: &str) {
     let readme = std::fs::read_to_string(workspace_root().join("README.md")).unwrap();
     let script = readme
         .split_once("<!-- authoring-script -->\n```sh\n")
         .and_then(|(_, rest)| rest.split_once("\n```"))
         .map(|(script, _)| script.to_string())
         .expect("README.md has the authoring script block");
+    assert!(script.contains("new --lang python greeter"), "{script}");
+    let script = script.replace("new --lang python", &format!("new --lang {lang}"));
 
     let env = TestEnv::start().await;
     let work = tempfile::tempdir().unwrap();
@@ -228,7 +247,11 @@ async fn the_readme_authoring_section_runs_as_a_script() {
         "the output, read back with tail: {text}"
     );
     assert!(
-        text.contains("verdict           dead-lettered after attempt 1"),
+        text.contains("DEDUP_DEAD #2 dead letter of `greeter` key `43`"),
+        "the failing message dead-lettered again after its replay: {text}"
+    );
+    assert!(
+        text.contains("verdict           dead-lettered after attempt"),
         "the failing message's story: {text}"
     );
 }
