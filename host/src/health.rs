@@ -25,6 +25,10 @@ pub struct Readiness {
     pub ready: bool,
     /// What is missing, one sentence each.
     pub missing: Vec<String>,
+    /// What needs an operator without making the host unready (it can still take work), one
+    /// sentence each: messages stranded past their last delivery.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 impl Health {
@@ -72,9 +76,15 @@ impl Health {
                 missing.push(format!("route `{}`: {why}", route.name));
             }
         }
+        let mut warnings = Vec::new();
+        let stranded = self.routes.get().map_or(0, |r| r.metrics().stranded());
+        if stranded > 0 {
+            warnings.push(format!("{stranded} message(s) past their last delivery are not dead-lettered yet (the dead-letter stream refused or was missing); hosts retry them, `dedup-host audit` lists them"));
+        }
         Readiness {
             ready: missing.is_empty(),
             missing,
+            warnings,
         }
     }
 }

@@ -48,6 +48,7 @@ pub mod runtime;
 pub mod serve;
 pub mod setup;
 pub mod size;
+pub mod stranded;
 
 pub mod subject;
 pub mod text;

@@ -156,6 +156,7 @@ pub struct Metrics {
     ack_pending: Family<RouteLabel, Gauge>,
     bound: Family<RouteLabel, Gauge>,
     serving: Family<ServingLabels, Gauge>,
+    stranded: Gauge,
     routes: Mutex<HashMap<String, Arc<RouteMetrics>>>,
 }
 
@@ -192,6 +193,7 @@ impl Metrics {
             ack_pending: Family::default(),
             bound: Family::default(),
             serving: Family::default(),
+            stranded: Gauge::default(),
             routes: Mutex::default(),
             registry: Registry::default(),
         };
@@ -213,6 +215,7 @@ impl Metrics {
             "consumer_ack_pending", "Messages delivered and not yet acknowledged", m.ack_pending;
             "consumer_bound", "1 while the route's consumer is bound, 0 while it is being re-created", m.bound;
             "serving_info", "The component version a route serves (value 1)", m.serving;
+            "stranded_messages", "Messages past their last delivery whose dead letter is not stored yet", m.stranded;
         }
         Self { registry, ..m }
     }
@@ -233,6 +236,17 @@ impl Metrics {
         prometheus_client::encoding::text::encode(&mut out, &self.registry)
             .expect("writing to a String cannot fail");
         out
+    }
+
+    /// Sets how many messages are stranded: past their last delivery, their dead letter not
+    /// stored yet (`crate::stranded`); the same on every host, which all read the markers.
+    pub fn set_stranded(&self, n: u64) {
+        self.stranded.set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+
+    /// How many messages were stranded when the markers were last read.
+    pub fn stranded(&self) -> u64 {
+        u64::try_from(self.stranded.get()).unwrap_or(0)
     }
 
     /// Sums every route's counters.

@@ -1,6 +1,8 @@
 //! A per-test environment: a nats-server, a temp dir, config text for a host, and helpers to
 //! publish, wait and read back streams and claims.
 
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -417,4 +419,20 @@ pub fn stop_gracefully(mut child: Child) -> dedup_host::metrics::StatsSnapshot {
         .expect("read stdout");
     let line = out.lines().last().unwrap_or_default();
     serde_json::from_str(line).unwrap_or_else(|e| panic!("final stats not JSON ({e}): {out}"))
+}
+
+/// One GET over plain HTTP/1.1 (a host's `/metrics`, `/readyz`): (status, body).
+pub fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).ok()?;
+    let status = text.split(' ').nth(1)?.parse().ok()?;
+    let body = text.split_once("\r\n\r\n")?.1.to_string();
+    Some((status, body))
 }

@@ -48,9 +48,10 @@ pub struct Report {
 pub struct Anomaly {
     /// The class: `completed_without_outputs`, `outputs_without_completed_record`,
     /// `stuck_claim`, `dead_letter_without_failed_record`, `output_published_twice`,
-    /// `lost`.
+    /// `lost`, `not_dead_lettered` (past its last delivery, its letter not stored yet),
+    /// `missing_stream` (the dead-letter stream is gone).
     pub class: &'static str,
-    /// The claim key (or `seq:<n>` for a keyless message).
+    /// The claim key (or `seq:<n>` for a keyless message, a stream's name for a missing one).
     pub key: String,
     /// What exactly.
     pub detail: String,
@@ -69,7 +70,12 @@ pub async fn run(
             claims.extend(scan::fenced_claims(js, &s.name).await?);
         }
     }
-    let letters = letters::list(js, config, &Selection::default()).await?;
+    // A missing dead-letter stream is itself an anomaly (reported below), not a failed audit.
+    let dead_letter_stream = js.get_stream(&config.dead_letter.stream).await.is_ok();
+    let letters = match dead_letter_stream {
+        true => letters::list(js, config, &Selection::default()).await?,
+        false => Vec::new(),
+    };
     let mut ack_floors = HashMap::new();
     let stream = js.get_stream(&config.source.stream).await?;
     for r in &config.routes {
@@ -114,6 +120,15 @@ pub async fn run(
             detail,
         })
     };
+
+    if !dead_letter_stream {
+        let name = &config.dead_letter.stream;
+        anomaly(
+            "missing_stream",
+            name,
+            format!("dead-letter stream `{name}` does not exist: no letter can be stored until `dedup-host setup --config FILE` creates it again"),
+        );
+    }
 
     // Source messages, judged per key by the key's latest message.
     let mut keys: HashMap<String, (u64, String)> = HashMap::new(); // claim key → (last seq, route)
@@ -236,6 +251,24 @@ pub async fn run(
                 ),
             );
         }
+    }
+
+    // Messages the server delivers no more whose letter is not stored yet: hosts retry them.
+    for (m, _) in crate::stranded::list(js, &config.claims.bucket).await? {
+        let at = if m.stream == config.source.stream {
+            format!("seq:{}", m.sequence)
+        } else {
+            format!("{}:seq:{}", m.stream, m.sequence)
+        };
+        let why = m.error.as_deref().unwrap_or("not tried yet");
+        anomaly(
+            "not_dead_lettered",
+            &at,
+            format!(
+                "message {} of `{}` was delivered {} times and is delivered no more ({}); its dead letter is not stored: {why} (tried {} times since {} ms ago; hosts keep trying)",
+                m.sequence, m.stream, m.deliveries, m.reason, m.tries, now.saturating_sub(m.since_ms)
+            ),
+        );
     }
 
     report.keys = keys.len() as u64;

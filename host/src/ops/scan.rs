@@ -59,33 +59,42 @@ pub async fn stream(
 }
 
 /// The last value of every key in the claim bucket: claim key → (record, revision). Values
-/// that do not parse are skipped (the pipeline dead-letters what meets them).
+/// that do not parse are skipped (the pipeline dead-letters what meets them), and so are the
+/// host's own markers (`crate::stranded`), which are not claims.
 pub async fn claims(
     js: &Context,
     bucket: &str,
 ) -> anyhow::Result<HashMap<String, (ClaimRecord, u64)>> {
+    let mut out = HashMap::new();
+    for (key, m) in kv_latest(js, bucket, ">").await? {
+        if let Ok(record) = ClaimRecord::from_bytes(&m.payload) {
+            out.insert(key, (record, m.sequence));
+        }
+    }
+    Ok(out)
+}
+
+/// The last value of every key of KV `bucket` matching `filter` (a subject filter over the
+/// keys, `>` for all), with its key; deleted and purged keys are left out.
+pub async fn kv_latest(
+    js: &Context,
+    bucket: &str,
+    filter: &str,
+) -> anyhow::Result<Vec<(String, Stored)>> {
     let prefix = format!("$KV.{bucket}.");
     let messages = scan(
         js,
         &format!("KV_{bucket}"),
-        &format!("{prefix}>"),
+        &format!("{prefix}{filter}"),
         DeliverPolicy::LastPerSubject,
         false,
     )
     .await?;
-    let mut out = HashMap::with_capacity(messages.len());
-    for m in messages {
-        if m.header("KV-Operation").is_some() {
-            continue; // deleted or purged
-        }
-        let Some(key) = m.subject.strip_prefix(&prefix) else {
-            continue;
-        };
-        if let Ok(record) = ClaimRecord::from_bytes(&m.payload) {
-            out.insert(key.to_string(), (record, m.sequence));
-        }
-    }
-    Ok(out)
+    Ok(messages
+        .into_iter()
+        .filter(|m| m.header("KV-Operation").is_none())
+        .filter_map(|m| Some((m.subject.strip_prefix(&prefix)?.to_string(), m)))
+        .collect())
 }
 
 /// The claim records a fenced output stream holds: claim key → (record, revision).

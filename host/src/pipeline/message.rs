@@ -20,6 +20,7 @@ use crate::idempotency;
 use crate::metrics::MessageOutcome;
 use crate::routes::{Guest, Route};
 use crate::runtime::{Invocation, Outcome, TrapKind};
+use crate::stranded::{self, Marker};
 use tracing::Instrument as _;
 
 /// The W3C trace-context header: carried from an event to its outputs and dead letters.
@@ -118,13 +119,35 @@ impl<S: ClaimStore> Shared<S> {
             sequence = d.sequence,
             trace_id = d.trace_id(),
         );
+        // The server delivers it no more: until it is settled, a marker says so, in case the
+        // host dies now and the advisory that would follow reaches no host ([`crate::stranded`]).
+        // (The consumer of unrouted subjects acks a routed message at once: not its concern.)
+        let last = d.delivered >= self.config.source.server_max_deliver.max(1) as u64
+            && (route.is_some() || self.routes.find(&d.message.subject).is_none());
+        let marker = last.then(|| {
+            let stream = match &d.queued {
+                Some(_) => crate::exclusive::stream_name(&self.config),
+                None => self.config.source.stream.clone(),
+            };
+            let sequence = d.queued.as_ref().map_or(d.sequence, |(_, s)| *s);
+            let reason = format!("its last delivery ({}) did not settle it", d.delivered);
+            Marker::new(&stream, sequence, d.delivered, reason)
+                .not_before(self.config.source.ack_wait * 2)
+        });
+        if let Some(marker) = &marker {
+            stranded::mark(&self.markers, marker).await;
+        }
         self.route_and_run(&d, route).instrument(span).await;
+        let ended = d.ended.load(Ordering::Relaxed);
+        if let (Some(marker), true) = (&marker, ended) {
+            stranded::forget(&self.markers, &marker.key()).await;
+        }
         let published_ns = u64::try_from(published.unix_timestamp_nanos()).unwrap_or(0);
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
         let age = now
             .unwrap_or_default()
             .saturating_sub(Duration::from_nanos(published_ns));
-        if d.ended.load(std::sync::atomic::Ordering::Relaxed) {
+        if ended {
             metrics.end_to_end(age);
         }
         drop(in_flight);

@@ -7,7 +7,7 @@
 //! - `consume`: pulling a consumer's messages, re-creating it when it is deleted.
 //! - `queue`: an exclusive route's messages queued per entity, in order.
 //! - `message`: one message, from its key and claim to the guest's outcome.
-//! - `undeliverable`: dead-letters what the server gave up delivering.
+//! - `undeliverable`: dead-letters what the server gave up delivering, now or once it can.
 //! - `settle`: what follows the outcome (publish and ack, retry, release, dead-letter).
 //! - [`heartbeat`]: lease renewal plus progress acks while a guest runs.
 //! - [`effects`]: outputs and dead letters, with deterministic message ids.
@@ -40,6 +40,8 @@ pub(crate) struct Shared<S: ClaimStore> {
     config: Arc<Config>,
     routes: Arc<Routes>,
     claimer: Claimer<S>,
+    /// The claim bucket, where stranded messages are marked ([`crate::stranded`]).
+    markers: async_nats::jetstream::kv::Store,
     guest_runtime: tokio::runtime::Handle,
     /// The series of messages no route takes, resolved once (the consumer of unrouted
     /// subjects sees every routed message too).
@@ -53,6 +55,7 @@ impl<S: ClaimStore> Shared<S> {
         config: Arc<Config>,
         routes: Arc<Routes>,
         claimer: Claimer<S>,
+        markers: async_nats::jetstream::kv::Store,
         guest_runtime: tokio::runtime::Handle,
     ) -> Self {
         let unrouted = routes.metrics().route("");
@@ -62,6 +65,7 @@ impl<S: ClaimStore> Shared<S> {
             config,
             routes,
             claimer,
+            markers,
             guest_runtime,
             unrouted,
         }
@@ -111,7 +115,7 @@ pub(crate) fn spawn_route<S: ClaimStore>(
 }
 
 /// Starts what serves no single route: the consumer of subjects no route takes (when there
-/// is one) and the handler of undeliverable messages. They end when `stopped` turns true.
+/// is one), the handler of undeliverable messages and the sweep of stranded ones. They end when `stopped` turns true.
 pub(crate) fn spawn_common<S: ClaimStore>(
     shared: Arc<Shared<S>>,
     unrouted: Option<PullConsumer>,
@@ -129,6 +133,11 @@ pub(crate) fn spawn_common<S: ClaimStore>(
         )));
     }
     loops.push(tokio::spawn(undeliverable::run(
+        shared.clone(),
+        client.clone(),
+        stopped.clone(),
+    )));
+    loops.push(tokio::spawn(undeliverable::sweep(
         shared,
         client.clone(),
         stopped.clone(),

@@ -1,14 +1,22 @@
-//! Messages the server gave up delivering. A message whose headers the client cannot parse
-//! (bytes that are not UTF-8, stored through a raw `HPUB`) makes async-nats drop the whole
-//! connection each time it is delivered, so the pipeline never sees it. The consumers' server
-//! side bound on deliveries (`source.server_max_deliver`) ends that loop; the server then
-//! publishes a `MAX_DELIVERIES` advisory, and this loop reads the message from the stream
-//! through the JetStream API (where headers arrive base64-encoded), cleans its headers, and
-//! dead-letters it, unless its key was completed meanwhile (then it was only a duplicate).
+//! Messages the server gave up delivering: their consumer reached `source.server_max_deliver`
+//! (an outage that outlasted every retry, or a message whose headers the client cannot parse:
+//! bytes that are not UTF-8, stored through a raw `HPUB`, make async-nats drop the whole
+//! connection each time it is delivered, so the pipeline never sees it). The server then
+//! publishes a `MAX_DELIVERIES` advisory, for the source stream and for an exclusive route's
+//! queue stream alike; this loop reads the message through the JetStream API (where headers
+//! arrive base64-encoded), cleans its headers, and dead-letters it, unless its key was settled
+//! meanwhile (then it was only a duplicate).
+//!
+//! A letter that cannot be stored now (the dead-letter stream is missing, full or
+//! unreachable), or an advisory no host heard, must not lose the message: it stays in its
+//! stream, a marker records it ([`crate::stranded`]), and every host sweeps the markers and
+//! retries them with a bounded backoff until the letter is stored.
 
 use std::str::FromStr;
 use std::sync::Arc;
+use std::time::Duration;
 
+use anyhow::Context as _;
 use async_nats::{HeaderMap, HeaderName, HeaderValue, Message, Subject};
 use base64::Engine as _;
 use futures::StreamExt;
@@ -17,24 +25,44 @@ use tokio::sync::watch;
 
 use super::effects::{self, DeadLetter};
 use super::Shared;
+use crate::claim::record::now_ms;
 use crate::claim::{ClaimState, ClaimStore};
 use crate::metrics::MessageOutcome;
+use crate::stranded::{self, Marker};
 
 /// The queue group hosts share, so one of them handles each advisory.
 const QUEUE: &str = "dedup-host-undeliverable";
 
+/// How often a host reads the markers (jittered, so hosts do not sweep in step).
+const SWEEP_EVERY: Duration = Duration::from_secs(10);
+
 /// The fields of a `MAX_DELIVERIES` advisory the host uses.
 #[derive(Debug, Deserialize)]
 struct Advisory {
+    stream: String,
     stream_seq: u64,
     deliveries: u64,
 }
 
-/// A stored message as the `STREAM.MSG.GET` API returns it.
+/// The answer of the `STREAM.MSG.GET` API: the message, or why not.
 #[derive(Debug, Deserialize)]
 struct Stored {
-    message: StoredMessage,
+    #[serde(default)]
+    message: Option<StoredMessage>,
+    #[serde(default)]
+    error: Option<ApiError>,
 }
+
+#[derive(Debug, Deserialize)]
+struct ApiError {
+    #[serde(default)]
+    err_code: u64,
+    #[serde(default)]
+    description: String,
+}
+
+/// `no message found`, `stream not found`: nothing is left to dead-letter.
+const GONE: [u64; 2] = [10037, 10059];
 
 #[derive(Debug, Deserialize)]
 struct StoredMessage {
@@ -51,80 +79,208 @@ pub(super) async fn run<S: ClaimStore>(
     client: async_nats::Client,
     mut stopped: watch::Receiver<bool>,
 ) {
-    let stream = &shared.config.source.stream;
-    let subject = format!("$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.{stream}.*");
-    let mut advisories = match client.queue_subscribe(subject, QUEUE.into()).await {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::error!("cannot follow max-deliveries advisories; undeliverable messages will stay in the stream: {e}");
-            return;
+    let streams = [
+        shared.config.source.stream.clone(),
+        crate::exclusive::stream_name(&shared.config),
+    ];
+    let mut subscriptions = Vec::new();
+    for stream in &streams {
+        let subject = format!("$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.{stream}.*");
+        match client.queue_subscribe(subject, QUEUE.into()).await {
+            Ok(s) => subscriptions.push(s),
+            Err(e) => tracing::error!("cannot follow max-deliveries advisories of `{stream}`; its undeliverable messages wait for the sweep: {e}"),
         }
-    };
+    }
+    let mut advisories = futures::stream::select_all(subscriptions);
     loop {
         let advisory = tokio::select! {
             a = advisories.next() => match a { Some(a) => a, None => return },
             _ = stopped.changed() => return,
         };
-        let Ok(advisory) = serde_json::from_slice::<Advisory>(&advisory.payload) else {
+        let Ok(a) = serde_json::from_slice::<Advisory>(&advisory.payload) else {
             continue;
         };
-        if let Err(e) = shared.undeliverable(&client, &advisory).await {
-            tracing::error!(
-                sequence = advisory.stream_seq,
-                "undeliverable message not dead-lettered; it stays in stream `{stream}`: {e:#}"
-            );
+        if streams.contains(&a.stream) {
+            let marker = stranded::load(&shared.markers, &a.stream, a.stream_seq).await;
+            let marker = marker.unwrap_or_else(|| {
+                let reason = format!("delivered {} times", a.deliveries);
+                Marker::new(&a.stream, a.stream_seq, a.deliveries, reason)
+            });
+            shared.rescue(&client, marker).await;
         }
     }
 }
 
+/// Retries the stranded messages' letters as they fall due, until `stopped`; keeps the
+/// `dedup_stranded_messages` gauge current.
+pub(super) async fn sweep<S: ClaimStore>(
+    shared: Arc<Shared<S>>,
+    client: async_nats::Client,
+    mut stopped: watch::Receiver<bool>,
+) {
+    loop {
+        let wait = SWEEP_EVERY.mul_f64(rand::random_range(0.5..=1.5));
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = stopped.changed() => return,
+        }
+        let markers = match stranded::list(&shared.js, &shared.config.claims.bucket).await {
+            Ok(markers) => markers,
+            Err(e) => {
+                tracing::warn!("cannot read the stranded-message markers: {e:#}");
+                continue;
+            }
+        };
+        let metrics = shared.routes.metrics();
+        metrics.set_stranded(markers.len() as u64);
+        let mut left = markers.len() as u64;
+        for (marker, _) in markers.into_iter().filter(|(m, _)| m.due()) {
+            if *stopped.borrow() {
+                return;
+            }
+            if shared.rescue(&client, marker).await {
+                left -= 1;
+            }
+        }
+        metrics.set_stranded(left);
+    }
+}
+
 impl<S: ClaimStore> Shared<S> {
+    /// Dead-letters the message `marker` names and removes the marker; if the letter cannot
+    /// be stored, records why and when to try again. Returns whether the message is out.
+    async fn rescue(&self, client: &async_nats::Client, marker: Marker) -> bool {
+        let key = marker.key();
+        match self.undeliverable(client, &marker).await {
+            Ok(()) => {
+                stranded::forget(&self.markers, &key).await;
+                true
+            }
+            Err(e) => {
+                let (stream, sequence) = (&marker.stream, marker.sequence);
+                tracing::error!(stream, sequence, "undeliverable message not dead-lettered yet; it stays in its stream and is retried: {e:#}");
+                stranded::mark(&self.markers, &marker.failed(format!("{e:#}"))).await;
+                false
+            }
+        }
+    }
+
+    /// Dead-letters the message `marker` names, unless it is gone or its key was settled.
     async fn undeliverable(
         &self,
         client: &async_nats::Client,
-        advisory: &Advisory,
+        marker: &Marker,
     ) -> anyhow::Result<()> {
-        let sequence = advisory.stream_seq;
-        let api = format!("$JS.API.STREAM.MSG.GET.{}", self.config.source.stream);
-        let body = serde_json::json!({ "seq": sequence }).to_string();
-        let reply = client.request(api, body.into()).await?;
-        let stored: Stored = serde_json::from_slice(&reply.payload)
-            .map_err(|e| anyhow::anyhow!("message {sequence} not readable from the stream: {e}"))?;
-        let message = decode(stored.message)?;
+        let Some(mut message) = fetch(client, &marker.stream, marker.sequence).await? else {
+            return Ok(()); // deleted or purged meanwhile: nothing is left to strand
+        };
+        let queued = marker.stream != self.config.source.stream;
+        let sequence = if queued {
+            // A queued copy: its letter is the original's.
+            let (subject, source_sequence, headers) =
+                crate::exclusive::original(message.headers.as_ref())
+                    .context("a queued message without its origin headers")?;
+            message.subject = subject.into();
+            message.headers = Some(headers);
+            source_sequence
+        } else {
+            marker.sequence
+        };
         let route = self.routes.find(&message.subject);
-        if let Some(route) = &route {
-            let id = crate::idempotency::derive(
-                &route.key,
+        let mut attempt = 0;
+        let mut last_reason = None;
+        let mut claim = None;
+        let key = route.as_ref().and_then(|r| {
+            let derived = crate::idempotency::derive(
+                &r.key,
                 &message.subject,
                 message.headers.as_ref(),
                 &message.payload,
             );
-            if let Ok(id) = id {
-                // A fenced route's claims are in its output stream, not the bucket.
-                let claim = self.claimer.store().get(&route.claim_key(&id)).await;
-                if let Ok(Some((record, _))) = claim {
-                    if record.state == ClaimState::Completed {
-                        return Ok(()); // a duplicate of work that was done
+            derived.ok()
+        });
+        if let (Some(route), Some(key)) = (&route, &key) {
+            let claim_key = route.claim_key(key);
+            if let Some((record, revision)) = self.claimer.store().get(&claim_key).await? {
+                let skew = self.config.claims.clock_skew;
+                match record.state {
+                    ClaimState::Completed => return self.drop_queued(client, marker, queued).await,
+                    ClaimState::Failed if record.permanent => {
+                        return self.drop_queued(client, marker, queued).await;
                     }
+                    ClaimState::InProgress if !record.lease_lapsed(now_ms(), skew) => {
+                        anyhow::bail!("key `{key}` is still in progress by `{}`; its dead letter waits until that ends", record.owner);
+                    }
+                    _ => {}
                 }
+                attempt = record.attempt;
+                last_reason = record.reason.clone();
+                claim = Some((claim_key, record, revision));
             }
         }
-        let reason = format!(
-            "the server gave up after {} deliveries: the host could not take the message (headers it cannot parse, or a key that stayed busy)",
-            advisory.deliveries
-        );
-        tracing::error!(sequence, subject = %message.subject, "dead-lettering: {reason}");
+        let reason = match &last_reason {
+            Some(last) => format!("the server gave up after {} deliveries; the last attempt: {last}", marker.deliveries),
+            None => format!("the server gave up after {} deliveries: the host could not take the message (headers it cannot parse, an outage that outlasted every retry, or a key that stayed busy)", marker.deliveries),
+        };
         let letter = DeadLetter {
             reason: &reason,
-            attempt: 0,
-            route: "",
-            key: "",
+            attempt,
+            route: route.as_ref().map_or("", |r| r.name.as_str()),
+            key: key.as_deref().unwrap_or_default(),
             id: format!("dl:seq:{sequence}"),
         };
+        tracing::error!(sequence, subject = %message.subject, "dead-lettering: {reason}");
         let subject = &self.config.dead_letter.subject;
         effects::publish_dead_letter(&self.js, subject, &message, sequence, letter).await?;
-        let metrics = self.metrics_of(route.as_ref());
-        metrics.outcome(MessageOutcome::DeadLettered);
+        if let Some((claim_key, mut record, revision)) = claim {
+            // `inspect` and `audit` then see the key failed for good, as a dead letter says.
+            record.state = ClaimState::Failed;
+            record.permanent = true;
+            record.retry_at_ms = None;
+            record.reason = Some(reason.clone());
+            record.updated_ms = now_ms();
+            if let Err(e) = self.claimer.store().update(&claim_key, &record, revision).await {
+                tracing::warn!("dead letter stored, but its claim record was not marked failed: {e}");
+            }
+        }
+        self.metrics_of(route.as_ref()).outcome(MessageOutcome::DeadLettered);
+        self.drop_queued(client, marker, queued).await
+    }
+
+    /// Deletes a queued copy that is settled or dead-lettered: the queue keeps only work.
+    async fn drop_queued(
+        &self,
+        client: &async_nats::Client,
+        marker: &Marker,
+        queued: bool,
+    ) -> anyhow::Result<()> {
+        if queued {
+            let api = format!("$JS.API.STREAM.MSG.DELETE.{}", marker.stream);
+            let body = serde_json::json!({ "seq": marker.sequence, "no_erase": true });
+            client.request(api, body.to_string().into()).await?;
+        }
         Ok(())
+    }
+}
+
+/// Message `sequence` of `stream`, with its headers cleaned; `None` when it is gone.
+async fn fetch(
+    client: &async_nats::Client,
+    stream: &str,
+    sequence: u64,
+) -> anyhow::Result<Option<Message>> {
+    let api = format!("$JS.API.STREAM.MSG.GET.{stream}");
+    let body = serde_json::json!({ "seq": sequence }).to_string();
+    let reply = client.request(api, body.into()).await?;
+    let stored: Stored = serde_json::from_slice(&reply.payload)
+        .map_err(|e| anyhow::anyhow!("message {sequence} not readable from `{stream}`: {e}"))?;
+    match (stored.message, stored.error) {
+        (Some(m), _) => decode(m).map(Some),
+        (None, Some(e)) if GONE.contains(&e.err_code) => Ok(None),
+        (None, e) => {
+            let why = e.map_or_else(|| "an empty answer".to_string(), |e| e.description);
+            anyhow::bail!("message {sequence} not readable from `{stream}`: {why}")
+        }
     }
 }
 

@@ -197,7 +197,7 @@ pub async fn start_with_routes(
     let setup = crate::setup::ensure_patiently(&js, &config).await?;
     let claimer = Claimer::new(
         Arc::new(HostClaimStore::new(
-            KvClaimStore::new(setup.claims),
+            KvClaimStore::new(setup.claims.clone()),
             js.clone(),
         )),
         instance_id.clone(),
@@ -237,6 +237,7 @@ pub async fn start_with_routes(
         config.clone(),
         routes.clone(),
         claimer,
+        setup.claims,
         guest_threads.handle(),
     ));
     let contracts = crate::setup::patiently(|| crate::contract::open(&js, &config)).await?;

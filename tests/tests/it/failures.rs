@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use dedup_host::claim::ClaimState;
 use dedup_host::pipeline::effects::headers;
-use dedup_host_tests::harness::{wait_for, TestEnv, Timing, DEAD, OUTPUTS};
+use dedup_host_tests::harness::{http_get, wait_for, TestEnv, Timing, DEAD, OUTPUTS};
 
 const ROUTES: &str = r#"
 [[routes]]
@@ -175,4 +175,70 @@ async fn bad_input_gets_its_outcome_and_the_host_keeps_processing() {
     env.wait_drained(Duration::from_secs(10)).await;
     let stats = host.shutdown().await.unwrap();
     assert_eq!((stats.dead_lettered, stats.processed), (4, 2));
+}
+
+/// Finding 4 of issue 25: a message whose every delivery met an outage (here the dead-letter
+/// stream is gone) must not be lost when the server stops delivering it. It stays in its
+/// stream, `audit`, the gauge and `/readyz` report it, and once the dead-letter stream is back
+/// the hosts' sweep stores its letter and the key ends failed for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_letter_that_cannot_be_stored_strands_the_message_until_it_can() {
+    let env = TestEnv::start().await;
+    let timing = Timing {
+        max_deliver: 1,
+        ..Timing::default()
+    };
+    let mut config = env.config(&timing, ROUTES);
+    config.source.server_max_deliver = 4;
+    config.host.instance_id = Some("h".into());
+    config.host.metrics_addr = Some("127.0.0.1:0".parse().unwrap());
+    let host = dedup_host::serve::start(config.clone()).await.unwrap();
+    let addr = host.metrics_addr().unwrap();
+    env.js.delete_stream(DEAD).await.unwrap();
+    env.publish("in.stubborn.a", "stuck", &[], "x").await;
+
+    let report = wait_for(Duration::from_secs(120), "a not_dead_lettered anomaly", || async {
+        let r = dedup_host::ops::audit::run(&env.js, &config, None).await.ok()?;
+        r.anomalies.iter().any(|a| a.class == "not_dead_lettered").then_some(r)
+    })
+    .await;
+    let classes: Vec<_> = report.anomalies.iter().map(|a| a.class).collect();
+    assert_eq!(classes, ["missing_stream", "not_dead_lettered"], "{:?}", report.anomalies);
+    assert!(report.anomalies[1].detail.contains("delivered 4 times"), "{:?}", report.anomalies);
+    wait_for(Duration::from_secs(60), "the stranded gauge at 1", || async {
+        (host.metrics().stranded() == 1).then_some(())
+    })
+    .await;
+    let (status, body) = http_get(addr, "/readyz").unwrap();
+    assert_eq!(status, 200, "a stranded message does not make the host unready: {body}");
+    assert!(body.contains("not dead-lettered yet"), "{body}");
+    let stream = env.js.get_stream(dedup_host_tests::harness::SOURCE).await.unwrap();
+    assert!(stream.get_raw_message(1).await.is_ok(), "the message stays in its stream");
+
+    // The operator brings the dead-letter stream back: the sweep stores the letter.
+    dedup_host::setup::ensure(&env.js, &config).await.unwrap();
+    let letters = wait_for(Duration::from_secs(120), "the stranded message's letter", || async {
+        let m = env.messages(DEAD).await;
+        (!m.is_empty()).then_some(m)
+    })
+    .await;
+    assert_eq!(letters.len(), 1);
+    let reason = header(&letters[0], headers::REASON);
+    assert!(reason.contains("gave up after 4 deliveries"), "{reason}");
+    assert_eq!(header(&letters[0], headers::ROUTE), "stubborn");
+    assert_eq!(header(&letters[0], headers::KEY), "stuck");
+    let record = env.claim("stubborn", "stuck").await.unwrap();
+    assert_eq!(record.state, ClaimState::Failed);
+    assert!(record.permanent, "{record:?}");
+    let report = wait_for(Duration::from_secs(60), "a clean audit", || async {
+        let r = dedup_host::ops::audit::run(&env.js, &config, None).await.ok()?;
+        r.anomalies.is_empty().then_some(r)
+    })
+    .await;
+    assert_eq!(report.dead_lettered, 1, "{report:?}");
+    wait_for(Duration::from_secs(60), "the stranded gauge at 0", || async {
+        (host.metrics().stranded() == 0).then_some(())
+    })
+    .await;
+    host.shutdown().await.unwrap();
 }

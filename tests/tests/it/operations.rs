@@ -1,14 +1,14 @@
 //! Operating a host: `/metrics` after a known workload, `/readyz` across start-up, serving
 //! and SIGTERM, JSON logs and trace context. The operator's commands are in `repairs.rs`.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use dedup_host::claim::key;
 use dedup_host_tests::guests::{guest, host_binary};
-use dedup_host_tests::harness::{wait_for, TestEnv, Timing, BUCKET, DEAD, OUTPUTS};
+use dedup_host_tests::harness::{http_get, wait_for, TestEnv, Timing, BUCKET, DEAD, OUTPUTS};
 use openmetrics_parser::{MetricsExposition, OpenMetricsType, OpenMetricsValue};
 
 /// An uppercase route keyed by header, and a hostile one.
@@ -26,22 +26,6 @@ subject = "in.bad.*"
 component = "{guest:hostile}"
 allowed_outputs = ["in.bad.*.done"]
 "#;
-
-/// One GET over plain HTTP/1.1: (status, body).
-fn get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut text = String::new();
-    s.read_to_string(&mut text).ok()?;
-    let status = text.split(' ').nth(1)?.parse().ok()?;
-    let body = text.split_once("\r\n\r\n")?.1.to_string();
-    Some((status, body))
-}
 
 type Exposition = MetricsExposition<OpenMetricsType, OpenMetricsValue>;
 
@@ -69,7 +53,7 @@ fn value(e: &Exposition, family: &str, labels: &[(&str, &str)]) -> f64 {
 }
 
 fn scrape(addr: SocketAddr) -> Exposition {
-    let (status, body) = get(addr, "/metrics").expect("scrape");
+    let (status, body) = http_get(addr, "/metrics").expect("scrape");
     assert_eq!(status, 200);
     openmetrics_parser::openmetrics::parse_openmetrics(&body)
         .expect("the scrape parses as OpenMetrics")
@@ -263,7 +247,7 @@ allowed_outputs = ["in.slow.*.done"]
     });
 
     let body = wait_for(Duration::from_secs(30), "/readyz answering 503", || async {
-        match get(addr, "/readyz") {
+        match http_get(addr, "/readyz") {
             Some((503, body)) if body.contains("refused") => Some(body),
             _ => None,
         }
@@ -279,14 +263,14 @@ allowed_outputs = ["in.slow.*.done"]
         "{body}"
     );
     assert_eq!(
-        get(addr, "/healthz").unwrap().0,
+        http_get(addr, "/healthz").unwrap().0,
         200,
         "alive while not ready"
     );
 
     std::fs::copy(guest("hostile"), &component).unwrap();
     wait_for(Duration::from_secs(30), "/readyz answering 200", || async {
-        (get(addr, "/readyz")?.0 == 200).then_some(())
+        (http_get(addr, "/readyz")?.0 == 200).then_some(())
     })
     .await;
 
@@ -320,7 +304,7 @@ allowed_outputs = ["in.slow.*.done"]
         Duration::from_secs(5),
         "/readyz answering 503 while draining",
         || async {
-            let (status, body) = get(addr, "/readyz")?;
+            let (status, body) = http_get(addr, "/readyz")?;
             (status == 503 && body.contains("shutting down")).then_some(())
         },
     )

@@ -1,0 +1,174 @@
+//! Stranded messages: messages the server stopped delivering (their consumer's
+//! `server_max_deliver` was reached) whose dead letter is not stored yet, because the
+//! dead-letter stream was missing, full or unreachable, or because the `MAX_DELIVERIES`
+//! advisory reached no host. Such a message is still in its stream (neither acked nor
+//! terminated) but nothing would ever deliver it again.
+//!
+//! Each one gets a marker in the claim bucket, `=stranded.<stream>.<sequence>` (no claim key
+//! starts with `=`: route names are letters, digits, `_` and `-`), written when a host naks a
+//! message's last delivery and when dead-lettering an undeliverable message fails. Every host
+//! sweeps the markers and retries each one with a bounded, jittered backoff until its letter
+//! is stored (or its key turns out settled), then removes it; so neither a missed advisory nor
+//! an outage at the last delivery loses a message. Meanwhile `audit` lists them
+//! (`not_dead_lettered`), `/readyz` names them and `dedup_stranded_messages` counts them.
+
+use std::time::Duration;
+
+use async_nats::jetstream::kv::Store;
+use async_nats::jetstream::Context;
+use serde::{Deserialize, Serialize};
+
+use crate::claim::record::now_ms;
+
+/// The first token of every marker key.
+pub const PREFIX: &str = "=stranded";
+
+/// First retry of a marker's letter.
+const RETRY_FIRST: Duration = Duration::from_secs(5);
+/// Longest wait between two retries of a marker's letter.
+const RETRY_MAX: Duration = Duration::from_secs(300);
+
+/// One stranded message, as its marker records it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Marker {
+    /// The stream holding it: the source stream, or an exclusive route's queue stream.
+    pub stream: String,
+    /// Its sequence there.
+    pub sequence: u64,
+    /// How many times the server delivered it.
+    pub deliveries: u64,
+    /// Why it was stranded.
+    pub reason: String,
+    /// Why its letter could not be stored, the last time it was tried.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// When it was first marked (ms since the epoch).
+    pub since_ms: u64,
+    /// How many times its letter was tried since.
+    #[serde(default)]
+    pub tries: u32,
+    /// Not retried before this time (ms since the epoch).
+    #[serde(default)]
+    pub next_ms: u64,
+}
+
+impl Marker {
+    /// A new marker for `sequence` of `stream`, due at once.
+    pub fn new(stream: &str, sequence: u64, deliveries: u64, reason: String) -> Self {
+        let now = now_ms();
+        Self {
+            stream: stream.to_string(),
+            sequence,
+            deliveries,
+            reason,
+            error: None,
+            since_ms: now,
+            tries: 0,
+            next_ms: now,
+        }
+    }
+
+    /// Its key in the claim bucket.
+    pub fn key(&self) -> String {
+        key(&self.stream, self.sequence)
+    }
+
+    /// The same marker after one more failed try, with `error` and its next try time.
+    pub fn failed(mut self, error: String) -> Self {
+        self.tries = self.tries.saturating_add(1);
+        self.error = Some(error);
+        self.next_ms = now_ms() + retry_after(self.tries).as_millis() as u64;
+        self
+    }
+
+    /// The same marker, not tried before `wait` from now.
+    pub fn not_before(mut self, wait: Duration) -> Self {
+        self.next_ms = now_ms() + wait.as_millis() as u64;
+        self
+    }
+
+    /// Whether its next try is due.
+    pub fn due(&self) -> bool {
+        self.next_ms <= now_ms()
+    }
+}
+
+/// The key of the marker of `sequence` in `stream`.
+pub fn key(stream: &str, sequence: u64) -> String {
+    format!("{PREFIX}.{stream}.{sequence}")
+}
+
+/// The wait before try `tries + 1`: doubling from 5 s up to 5 minutes, with jitter (between
+/// half and all of it) so that hosts sweeping the same markers do not retry in step.
+pub fn retry_after(tries: u32) -> Duration {
+    let doublings = tries.saturating_sub(1).min(16);
+    let full = RETRY_FIRST.saturating_mul(1 << doublings).min(RETRY_MAX);
+    full.mul_f64(rand::random_range(0.5..=1.0))
+}
+
+/// Writes `marker` (creating it, or replacing an older one). A write that fails is logged:
+/// the advisory, when it arrives, is then the message's way out.
+pub async fn mark(claims: &Store, marker: &Marker) {
+    let value = serde_json::to_vec(marker).expect("a marker serializes");
+    if let Err(e) = claims.put(marker.key(), value.into()).await {
+        tracing::error!(
+            stream = marker.stream,
+            sequence = marker.sequence,
+            "cannot record a stranded message in the claim bucket: {e}"
+        );
+    }
+}
+
+/// The marker of `sequence` in `stream`, if there is one (and it can be read).
+pub async fn load(claims: &Store, stream: &str, sequence: u64) -> Option<Marker> {
+    let value = claims.get(key(stream, sequence)).await.ok()??;
+    serde_json::from_slice(&value).ok()
+}
+
+/// Removes the marker under `key`, if there is one: its message is out. A removal that fails
+/// is logged; the next sweep finds the message gone or settled and removes it then.
+pub async fn forget(claims: &Store, key: &str) {
+    if !matches!(claims.get(key).await, Ok(Some(_))) {
+        return; // no marker: nothing to write
+    }
+    if let Err(e) = claims.purge(key).await {
+        tracing::warn!("cannot remove stranded-message marker `{key}`: {e}");
+    }
+}
+
+/// Every marker in claim bucket `bucket`, with its revision.
+pub async fn list(js: &Context, bucket: &str) -> anyhow::Result<Vec<(Marker, u64)>> {
+    let filter = format!("{PREFIX}.>");
+    let entries = crate::ops::scan::kv_latest(js, bucket, &filter).await?;
+    Ok(entries
+        .into_iter()
+        .filter_map(|(_, m)| Some((serde_json::from_slice(&m.payload).ok()?, m.sequence)))
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retries_back_off_to_five_minutes_with_jitter() {
+        assert!(retry_after(1) <= RETRY_FIRST && retry_after(1) >= RETRY_FIRST / 2);
+        assert!(retry_after(3) >= RETRY_FIRST * 2);
+        for tries in [10, 20, u32::MAX] {
+            let d = retry_after(tries);
+            assert!(d <= RETRY_MAX && d >= RETRY_MAX / 2, "{tries}: {d:?}");
+        }
+    }
+
+    #[test]
+    fn a_marker_is_keyed_outside_every_claim_key_and_round_trips() {
+        let m = Marker::new("SHOP", 42, 100, "last delivery".into());
+        assert_eq!(m.key(), "=stranded.SHOP.42");
+        assert!(m.due());
+        let later = m.clone().failed("no stream".into());
+        assert_eq!(later.tries, 1);
+        assert!(!later.due());
+        let back: Marker = serde_json::from_slice(&serde_json::to_vec(&later).unwrap()).unwrap();
+        assert_eq!(back, later);
+    }
+}
