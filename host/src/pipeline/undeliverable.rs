@@ -239,11 +239,19 @@ impl<S: ClaimStore> Shared<S> {
             record.retry_at_ms = None;
             record.reason = Some(reason.clone());
             record.updated_ms = now_ms();
-            if let Err(e) = self.claimer.store().update(&claim_key, &record, revision).await {
-                tracing::warn!("dead letter stored, but its claim record was not marked failed: {e}");
+            if let Err(e) = self
+                .claimer
+                .store()
+                .update(&claim_key, &record, revision)
+                .await
+            {
+                tracing::warn!(
+                    "dead letter stored, but its claim record was not marked failed: {e}"
+                );
             }
         }
-        self.metrics_of(route.as_ref()).outcome(MessageOutcome::DeadLettered);
+        self.metrics_of(route.as_ref())
+            .outcome(MessageOutcome::DeadLettered);
         self.drop_queued(client, marker, queued).await
     }
 

@@ -183,62 +183,129 @@ async fn bad_input_gets_its_outcome_and_the_host_keeps_processing() {
 /// the hosts' sweep stores its letter and the key ends failed for good.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_letter_that_cannot_be_stored_strands_the_message_until_it_can() {
+    strand_and_recover(
+        "stubborn",
+        "in.stubborn.a",
+        "",
+        dedup_host_tests::harness::SOURCE,
+    )
+    .await;
+}
+
+/// The same through an exclusive route: the message strands in the route's queue stream,
+/// whose partition consumer reaches its last delivery, and its queued copy is removed once the
+/// letter is stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_message_that_cannot_be_dead_lettered_strands_until_it_can() {
+    let solo = r#"
+[[routes]]
+name = "solo"
+subject = "in.solo.*"
+component = "{guest:flaky}"
+config = { succeed_on_attempt = "100" }
+exclusive_by = { subject_token = 2 }
+allowed_outputs = ["in.solo.*.done"]
+"#;
+    strand_and_recover("solo", "in.solo.a", solo, "EVENTS_EXCLUSIVE").await;
+}
+
+async fn strand_and_recover(route: &str, subject: &str, extra_routes: &str, held_in: &str) {
     let env = TestEnv::start().await;
     let timing = Timing {
         max_deliver: 1,
         ..Timing::default()
     };
-    let mut config = env.config(&timing, ROUTES);
+    let mut config = env.config(&timing, &format!("{ROUTES}{extra_routes}"));
     config.source.server_max_deliver = 4;
     config.host.instance_id = Some("h".into());
     config.host.metrics_addr = Some("127.0.0.1:0".parse().unwrap());
     let host = dedup_host::serve::start(config.clone()).await.unwrap();
     let addr = host.metrics_addr().unwrap();
     env.js.delete_stream(DEAD).await.unwrap();
-    env.publish("in.stubborn.a", "stuck", &[], "x").await;
+    env.publish(subject, "stuck", &[], "x").await;
 
-    let report = wait_for(Duration::from_secs(120), "a not_dead_lettered anomaly", || async {
-        let r = dedup_host::ops::audit::run(&env.js, &config, None).await.ok()?;
-        r.anomalies.iter().any(|a| a.class == "not_dead_lettered").then_some(r)
-    })
+    let report = wait_for(
+        Duration::from_secs(120),
+        "a not_dead_lettered anomaly",
+        || async {
+            let r = dedup_host::ops::audit::run(&env.js, &config, None)
+                .await
+                .ok()?;
+            r.anomalies
+                .iter()
+                .any(|a| a.class == "not_dead_lettered")
+                .then_some(r)
+        },
+    )
     .await;
     let classes: Vec<_> = report.anomalies.iter().map(|a| a.class).collect();
-    assert_eq!(classes, ["missing_stream", "not_dead_lettered"], "{:?}", report.anomalies);
-    assert!(report.anomalies[1].detail.contains("delivered 4 times"), "{:?}", report.anomalies);
-    wait_for(Duration::from_secs(60), "the stranded gauge at 1", || async {
-        (host.metrics().stranded() == 1).then_some(())
-    })
+    assert_eq!(
+        classes,
+        ["missing_stream", "not_dead_lettered"],
+        "{:?}",
+        report.anomalies
+    );
+    let detail = &report.anomalies[1].detail;
+    assert!(
+        detail.contains("delivered 4 times") && detail.contains(held_in),
+        "{detail}"
+    );
+    wait_for(
+        Duration::from_secs(60),
+        "the stranded gauge at 1",
+        || async { (host.metrics().stranded() == 1).then_some(()) },
+    )
     .await;
     let (status, body) = http_get(addr, "/readyz").unwrap();
-    assert_eq!(status, 200, "a stranded message does not make the host unready: {body}");
+    assert_eq!(
+        status, 200,
+        "a stranded message does not make the host unready: {body}"
+    );
     assert!(body.contains("not dead-lettered yet"), "{body}");
-    let stream = env.js.get_stream(dedup_host_tests::harness::SOURCE).await.unwrap();
-    assert!(stream.get_raw_message(1).await.is_ok(), "the message stays in its stream");
+    let held = env.js.get_stream(held_in).await.unwrap();
+    let last = held.clone().info().await.unwrap().state.last_sequence;
+    assert!(
+        held.get_raw_message(last).await.is_ok(),
+        "the message stays in `{held_in}`"
+    );
 
     // The operator brings the dead-letter stream back: the sweep stores the letter.
     dedup_host::setup::ensure(&env.js, &config).await.unwrap();
-    let letters = wait_for(Duration::from_secs(120), "the stranded message's letter", || async {
-        let m = env.messages(DEAD).await;
-        (!m.is_empty()).then_some(m)
-    })
+    let letters = wait_for(
+        Duration::from_secs(120),
+        "the stranded message's letter",
+        || async {
+            let m = env.messages(DEAD).await;
+            (!m.is_empty()).then_some(m)
+        },
+    )
     .await;
     assert_eq!(letters.len(), 1);
     let reason = header(&letters[0], headers::REASON);
     assert!(reason.contains("gave up after 4 deliveries"), "{reason}");
-    assert_eq!(header(&letters[0], headers::ROUTE), "stubborn");
+    assert_eq!(header(&letters[0], headers::ROUTE), route);
     assert_eq!(header(&letters[0], headers::KEY), "stuck");
-    let record = env.claim("stubborn", "stuck").await.unwrap();
+    assert_eq!(header(&letters[0], headers::SUBJECT), subject);
+    let record = env.claim(route, "stuck").await.unwrap();
     assert_eq!(record.state, ClaimState::Failed);
     assert!(record.permanent, "{record:?}");
     let report = wait_for(Duration::from_secs(60), "a clean audit", || async {
-        let r = dedup_host::ops::audit::run(&env.js, &config, None).await.ok()?;
+        let r = dedup_host::ops::audit::run(&env.js, &config, None)
+            .await
+            .ok()?;
         r.anomalies.is_empty().then_some(r)
     })
     .await;
     assert_eq!(report.dead_lettered, 1, "{report:?}");
-    wait_for(Duration::from_secs(60), "the stranded gauge at 0", || async {
-        (host.metrics().stranded() == 0).then_some(())
-    })
+    wait_for(
+        Duration::from_secs(60),
+        "the stranded gauge at 0",
+        || async { (host.metrics().stranded() == 0).then_some(()) },
+    )
     .await;
+    if held_in != dedup_host_tests::harness::SOURCE {
+        let queued = held.clone().info().await.unwrap().state.messages;
+        assert_eq!(queued, 0, "the dead-lettered copy left the queue");
+    }
     host.shutdown().await.unwrap();
 }
