@@ -3,31 +3,28 @@
 
 use std::time::Duration;
 
-/// CPU time this process has used so far (user + system, from `/proc/self/stat`, in the
-/// kernel's 100 Hz clock ticks); zero where that file does not exist.
+/// CPU time this process has used so far, all threads (`CLOCK_PROCESS_CPUTIME_ID`, to the
+/// nanosecond: `/proc/self/stat`'s 10 ms ticks would read a tiny budget as never spent).
 pub fn process_cpu() -> Duration {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let after_name = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-    let fields: Vec<u64> = after_name
-        .split_whitespace()
-        .skip(11) // state .. cmajflt
-        .take(2) // utime, stime
-        .filter_map(|f| f.parse().ok())
-        .collect();
-    Duration::from_millis(fields.iter().sum::<u64>() * 10)
+    clock(libc::CLOCK_PROCESS_CPUTIME_ID)
 }
 
 /// CPU time the calling thread has used so far (`CLOCK_THREAD_CPUTIME_ID`): what a guest's
 /// deadline is measured in, read while the guest runs on this thread. A read costs a system
 /// call (about half a microsecond), so callers read it once per epoch tick, not per host call.
 pub fn thread_cpu() -> Duration {
+    clock(libc::CLOCK_THREAD_CPUTIME_ID)
+}
+
+/// Reads one of the kernel's CPU-time clocks; zero where it cannot be read.
+fn clock(id: libc::clockid_t) -> Duration {
     let mut now = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
     // SAFETY: `now` is a valid, writable timespec and the clock id is a constant the kernel
     // knows; the call writes nothing else.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) };
+    let rc = unsafe { libc::clock_gettime(id, &mut now) };
     if rc != 0 {
         return Duration::ZERO;
     }

@@ -45,6 +45,7 @@ pub mod project;
 pub mod provision;
 pub mod routes;
 pub mod runtime;
+pub mod scan;
 pub mod serve;
 pub mod setup;
 pub mod size;

@@ -139,7 +139,7 @@ pub async fn forget(claims: &Store, key: &str) {
 /// Every marker in claim bucket `bucket`, with its revision.
 pub async fn list(js: &Context, bucket: &str) -> anyhow::Result<Vec<(Marker, u64)>> {
     let filter = format!("{PREFIX}.>");
-    let entries = crate::ops::scan::kv_latest(js, bucket, &filter).await?;
+    let entries = crate::scan::kv_latest(js, bucket, &filter).await?;
     Ok(entries
         .into_iter()
         .filter_map(|(_, m)| Some((serde_json::from_slice(&m.payload).ok()?, m.sequence)))

@@ -5,3 +5,4 @@ pub mod bench;
 pub mod guests;
 pub mod harness;
 pub mod nats;
+pub mod sim;

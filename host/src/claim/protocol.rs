@@ -3,16 +3,19 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use thiserror::Error;
 use tokio::sync::Mutex;
 
+use super::record::virtual_clock::monotonic_ms;
 use super::record::{now_ms, ClaimRecord, ClaimState, OutputRef};
 use super::store::{ClaimError, ClaimStore};
 
 /// How many create/read/update rounds one claim tries before giving up for now.
 const MAX_ROUNDS: usize = 8;
+/// How many reads a lease write refused for a conflict makes to learn what the key became.
+const READ_BACKS: usize = 3;
 /// The nak delay when a claim keeps racing with other writers.
 const CONTENDED_RETRY: Duration = Duration::from_millis(200);
 
@@ -278,7 +281,7 @@ impl<S: ClaimStore> Claimer<S> {
             state: Mutex::new(LeaseState {
                 record,
                 revision,
-                written_at: Instant::now(),
+                written_at_ms: monotonic_ms(),
                 lost: false,
                 settled: false,
             }),
@@ -323,7 +326,8 @@ pub enum LeaseLost {
 struct LeaseState {
     record: ClaimRecord,
     revision: u64,
-    written_at: Instant,
+    /// When the last write that landed was sent (its lease runs from then at the latest).
+    written_at_ms: u64,
     lost: bool,
     /// The outcome is recorded: later heartbeats have nothing to renew.
     settled: bool,
@@ -421,27 +425,44 @@ impl<S: ClaimStore> Lease<S> {
         change(&mut next);
         next.fencing_token = Some(self.fencing_token);
         next.updated_ms = now_ms();
-        let started = Instant::now();
+        let started = monotonic_ms();
         let written = match put(next.clone(), state.revision).await {
             Ok(revision) => Ok(revision),
             Err(ClaimError::Conflict) => {
-                // Ours still, at a later revision: an earlier write of this lease landed after
-                // its read-back (rule 13 with a late answer or a lagging replica). Adopt it.
-                if let Ok(Some((current, revision))) = self.store.get(&self.key).await {
+                // The key moved past the revision we hold. Ours still, at a later revision:
+                // an earlier write of this lease landed after its read-back (rule 13 with a
+                // late answer). Adopt it. A read at or below the revision we hold comes from a
+                // lagging replica (KV reads are direct gets): read again, and if every read
+                // lags, say unknown, never lost: a healthy lease is not given up on a stale
+                // read (the simulation's finding, docs/simulation.md).
+                for _ in 0..READ_BACKS {
+                    let (current, revision) = match self.store.get(&self.key).await {
+                        Ok(Some(found)) => found,
+                        Err(_) => continue,
+                        Ok(None) => {
+                            state.lost = true; // deleted: not ours any more
+                            return Err(WriteError::Lost(LeaseLost::Reclaimed));
+                        }
+                    };
+                    if revision <= state.revision {
+                        continue; // a lagging replica
+                    }
                     let theirs = &state.record;
                     if current.state == ClaimState::InProgress
                         && current.owner == theirs.owner
                         && current.nonce == theirs.nonce
                         && current.fencing_token == Some(self.fencing_token)
-                        && revision > state.revision
                     {
                         state.record = current;
                         state.revision = revision;
                         return Err(WriteError::Adopted);
                     }
+                    state.lost = true;
+                    return Err(WriteError::Lost(LeaseLost::Reclaimed));
                 }
-                state.lost = true;
-                return Err(WriteError::Lost(LeaseLost::Reclaimed));
+                return Err(WriteError::Lost(LeaseLost::Unavailable(
+                    "the claim changed, but no read shows what it became".into(),
+                )));
             }
             // The write may have landed; only its answer was lost (a leader change, typically).
             Err(e) => landed(self.store.as_ref(), &self.key, &next)
@@ -451,7 +472,7 @@ impl<S: ClaimStore> Lease<S> {
         let revision = written?;
         state.record = next;
         state.revision = revision;
-        state.written_at = started;
+        state.written_at_ms = started;
         state.settled = last;
         Ok(())
     }
@@ -472,7 +493,9 @@ impl<S: ClaimStore> Lease<S> {
             if state.lost {
                 return Err(LeaseLost::Reclaimed);
             }
-            if state.written_at.elapsed() < self.lease / 2 {
+            if monotonic_ms().saturating_sub(state.written_at_ms)
+                < self.lease.as_millis() as u64 / 2
+            {
                 return Ok(());
             }
         }

@@ -163,6 +163,10 @@ struct LandsLate {
     inner: MemoryClaimStore,
     delay_next: std::sync::atomic::AtomicBool,
     late: std::sync::Mutex<Option<(String, ClaimRecord, u64)>>,
+    /// How many reads after the late write landed still see the key as it was before (a
+    /// lagging replica).
+    stale_reads: std::sync::atomic::AtomicU32,
+    before: std::sync::Mutex<Option<(ClaimRecord, u64)>>,
 }
 
 impl ClaimStore for LandsLate {
@@ -170,7 +174,15 @@ impl ClaimStore for LandsLate {
         let read = self.inner.get(key).await;
         let late = self.late.lock().unwrap().take();
         if let Some((key, record, revision)) = late {
+            *self.before.lock().unwrap() = read.as_ref().ok().cloned().flatten();
             self.inner.update(&key, &record, revision).await.unwrap();
+            return read;
+        }
+        let stale = self.stale_reads.load(std::sync::atomic::Ordering::SeqCst);
+        if stale > 0 && self.before.lock().unwrap().is_some() {
+            self.stale_reads
+                .store(stale - 1, std::sync::atomic::Ordering::SeqCst);
+            return Ok(self.before.lock().unwrap().clone());
         }
         read
     }
@@ -198,10 +210,24 @@ impl ClaimStore for LandsLate {
 /// so the next write conflicted and the host abandoned healthy work.
 #[tokio::test]
 async fn a_renewal_that_lands_after_its_read_back_keeps_the_lease() {
+    renewal_landing_late_keeps_the_lease(0).await;
+}
+
+/// The simulation's finding (docs/simulation.md): after the conflict, the reads that should
+/// show the late write come from a lagging replica. One stale read made the host give up a
+/// healthy lease; reads at or below the revision held are now read again.
+#[tokio::test]
+async fn a_renewal_that_lands_late_keeps_the_lease_through_stale_reads() {
+    renewal_landing_late_keeps_the_lease(2).await;
+}
+
+async fn renewal_landing_late_keeps_the_lease(stale_reads: u32) {
     let store = Arc::new(LandsLate {
         inner: MemoryClaimStore::new(),
         delay_next: false.into(),
         late: Default::default(),
+        stale_reads: stale_reads.into(),
+        before: Default::default(),
     });
     let a = Claimer::new(store.clone(), "a", Duration::from_secs(10), Duration::ZERO);
     let ClaimOutcome::Acquired(lease) = a.claim("k", "d").await.unwrap() else {

@@ -102,10 +102,48 @@ impl ClaimRecord {
 /// The reason of a key completed without running by a coalescing route.
 pub const COALESCED_REASON: &str = "coalesced: a newer message of its entity was waiting";
 
-/// The current wall-clock time in Unix milliseconds.
+/// The current wall-clock time in Unix milliseconds: the one clock of the claim protocol
+/// (leases, backoffs, lease freshness), so a simulation can replace it ([`virtual_clock`]).
 pub fn now_ms() -> u64 {
+    if let Some(now) = virtual_clock::now() {
+        return now;
+    }
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0)
+}
+
+/// A clock the fault simulation (`tests/src/sim`) sets for the thread it runs on: virtual
+/// time, plus the skew of the simulated host being polled. Unset (always, outside the
+/// simulation) it costs one thread-local read per [`now_ms`].
+pub mod virtual_clock {
+    use std::cell::Cell;
+
+    thread_local! {
+        static NOW: Cell<Option<u64>> = const { Cell::new(None) };
+    }
+
+    /// The virtual time, if this thread has one.
+    pub fn now() -> Option<u64> {
+        NOW.with(Cell::get)
+    }
+
+    /// Milliseconds on a clock that never goes back (the virtual time in a simulation, else
+    /// time since the process's first read): for how long ago a write was, which a wall-clock
+    /// step backwards must not stretch.
+    pub fn monotonic_ms() -> u64 {
+        static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+        now().unwrap_or_else(|| {
+            START
+                .get_or_init(std::time::Instant::now)
+                .elapsed()
+                .as_millis() as u64
+        })
+    }
+
+    /// Sets (or, with `None`, removes) this thread's virtual time, in Unix milliseconds.
+    pub fn set(now_ms: Option<u64>) {
+        NOW.with(|c| c.set(now_ms));
+    }
 }

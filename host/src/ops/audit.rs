@@ -15,11 +15,11 @@ use async_nats::jetstream::Context;
 use serde::Serialize;
 
 use super::letters::{self, Letter, Selection};
-use super::scan;
 use crate::claim::{key, ClaimRecord, ClaimState};
 use crate::config::{Config, EffectsMode, MissingKey};
 use crate::idempotency;
 use crate::pipeline::effects::output_id;
+use crate::scan;
 use crate::subject;
 
 /// The audit's findings.

@@ -16,12 +16,12 @@ use async_nats::HeaderMap;
 use bytes::Bytes;
 use serde::Serialize;
 
-use super::scan::{self, Stored};
 use crate::claim::{key, ClaimRecord, ClaimState, ClaimStore as _};
 use crate::config::Config;
 use crate::idempotency::{MSG_ID, REPLAYED_MSG_ID};
 use crate::pipeline::effects::headers;
 use crate::runtime::outputs::CONTROL_HEADER_PREFIX;
+use crate::scan::{self, Stored};
 
 /// The reason a replay writes into the claim record it resets.
 pub const REPLAY_REASON: &str = "replay of dead letter";

@@ -6,11 +6,11 @@ use async_nats::jetstream::Context;
 use serde::Serialize;
 
 use super::letters::{self, Letter, Selection};
-use super::scan;
 use crate::claim::{key, ClaimRecord, ClaimStore as _};
 use crate::config::Config;
 use crate::idempotency;
 use crate::pipeline::effects::output_id;
+use crate::scan;
 
 /// Which key to tell about.
 #[derive(Debug, Clone)]

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, Context};
-use dedup_host::ops;
+use dedup_host::{ops, scan};
 
 use dedup_host::config::Config;
 
@@ -206,9 +206,9 @@ async fn audit(server: &NatsServer, js: &Context, n: usize) -> anyhow::Result<()
     host.shutdown().await?;
 
     let started = Instant::now();
-    let source = ops::scan::stream(js, &config.source.stream, "", None).await?;
-    let claims = ops::scan::claims(js, &config.claims.bucket).await?;
-    let outputs = ops::scan::message_ids(js, &config.output_streams[0].name).await?;
+    let source = scan::stream(js, &config.source.stream, "", None).await?;
+    let claims = scan::claims(js, &config.claims.bucket).await?;
+    let outputs = scan::message_ids(js, &config.output_streams[0].name).await?;
     let bare = started.elapsed();
     anyhow::ensure!(
         source.len() == n && claims.len() == n && outputs.len() == n,

@@ -193,7 +193,7 @@ async fn read_stream(
 /// How many keys are completed, if the bucket (or the fenced stream) answers.
 async fn completed(env: &TestEnv) -> Option<usize> {
     if env.fenced_outputs {
-        let claims = dedup_host::ops::scan::fenced_claims(&env.js, OUTPUTS)
+        let claims = dedup_host::scan::fenced_claims(&env.js, OUTPUTS)
             .await
             .ok()?;
         let done = claims

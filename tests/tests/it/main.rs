@@ -31,5 +31,6 @@ mod repairs;
 mod runtime;
 mod sandbox;
 mod seams;
+mod simulation;
 mod structure;
 mod takeover;

@@ -1,0 +1,90 @@
+//! The claim store of one simulated host: each call is sent to the [`World`] and waits for
+//! the answer the scheduler gives it, so every store call is a point where faults and other
+//! hosts' steps interleave.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use dedup_host::claim::{ClaimError, ClaimRecord, ClaimStore};
+
+use super::world::{Answer, Op, World};
+
+/// The shared simulated server.
+pub type Shared = Arc<Mutex<World>>;
+
+/// The store as host `host` sees it.
+pub struct SimStore {
+    /// The server.
+    pub world: Shared,
+    /// The host's index.
+    pub host: usize,
+}
+
+/// An operation in flight: pending until the server answers it.
+struct Pending {
+    world: Shared,
+    id: u64,
+}
+
+impl Future for Pending {
+    type Output = Answer;
+
+    fn poll(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Answer> {
+        match self.world.lock().expect("one thread").answer(self.id) {
+            Some(answer) => Poll::Ready(answer),
+            None => Poll::Pending, // the scheduler polls every host again each step
+        }
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        // A host that died leaves its request to the server, which may still apply it.
+        if let Ok(mut w) = self.world.lock() {
+            if w.answer(self.id).is_none() {
+                w.abandon(self.id);
+            }
+        }
+    }
+}
+
+impl SimStore {
+    fn send(&self, op: Op) -> Pending {
+        let id = self.world.lock().expect("one thread").send(self.host, op);
+        Pending {
+            world: self.world.clone(),
+            id,
+        }
+    }
+}
+
+impl ClaimStore for SimStore {
+    async fn get(&self, key: &str) -> Result<Option<(ClaimRecord, u64)>, ClaimError> {
+        match self.send(Op::Get(key.to_string())).await {
+            Answer::Read(r) => r,
+            Answer::Wrote(_) => unreachable!("a read gets a read's answer"),
+        }
+    }
+
+    async fn create(&self, key: &str, record: &ClaimRecord) -> Result<u64, ClaimError> {
+        match self.send(Op::Create(key.to_string(), record.clone())).await {
+            Answer::Wrote(r) => r,
+            Answer::Read(_) => unreachable!("a write gets a write's answer"),
+        }
+    }
+
+    async fn update(
+        &self,
+        key: &str,
+        record: &ClaimRecord,
+        revision: u64,
+    ) -> Result<u64, ClaimError> {
+        let op = Op::Update(key.to_string(), record.clone(), revision);
+        match self.send(op).await {
+            Answer::Wrote(r) => r,
+            Answer::Read(_) => unreachable!("a write gets a write's answer"),
+        }
+    }
+}
