@@ -101,9 +101,20 @@ pub fn key(stream: &str, sequence: u64) -> String {
 /// The wait before try `tries + 1`: doubling from 5 s up to 5 minutes, with jitter (between
 /// half and all of it) so that hosts sweeping the same markers do not retry in step.
 pub fn retry_after(tries: u32) -> Duration {
+    retry_ceiling(tries).mul_f64(rand::random_range(0.5..=1.0))
+}
+
+/// The wait [`retry_after`] jitters below (the simulation draws its own jitter).
+pub fn retry_ceiling(tries: u32) -> Duration {
     let doublings = tries.saturating_sub(1).min(16);
-    let full = RETRY_FIRST.saturating_mul(1 << doublings).min(RETRY_MAX);
-    full.mul_f64(rand::random_range(0.5..=1.0))
+    RETRY_FIRST.saturating_mul(1 << doublings).min(RETRY_MAX)
+}
+
+/// Whether the `delivered`-th delivery is the server's last (`server_max_deliver`): the host
+/// marks the message before running it, so that it is found even if the host dies and the
+/// advisory that follows reaches no host.
+pub fn last_delivery(delivered: u64, server_max_deliver: i64) -> bool {
+    delivered >= server_max_deliver.max(1) as u64
 }
 
 /// Writes `marker` (creating it, or replacing an older one). A write that fails is logged:

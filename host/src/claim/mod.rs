@@ -7,7 +7,9 @@
 //!   [`host::HostClaimStore`] (either, by key) and [`memory::MemoryClaimStore`] (unit tests,
 //!   `invoke`).
 //! - [`protocol`]: the claim protocol on top of a store (DESIGN.md §2).
+//! - [`after`]: the single settled write of claim-after routes.
 
+pub mod after;
 pub mod host;
 pub mod key;
 pub mod kv;

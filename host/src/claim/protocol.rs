@@ -63,7 +63,7 @@ impl<S: ClaimStore> Claimer<S> {
         &self.store
     }
 
-    fn record(
+    pub(super) fn record(
         &self,
         nonce: u64,
         attempt: u32,
@@ -89,94 +89,23 @@ impl<S: ClaimStore> Claimer<S> {
         }
     }
 
-    /// The record of a key settled without a lease (a claim-after route): completed with
-    /// where its outputs were stored, or failed for good with the reason.
-    pub fn settled(
-        &self,
-        digest: &str,
-        attempt: u32,
-        outcome: Result<Vec<OutputRef>, String>,
-    ) -> ClaimRecord {
-        let mut record = self.record(rand::random(), attempt, digest, None);
-        record.lease_expires_ms = 0;
-        match outcome {
-            Ok(outputs) => {
-                record.state = ClaimState::Completed;
-                record.outputs = outputs;
-            }
-            Err(reason) => {
-                record.state = ClaimState::Failed;
-                record.permanent = true;
-                record.reason = Some(reason);
-            }
-        }
-        record
-    }
-
-    /// Creates `key` as `record` (from [`Claimer::settled`]): `true` if this write made it,
-    /// `false` if the key existed (another host settled it first). A create whose answer was
-    /// lost counts as made when the store holds exactly `record` (rule 13).
-    pub async fn create_settled(
-        &self,
-        key: &str,
-        record: &ClaimRecord,
-    ) -> Result<bool, ClaimError> {
-        let mut deleted = false;
-        loop {
-            return match self.create(key, record, deleted).await {
-                Ok(_) => Ok(true),
-                Err(ClaimError::Conflict) => match self.store.get(key).await {
-                    Ok(Some((current, _))) => Ok(current == *record),
-                    // Refused, yet not found: the key's last write was a deletion.
-                    Ok(None) if !deleted => {
-                        deleted = true;
-                        continue;
-                    }
-                    Ok(None) => Err(ClaimError::Unavailable(format!(
-                        "`{key}` can neither be created nor read"
-                    ))),
-                    Err(_) => Ok(false),
-                },
-                Err(e @ ClaimError::Unavailable(_)) => {
-                    match landed(self.store.as_ref(), key, record).await {
-                        Some(_) => Ok(true),
-                        None => Err(e),
-                    }
-                }
-                Err(e) => Err(e),
-            };
-        }
-    }
-
-    /// Writes `key` as `record` (from [`Claimer::settled`]) over the record a claim-after run
-    /// read at `revision` (a key a replay reset to run again): `true` if this write made it,
-    /// `false` if the key moved meanwhile (another host settled it first). An update whose
-    /// answer was lost counts as made when the store holds exactly `record` (rule 13).
-    pub async fn update_settled(
-        &self,
-        key: &str,
-        record: &ClaimRecord,
-        revision: u64,
-    ) -> Result<bool, ClaimError> {
-        match self.store.update(key, record, revision).await {
-            Ok(_) => Ok(true),
-            Err(ClaimError::Conflict) => Ok(matches!(
-                self.store.get(key).await,
-                Ok(Some((current, _))) if current == *record
-            )),
-            Err(e @ ClaimError::Unavailable(_)) => {
-                match landed(self.store.as_ref(), key, record).await {
-                    Some(_) => Ok(true),
-                    None => Err(e),
-                }
-            }
-            Err(e) => Err(e),
-        }
-    }
-
     /// Tries to claim `key` to run the component `digest`.
     pub async fn claim(&self, key: &str, digest: &str) -> Result<ClaimOutcome<S>, ClaimError> {
+        self.claim_fresh(key, digest, 0).await
+    }
+
+    /// [`Claimer::claim`] for a message whose key was written at revision `fresh_from` before
+    /// it was published (a dead-letter replay resets the key first): a record read below that
+    /// revision comes from a lagging replica (KV reads are direct gets) and is read again; if
+    /// every read lags, the answer is Busy, never the stale record's "dead-lettered".
+    pub async fn claim_fresh(
+        &self,
+        key: &str,
+        digest: &str,
+        fresh_from: u64,
+    ) -> Result<ClaimOutcome<S>, ClaimError> {
         let nonce: u64 = rand::random();
+        let mut stale = 0;
         let mut deleted = false;
         for _ in 0..MAX_ROUNDS {
             let fresh = self.record(nonce, 1, digest, None);
@@ -203,6 +132,15 @@ impl<S: ClaimStore> Claimer<S> {
                 deleted = true;
                 continue;
             };
+            if revision < fresh_from {
+                stale += 1;
+                if stale < super::record::STALE_READS {
+                    continue;
+                }
+                return Ok(ClaimOutcome::Busy {
+                    retry_in: CONTENDED_RETRY,
+                });
+            }
             let mine = current.owner == self.owner && current.nonce == nonce;
             if mine && current.state == ClaimState::InProgress {
                 // Our own create timed out on the client but succeeded on the server.
@@ -259,7 +197,7 @@ impl<S: ClaimStore> Claimer<S> {
 
     /// Creates `key`; `over_deleted` when a create was refused yet the key reads as absent
     /// (its last write was a deletion).
-    async fn create(
+    pub(super) async fn create(
         &self,
         key: &str,
         record: &ClaimRecord,
@@ -292,7 +230,11 @@ impl<S: ClaimStore> Claimer<S> {
 /// The revision of `written` if the store holds exactly that record: a write whose answer was
 /// lost may still have landed (DESIGN.md §2 rules 2 and 13). The record carries the owner,
 /// a nonce and the write's timestamp, so no other writer can have produced an equal one.
-async fn landed<S: ClaimStore>(store: &S, key: &str, written: &ClaimRecord) -> Option<u64> {
+pub(super) async fn landed<S: ClaimStore>(
+    store: &S,
+    key: &str,
+    written: &ClaimRecord,
+) -> Option<u64> {
     match store.get(key).await {
         Ok(Some((current, revision))) if current == *written => Some(revision),
         _ => None,

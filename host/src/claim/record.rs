@@ -88,6 +88,28 @@ impl ClaimRecord {
         self.state == ClaimState::Completed && self.reason.as_deref() == Some(COALESCED_REASON)
     }
 
+    /// Whether a dead-letter replay may reset this record: failed for good, or reset by an
+    /// earlier replay whose publish did not happen.
+    pub fn replayable(&self) -> bool {
+        self.state == ClaimState::Failed
+            && (self.permanent
+                || self
+                    .reason
+                    .as_deref()
+                    .is_some_and(|r| r.starts_with(REPLAY_REASON)))
+    }
+
+    /// Resets the record so the key runs again (attempt 1) when dead letter `letter` is
+    /// replayed: failed, not for good, no backoff, marked as a replay's.
+    pub fn reset_for_replay(&mut self, letter: u64) {
+        self.state = ClaimState::Failed;
+        self.permanent = false;
+        self.attempt = 0;
+        self.retry_at_ms = None;
+        self.reason = Some(format!("{REPLAY_REASON} {letter}"));
+        self.updated_ms = now_ms();
+    }
+
     /// Whether another host may take the key over now: in progress, but the lease plus the
     /// clock-skew margin has passed.
     pub fn lease_lapsed(&self, now_ms: u64, skew: Duration) -> bool {
@@ -98,6 +120,21 @@ impl ClaimRecord {
                     .saturating_add(skew.as_millis() as u64)
     }
 }
+
+/// How many times a read that lags a known revision is repeated before the caller is told to
+/// come back later.
+pub const STALE_READS: u32 = 3;
+
+/// The header of a replayed message naming the revision at which the replay reset its key:
+/// a read of the key below it is stale. Honoured for the first [`RESET_DELIVERIES`]
+/// deliveries only, so a producer that forges it delays its message a little, nothing more.
+pub const RESET_REVISION: &str = "Dedup-Reset-Revision";
+
+/// The deliveries of a replayed message that wait for a read of its reset key.
+pub const RESET_DELIVERIES: u64 = 5;
+
+/// The reason a replay writes into the claim record it resets.
+pub const REPLAY_REASON: &str = "replay of dead letter";
 
 /// The reason of a key completed without running by a coalescing route.
 pub const COALESCED_REASON: &str = "coalesced: a newer message of its entity was waiting";

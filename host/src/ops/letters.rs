@@ -16,15 +16,15 @@ use async_nats::HeaderMap;
 use bytes::Bytes;
 use serde::Serialize;
 
-use crate::claim::{key, ClaimRecord, ClaimState, ClaimStore as _};
+use crate::claim::{key, ClaimState, ClaimStore as _};
 use crate::config::Config;
 use crate::idempotency::{MSG_ID, REPLAYED_MSG_ID};
 use crate::pipeline::effects::headers;
 use crate::runtime::outputs::CONTROL_HEADER_PREFIX;
 use crate::scan::{self, Stored};
 
-/// The reason a replay writes into the claim record it resets.
-pub const REPLAY_REASON: &str = "replay of dead letter";
+pub use crate::claim::record::REPLAY_REASON;
+use crate::claim::record::RESET_REVISION;
 
 /// One dead letter, as `dead-letters list` shows it.
 #[derive(Debug, Clone, Serialize)]
@@ -202,7 +202,7 @@ pub async fn replay(
             let claim_key = crate::fenced::store_key(config, &letter.route, &claim_key);
             // No record (aged out or never claimed): the replay claims afresh.
             if let Some((record, revision)) = store.get(&claim_key).await? {
-                if !resettable(&record) {
+                if !record.replayable() {
                     let state = format!("{:?}", record.state).to_lowercase();
                     actions.push(action("skipped", format!("key is {state} (attempt {}): replayed already, or retried by the pipeline", record.attempt)));
                     continue;
@@ -224,22 +224,21 @@ pub async fn replay(
             actions.push(action("would replay", detail));
             continue;
         }
+        let mut h = original_headers;
         if let Some((claim_key, mut record, revision)) = reset {
-            record.state = ClaimState::Failed;
-            record.permanent = false;
-            record.attempt = 0;
-            record.retry_at_ms = None;
-            record.reason = Some(format!("{REPLAY_REASON} {}", letter.sequence));
-            record.updated_ms = crate::claim::record::now_ms();
-            if let Err(e) = store.update(&claim_key, &record, revision).await {
-                actions.push(action(
-                    "skipped",
-                    format!("key changed meanwhile, not reset: {e}"),
-                ));
-                continue;
+            record.reset_for_replay(letter.sequence);
+            match store.update(&claim_key, &record, revision).await {
+                // Hosts reading the key from a lagging replica wait for this revision.
+                Ok(reset) => h.insert(RESET_REVISION, reset.to_string().as_str()),
+                Err(e) => {
+                    actions.push(action(
+                        "skipped",
+                        format!("key changed meanwhile, not reset: {e}"),
+                    ));
+                    continue;
+                }
             }
         }
-        let mut h = original_headers;
         let first_id = letter.stored.as_ref().and_then(|m| {
             m.header(&format!("{}{MSG_ID}", headers::ORIGINAL_PREFIX))
                 .map(str::to_string)
@@ -268,17 +267,6 @@ pub async fn replay(
         }
     }
     Ok(actions)
-}
-
-/// Whether a replay may reset this record: failed for good, or reset by an earlier replay
-/// whose publish did not happen.
-fn resettable(record: &ClaimRecord) -> bool {
-    record.state == ClaimState::Failed
-        && (record.permanent
-            || record
-                .reason
-                .as_deref()
-                .is_some_and(|r| r.starts_with(REPLAY_REASON)))
 }
 
 /// The original payload and headers: the letter's own copy, or the source stream's message

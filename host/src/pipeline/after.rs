@@ -13,10 +13,14 @@ use super::effects::{self, DeadLetter, DeadLetterError};
 use super::message::{event, infra_retry, invoked, Delivery};
 use super::settle::trace_context;
 use super::Shared;
-use crate::claim::{ClaimError, ClaimState, ClaimStore};
+use crate::claim::after::{found, Found};
+use crate::claim::{ClaimError, ClaimStore};
 use crate::metrics::{DedupLayer, MessageOutcome};
 use crate::routes::{Guest, Route};
 use crate::runtime::{Outcome, TrapKind};
+
+/// The nak delay of a replayed message whose key read lags its reset.
+const STALE_RETRY: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// One claim-after delivery: what it is, and the key it settles.
 struct After<'a> {
@@ -50,16 +54,21 @@ impl<S: ClaimStore> Shared<S> {
         };
         // A read, not a claim: skip a key settled already (a resend, a redelivery).
         match self.claimer.store().get(a.claim_key).await {
-            Ok(Some((r, _))) if r.state == ClaimState::Completed => {
-                route.metrics.outcome(MessageOutcome::Duplicate);
-                return self.settle(d, AckKind::Ack).await;
-            }
-            Ok(Some((r, _))) if r.state == ClaimState::Failed && r.permanent => {
-                route.metrics.outcome(MessageOutcome::Duplicate);
-                return self.settle(d, AckKind::Term).await;
-            }
-            Ok(Some((_, revision))) => a.reset = Some(revision),
-            Ok(None) => {}
+            Ok(read) => match found(read.as_ref(), d.fresh_from()) {
+                Found::Completed => {
+                    route.metrics.outcome(MessageOutcome::Duplicate);
+                    return self.settle(d, AckKind::Ack).await;
+                }
+                Found::FailedForGood => {
+                    route.metrics.outcome(MessageOutcome::Duplicate);
+                    return self.settle(d, AckKind::Term).await;
+                }
+                Found::Stale => {
+                    tracing::debug!("the key's read lags its replay's reset, will read again");
+                    return self.settle(d, AckKind::Nak(Some(STALE_RETRY))).await;
+                }
+                Found::Run { reset } => a.reset = reset,
+            },
             Err(e @ ClaimError::Corrupt { .. }) => {
                 let reason = format!("{e}; delete the key from the claim bucket to run it again");
                 return self
@@ -193,14 +202,10 @@ impl<S: ClaimStore> Shared<S> {
         outcome: MessageOutcome,
         kind: AckKind,
     ) {
-        let written = match a.reset {
-            Some(revision) => {
-                self.claimer
-                    .update_settled(a.claim_key, &record, revision)
-                    .await
-            }
-            None => self.claimer.create_settled(a.claim_key, &record).await,
-        };
+        let written = self
+            .claimer
+            .record_settled(a.claim_key, &record, a.reset)
+            .await;
         match written {
             Ok(true) => a.route.metrics.outcome(outcome),
             Ok(false) => {

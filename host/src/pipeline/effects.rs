@@ -53,17 +53,30 @@ pub use crate::claim::key::output_id;
 /// outage to retry (a refused publish would come back forever; a partial fenced batch would be
 /// left behind every time).
 pub fn oversized(js: &Context, claim_key: &str, outputs: &[Output]) -> Option<String> {
-    if outputs.is_empty() {
-        return None;
-    }
     let max = js.client().server_info().max_payload;
+    let sizes = outputs.iter().map(|o| {
+        (
+            o.subject.as_str(),
+            crate::runtime::outputs::output_size(o) as usize,
+        )
+    });
+    over_max_payload(max, claim_key, sizes)
+}
+
+/// [`oversized`] for a server whose `max_payload` is `max`, given each output's subject and
+/// size (headers and payload, before the host's own headers).
+pub fn over_max_payload<'a>(
+    max: usize,
+    claim_key: &str,
+    outputs: impl IntoIterator<Item = (&'a str, usize)>,
+) -> Option<String> {
     let overhead = 2 * (claim_key.len() + 64) + SIZE_MARGIN;
-    outputs.iter().enumerate().find_map(|(i, o)| {
-        let size = crate::runtime::outputs::output_size(o) as usize + overhead;
+    outputs.into_iter().enumerate().find_map(|(i, (subject, size))| {
+        let size = size + overhead;
         (max > 0 && size > max).then(|| {
             format!(
                 "output {i} to `{}` is {size} bytes with the host's headers, over the server's max_payload of {max} bytes: it can never be stored; return smaller outputs (or raise max_payload on every server)",
-                text::header_value(&o.subject)
+                text::header_value(subject)
             )
         })
     })

@@ -41,11 +41,16 @@ pub(super) const INFRA_RETRY_MAX: Duration = Duration::from_secs(300);
 /// from one outage do not come back in step. A fixed short retry turns an outage into a
 /// storm and burns the server's delivery bound (rule 20).
 pub(super) fn infra_retry(delivered: u64) -> Duration {
+    infra_retry_ceiling(delivered).mul_f64(rand::random_range(0.5..=1.0))
+}
+
+/// The nak delay [`infra_retry`] jitters below, for the `delivered`-th delivery (the
+/// simulation draws its own jitter).
+pub fn infra_retry_ceiling(delivered: u64) -> Duration {
     let doublings = delivered.clamp(1, 32) as u32 - 1;
-    let full = INFRA_RETRY_FIRST
+    INFRA_RETRY_FIRST
         .saturating_mul(1u32 << doublings.min(20))
-        .min(INFRA_RETRY_MAX);
-    full.mul_f64(rand::random_range(0.5..=1.0))
+        .min(INFRA_RETRY_MAX)
 }
 
 /// A delivery this host holds the claim for, with everything settling it needs.
@@ -122,7 +127,7 @@ impl<S: ClaimStore> Shared<S> {
         // The server delivers it no more: until it is settled, a marker says so, in case the
         // host dies now and the advisory that would follow reaches no host ([`crate::stranded`]).
         // (The consumer of unrouted subjects acks a routed message at once: not its concern.)
-        let last = d.delivered >= self.config.source.server_max_deliver.max(1) as u64
+        let last = stranded::last_delivery(d.delivered, self.config.source.server_max_deliver)
             && (route.is_some() || self.routes.find(&d.message.subject).is_none());
         let marker = last.then(|| {
             let stream = match &d.queued {
@@ -206,7 +211,9 @@ impl<S: ClaimStore> Shared<S> {
             return self.run_after(d, &route, guest, keys).await;
         }
         let started = std::time::Instant::now();
-        let claimed = self.claimer.claim(&claim_key, guest.digest()).await;
+        let claimed = (self.claimer)
+            .claim_fresh(&claim_key, guest.digest(), d.fresh_from())
+            .await;
         route.metrics.claim_write(started.elapsed());
         match claimed {
             Ok(ClaimOutcome::Acquired(lease)) => {
@@ -432,6 +439,22 @@ impl Delivery {
     /// Marks the delivery as the message's last.
     pub(super) fn end(&self) {
         self.ended.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The revision a dead-letter replay reset this message's key at (its
+    /// [`RESET_REVISION`](crate::claim::record::RESET_REVISION) header), on its first few
+    /// deliveries; 0 otherwise.
+    pub(super) fn fresh_from(&self) -> u64 {
+        use crate::claim::record::{RESET_DELIVERIES, RESET_REVISION};
+        if self.delivered > RESET_DELIVERIES {
+            return 0;
+        }
+        let header = self
+            .message
+            .headers
+            .as_ref()
+            .and_then(|h| h.get(RESET_REVISION));
+        header.and_then(|v| v.as_str().parse().ok()).unwrap_or(0)
     }
 
     /// The trace id of the event's W3C `traceparent` header, if it has a valid one.

@@ -21,6 +21,8 @@ mod queue;
 mod settle;
 mod undeliverable;
 
+pub use message::infra_retry_ceiling;
+
 use std::sync::Arc;
 
 use async_nats::jetstream::consumer::PullConsumer;

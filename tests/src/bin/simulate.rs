@@ -1,10 +1,11 @@
 //! The seeded fault simulation of the delivery protocol (`docs/simulation.md`).
 //!
-//! `simulate [--seeds N] [--from S]` runs seeds S..S+N in both claim modes and prints each
-//! failing seed with the command that replays it; `simulate --seed S [--claim-after] --trace`
-//! replays one seed step by step. Exits 1 when any seed fails.
+//! `simulate [--seeds N] [--from S]` runs seeds S..S+N in every mode combination and prints
+//! each failing seed with the command that replays it; `simulate --seed S [--claim-after]
+//! [--fenced] [--exclusive | --coalesce] --trace` replays one seed step by step. Exits 1 when
+//! any seed fails.
 
-use dedup_host_tests::sim::{self, Settings};
+use dedup_host_tests::sim::{self, Mode, Settings};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -18,10 +19,20 @@ fn main() {
                 .unwrap_or_else(|_| usage(&format!("{name} needs a number, not `{v}`"))),
         )
     };
-    let claim_after = args.iter().any(|a| a == "--claim-after");
+    let flag = |name: &str| args.iter().any(|a| a == name);
     if let Some(seed) = value("--seed") {
+        let coalesce = flag("--coalesce");
+        let mode = Mode {
+            claim_after: flag("--claim-after"),
+            fenced: flag("--fenced"),
+            exclusive: coalesce || flag("--exclusive"),
+            coalesce,
+        };
+        if !Mode::all().contains(&mode) {
+            usage("claim-after is neither fenced nor exclusive");
+        }
         let settings = Settings {
-            claim_after,
+            mode,
             ..Settings::default()
         };
         let report = sim::run(seed, settings, args.iter().any(|a| a == "--trace"));
@@ -43,11 +54,14 @@ fn main() {
         value("--from").unwrap_or(0),
     );
     let failed = sim::explore(from, seeds, Settings::default(), |line| println!("{line}"));
-    println!("{} seed(s) x 2 modes, {failed} failed", seeds);
+    println!(
+        "{seeds} seed(s) x {} modes, {failed} run(s) failed",
+        Mode::all().len()
+    );
     std::process::exit(i32::from(failed > 0));
 }
 
 fn usage(problem: &str) -> ! {
-    eprintln!("simulate: {problem}\nusage: simulate [--seeds N] [--from S] | --seed S [--claim-after] [--trace]");
+    eprintln!("simulate: {problem}\nusage: simulate [--seeds N] [--from S] | --seed S [--claim-after] [--fenced] [--exclusive | --coalesce] [--trace]");
     std::process::exit(2)
 }

@@ -1,31 +1,30 @@
 //! The simulated hosts: each runs the real claim protocol through its own [`SimStore`] and
-//! settles deliveries as `host/src/pipeline` does. A host can be paused (not polled: its lease
-//! lapses while its requests stay in flight) or killed (its work dropped at an await point)
-//! and restarted under a new instance id.
+//! settles deliveries as `host/src/pipeline` does ([`super::settle`]). A host can be paused
+//! (not polled: its lease lapses while its requests stay in flight) or killed (its work
+//! dropped at an await point) and restarted under a new instance id. Each has its own config
+//! of the route (hosts differ in size), checked against the route's contract at start and at
+//! a reload; a host whose config differs from the contract does not serve the route. Hosts
+//! also handle MAX_DELIVERIES advisories and sweep stranded-message markers.
+//!
+//! [`SimStore`]: super::store::SimStore
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
-use std::time::Duration;
+use std::task::Context;
 
 use dedup_host::claim::record::virtual_clock;
-use dedup_host::claim::{ClaimOutcome, ClaimState, ClaimStore, Claimer, Lease, LeaseLost};
+use dedup_host::claim::ClaimState;
+use dedup_host::stranded;
 
-use super::store::{Shared, SimStore};
-use super::world::{Delivery, Rng};
+use super::consumer::{Delivery, Lane};
+use super::route::{self, HostConfig, Served};
+use super::settle::{handler, Ctx, Handler};
+use super::store::Shared;
+use super::world::Rng;
 use super::Settings;
 
 type Work = Pin<Box<dyn Future<Output = ()> + Send>>;
-
-/// What one host generation needs to settle a delivery.
-struct Ctx {
-    world: Shared,
-    claimer: Claimer<SimStore>,
-    settings: Settings,
-    seed: u64,
-    host: usize,
-}
 
 /// One simulated host.
 struct Host {
@@ -38,6 +37,38 @@ struct Host {
     skew: i64,
     /// Deliveries in flight, with their keys.
     work: Vec<(String, Work)>,
+    /// Its config of the route.
+    config: HostConfig,
+    /// What it serves: `None` while its config differs from the route's contract.
+    served: Option<Served>,
+}
+
+impl Host {
+    fn ready(&self, now: u64) -> bool {
+        !self.down && self.paused_until <= now
+    }
+
+    /// Takes `config` (at start, restart or reload): serves the route if it agrees with the
+    /// contract, else refuses it (work in flight drains).
+    fn configure(&mut self, world: &Shared, config: HostConfig, i: usize) {
+        self.config = config;
+        let served = Served::new(&config);
+        let mut w = world.lock().expect("one thread");
+        let agreed = route::agree(&mut w.contract, &served, &format!("h{i}"));
+        w.log(|| {
+            format!(
+                "h{i} configured (changed: {}, partitions {}): {}",
+                config.changed,
+                served.partitions,
+                if agreed {
+                    "serves the route"
+                } else {
+                    "refuses the route: it differs from the contract"
+                }
+            )
+        });
+        self.served = agreed.then_some(served);
+    }
 }
 
 /// Every simulated host.
@@ -47,37 +78,54 @@ pub struct Hosts {
     seed: u64,
     rng: Rng,
     hosts: Vec<Host>,
+    /// When host 0 reloads a changed config of the route, if it does.
+    reload_at: Option<u64>,
 }
 
 impl Hosts {
-    /// `n` hosts sharing `world`.
-    pub fn new(world: Shared, settings: Settings, n: usize, seed: u64) -> Self {
+    /// `configs.len()` hosts sharing `world`; host 0 reloads a changed config at `reload_at`.
+    pub fn new(
+        world: Shared,
+        settings: Settings,
+        configs: &[HostConfig],
+        seed: u64,
+        reload_at: Option<u64>,
+    ) -> Self {
         let mut rng = Rng::new(seed.rotate_left(17) ^ 0x5151);
-        let hosts = (0..n)
-            .map(|i| {
-                let skew = rng.range(0, settings.skew_ms) as i64 - settings.skew_ms as i64 / 2;
-                Host {
-                    ctx: ctx(&world, settings, seed, i, 0),
-                    generation: 0,
-                    paused_until: 0,
-                    down: false,
-                    skew,
-                    work: Vec::new(),
-                }
-            })
-            .collect();
+        let mut hosts = Vec::new();
+        for (i, config) in configs.iter().enumerate() {
+            let skew = rng.range(0, settings.skew_ms) as i64 - settings.skew_ms as i64 / 2;
+            let mut host = Host {
+                ctx: Ctx::new(&world, settings, seed, i, 0),
+                generation: 0,
+                paused_until: 0,
+                down: false,
+                skew,
+                work: Vec::new(),
+                config: *config,
+                served: None,
+            };
+            host.configure(&world, *config, i);
+            hosts.push(host);
+        }
         Self {
             world,
             settings,
             seed,
             rng,
             hosts,
+            reload_at,
         }
     }
 
-    /// How many first attempts of `key` its handler fails (`u32::MAX`: all).
-    pub fn failures(&self, key: &str) -> u32 {
-        failures(self.seed, key)
+    /// What `key`'s handler does (before any replay).
+    pub fn handler(&self, key: &str) -> Handler {
+        handler(self.seed, key)
+    }
+
+    /// Whether the route coalesces.
+    pub fn coalesces(&self) -> bool {
+        self.settings.mode.coalesce
     }
 
     /// Whether no host has work in flight.
@@ -85,24 +133,18 @@ impl Hosts {
         self.hosts.iter().all(|h| h.work.is_empty())
     }
 
-    /// Whether `key`'s handler fails every attempt.
-    pub fn fails_forever(&self, key: &str) -> bool {
-        failures(self.seed, key) == u32::MAX
-    }
-
-    /// Broken invariants the hosts saw as they ran.
-    pub fn violations(&self) -> Vec<String> {
+    /// The next time a host comes back from a pause or a kill, if any.
+    pub fn next_event(&self, now: u64) -> Option<u64> {
         self.hosts
-            .first()
-            .map(|h| {
-                let w = h.ctx.world.lock().expect("one thread");
-                w.violations.clone()
-            })
-            .unwrap_or_default()
+            .iter()
+            .map(|h| h.paused_until)
+            .chain(self.reload_at)
+            .filter(|t| *t > now)
+            .min()
     }
 
-    /// One step at time `now`: faults (unless `healed`), deliveries, then every running
-    /// host's work is polled once, on its own clock.
+    /// One step at time `now`: faults (unless `healed`), restarts, a reload, advisories and
+    /// markers, deliveries, then every running host's work is polled once, on its own clock.
     pub fn step(&mut self, now: u64, healed: bool) {
         if !healed {
             self.faults(now);
@@ -111,17 +153,28 @@ impl Hosts {
             if h.down && h.paused_until <= now {
                 h.down = false;
                 h.generation += 1;
-                h.ctx = ctx(&self.world, self.settings, self.seed, i, h.generation);
+                h.ctx = Ctx::new(&self.world, self.settings, self.seed, i, h.generation);
                 log(&self.world, || {
                     format!("h{i} restarts as generation {}", h.generation)
                 });
+                let config = h.config;
+                h.configure(&self.world, config, i);
             }
         }
+        if self.reload_at.is_some_and(|at| at <= now) {
+            self.reload_at = None;
+            let config = HostConfig {
+                changed: true,
+                ..self.hosts[0].config
+            };
+            self.hosts[0].configure(&self.world, config, 0);
+        }
+        self.undeliverable(now);
         self.deliver(now);
-        let waker = noop_waker();
-        let mut cx = Context::from_waker(&waker);
+        let waker = std::task::Waker::noop();
+        let mut cx = Context::from_waker(waker);
         for h in &mut self.hosts {
-            if h.down || h.paused_until > now {
+            if !h.ready(now) {
                 continue;
             }
             virtual_clock::set(Some(now.saturating_add_signed(h.skew)));
@@ -135,7 +188,7 @@ impl Hosts {
         let lease = self.settings.lease_ms;
         let i = self.rng.range(0, self.hosts.len() as u64 - 1) as usize;
         let h = &mut self.hosts[i];
-        if h.down || h.paused_until > now {
+        if !h.ready(now) {
             return;
         }
         let roll = self.rng.bits() % 10_000;
@@ -157,64 +210,168 @@ impl Hosts {
         }
     }
 
-    fn deliver(&mut self, now: u64) {
-        let ready: Vec<usize> = (0..self.hosts.len())
-            .filter(|i| !self.hosts[*i].down && self.hosts[*i].paused_until <= now)
-            .collect();
-        if ready.is_empty() {
-            return;
-        }
+    /// MAX_DELIVERIES advisories (one reaches a running host unless missed) and markers that
+    /// are due (any running host sweeps them): `pipeline::undeliverable`.
+    fn undeliverable(&mut self, now: u64) {
+        let up = self.hosts.iter().any(|h| h.ready(now));
         let mut w = self.world.lock().expect("one thread");
-        let ack_wait = w.ack_wait_ms;
-        let mut out = Vec::new();
-        for m in &mut w.messages {
-            if matches!(m.delivery, Delivery::Available(at) if at <= now) {
-                m.deliveries += 1;
-                let number = m.deliveries;
-                m.delivery = Delivery::Out {
-                    number,
-                    deadline: now + ack_wait,
-                };
-                out.push((m.sequence, number, m.key.clone()));
+        let advisories = std::mem::take(&mut w.streams.advisories);
+        for (lane, sequence) in advisories {
+            let rate = w.faults.missed_advisory;
+            let missed = !up || w.rng.chance(rate);
+            w.log(|| {
+                format!(
+                    "advisory: {lane:?} {sequence} undeliverable{}",
+                    if missed { ", missed" } else { "" }
+                )
+            });
+            if !missed {
+                rescue(&mut w, lane, sequence);
             }
         }
-        for (sequence, number, key) in out {
-            let i = ready[self.rng.range(0, ready.len() as u64 - 1) as usize];
+        let due: Vec<(Lane, u64)> = w
+            .streams
+            .markers
+            .iter()
+            .filter(|(_, (at, _))| *at <= now)
+            .map(|(m, _)| *m)
+            .collect();
+        if up {
+            for (lane, sequence) in due {
+                rescue(&mut w, lane, sequence);
+            }
+        }
+    }
+
+    fn deliver(&mut self, now: u64) {
+        let serving: Vec<(usize, usize)> = (0..self.hosts.len())
+            .filter(|i| self.hosts[*i].ready(now))
+            .filter_map(|i| self.hosts[i].served.as_ref().map(|s| (i, s.partitions)))
+            .collect();
+        if serving.is_empty() {
+            return;
+        }
+        let offers = {
+            let mut w = self.world.lock().expect("one thread");
+            w.streams.due(now, |p| serving.iter().any(|(_, n)| p < *n))
+        };
+        for offer in offers {
+            let pulling: Vec<usize> = serving
+                .iter()
+                .filter(|(_, n)| offer.message.partition.is_none_or(|p| p < *n))
+                .map(|(i, _)| *i)
+                .collect();
+            let i = pulling[self.rng.range(0, pulling.len() as u64 - 1) as usize];
             let host = &mut self.hosts[i];
-            w.log(|| format!("deliver {sequence}#{number} ({key}) to h{i}"));
+            log(&self.world, || {
+                format!(
+                    "deliver {:?} {}#{} ({}, {}) to h{i}",
+                    offer.lane,
+                    offer.message.sequence,
+                    offer.number,
+                    offer.message.key,
+                    offer.message.entity
+                )
+            });
             let ctx = host.ctx.clone();
-            let k = key.clone();
+            let served = host.served.clone().expect("serving");
+            let key = offer.message.key.clone();
             host.work.push((
-                k,
-                Box::pin(async move {
-                    match ctx.settings.claim_after {
-                        false => ctx.deliver(sequence, number, &key).await,
-                        true => ctx.deliver_after(sequence, number, &key).await,
-                    }
-                }),
+                key,
+                Box::pin(async move { ctx.handle(offer, served).await }),
             ));
         }
     }
+
+    /// An operator replays every dead letter after fixing the handler (`dead-letters replay`):
+    /// each key's record is reset ([`ClaimRecord::reset_for_replay`]) and its message
+    /// published again. Returns how many were replayed.
+    ///
+    /// [`ClaimRecord::reset_for_replay`]: dedup_host::claim::ClaimRecord::reset_for_replay
+    pub fn replay(&mut self) -> usize {
+        let mut w = self.world.lock().expect("one thread");
+        let space = space(&w);
+        let mut keys = w.dead_letters.clone();
+        keys.sort();
+        keys.dedup();
+        let mut replayed = 0;
+        for (letter, key) in keys.iter().enumerate() {
+            let mut fresh_from = 0;
+            if let Some((mut record, revision)) = w.record(&format!("{space}{key}")).cloned() {
+                if !record.replayable() {
+                    continue;
+                }
+                record.reset_for_replay(letter as u64 + 1);
+                match w.operator_update(&format!("{space}{key}"), &record, revision) {
+                    Some(reset) => fresh_from = reset,
+                    None => continue,
+                }
+            }
+            let entity = w
+                .streams
+                .source
+                .iter()
+                .find(|m| m.key == *key)
+                .map(|m| m.entity.clone())
+                .unwrap_or_default();
+            let now = w.now;
+            let sequence = w.streams.publish(key, &entity, now, fresh_from);
+            w.replayed.insert(key.clone());
+            w.log(|| format!("replay {key} as source message {sequence}"));
+            replayed += 1;
+        }
+        replayed
+    }
 }
 
-fn ctx(world: &Shared, settings: Settings, seed: u64, host: usize, generation: u32) -> Arc<Ctx> {
-    let store = SimStore {
-        world: world.clone(),
-        host,
+/// The claim key space the route's contract names.
+pub fn space(w: &super::world::World) -> &'static str {
+    match &w.contract {
+        Some(c) if c.contract.claims.starts_with("stream ") => "s:",
+        _ => "b:",
+    }
+}
+
+/// Dead-letters a message the server gave up on, unless it is gone or its key settled; if the
+/// letter cannot be stored, the marker stays and is retried with backoff
+/// ([`stranded::retry_ceiling`]).
+fn rescue(w: &mut super::world::World, lane: Lane, sequence: u64) {
+    let m = w.streams.message(lane, sequence).clone();
+    let key = format!("{}{}", space(w), m.key);
+    let record = w.record(&key).cloned();
+    let settled = record
+        .as_ref()
+        .is_some_and(|(r, _)| r.state == ClaimState::Completed || r.permanent);
+    let now = w.now;
+    let later = |w: &mut super::world::World, tries: u32| {
+        let ceiling = stranded::retry_ceiling(tries + 1).as_millis() as u64;
+        let at = now + w.rng.range(ceiling / 2, ceiling);
+        w.streams.markers.insert((lane, sequence), (at, tries + 1));
     };
-    let claimer = Claimer::new(
-        Arc::new(store),
-        format!("h{host}.{generation}"),
-        Duration::from_millis(settings.lease_ms),
-        Duration::from_millis(settings.skew_ms),
-    );
-    Arc::new(Ctx {
-        world: world.clone(),
-        claimer,
-        settings,
-        seed,
-        host,
-    })
+    let tries = w
+        .streams
+        .markers
+        .get(&(lane, sequence))
+        .map_or(0, |(_, t)| *t);
+    match m.delivery {
+        Delivery::Done => {}
+        Delivery::Out { .. } | Delivery::Available(_) if !settled => return later(w, tries),
+        _ if settled => w.streams.delete(lane, sequence),
+        _ => {
+            let skew = std::time::Duration::from_millis(200);
+            if record.as_ref().is_some_and(|(r, _)| {
+                r.state == ClaimState::InProgress && !r.lease_lapsed(now, skew)
+            }) {
+                return later(w, tries);
+            }
+            if !w.dead_letter(&m.key) {
+                return later(w, tries);
+            }
+            w.given_up(&key, record);
+            w.streams.delete(lane, sequence);
+        }
+    }
+    w.streams.markers.remove(&(lane, sequence));
 }
 
 fn disrupt(world: &Shared, work: &[(String, Work)]) {
@@ -226,251 +383,4 @@ fn disrupt(world: &Shared, work: &[(String, Work)]) {
 
 fn log(world: &Shared, line: impl FnOnce() -> String) {
     world.lock().expect("one thread").log(line);
-}
-
-/// How many first attempts of `key` fail (`u32::MAX`: all of them).
-fn failures(seed: u64, key: &str) -> u32 {
-    let h = key.bytes().fold(seed ^ 0xfeed, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    });
-    match Rng::new(h).bits() % 10 {
-        0..=4 => 0,
-        5..=7 => 1,
-        _ => u32::MAX,
-    }
-}
-
-impl Ctx {
-    fn world(&self) -> std::sync::MutexGuard<'_, super::world::World> {
-        self.world.lock().expect("one thread")
-    }
-
-    fn settle(&self, sequence: u64, number: u64, nak: Option<u64>) {
-        self.world().settle(sequence, number, nak);
-    }
-
-    /// How long the handler runs on `attempt` of `key`.
-    fn work_ms(&self, key: &str, attempt: u32) -> u64 {
-        let h = key.bytes().fold(self.seed ^ u64::from(attempt), |h, b| {
-            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-        });
-        let most = match self.settings.claim_after {
-            false => self.settings.lease_ms * 2,
-            true => self.settings.ack_wait_ms / 2,
-        };
-        Rng::new(h).bits() % most
-    }
-
-    /// A lease write of `key` went unanswered: its lease may lapse, costing an attempt.
-    fn unconfirmed(&self, key: &str) {
-        *self.world().disrupted.entry(key.to_string()).or_default() += 1;
-    }
-
-    fn violation(&self, what: String) {
-        let mut w = self.world();
-        w.log(|| format!("VIOLATION {what}"));
-        w.violations.push(what);
-    }
-
-    /// Claim before: `pipeline::message` and `pipeline::settle`.
-    async fn deliver(&self, sequence: u64, number: u64, key: &str) {
-        let s = self.settings;
-        match self.claimer.claim(key, "d").await {
-            Err(_) => {
-                // The claim may land later, unseen: a lease nobody renews, which costs an attempt.
-                self.unconfirmed(key);
-                self.settle(sequence, number, Some(s.infra_retry_ms))
-            }
-            Ok(ClaimOutcome::Completed | ClaimOutcome::DeadLettered) => {
-                self.settle(sequence, number, None)
-            }
-            Ok(ClaimOutcome::Busy { retry_in }) => {
-                let delay = (retry_in.as_millis() as u64).min(s.busy_max_ms);
-                self.settle(sequence, number, Some(delay));
-            }
-            Ok(ClaimOutcome::Acquired(lease)) => self.run(sequence, number, key, &lease).await,
-        }
-    }
-
-    async fn run(&self, sequence: u64, number: u64, key: &str, lease: &Lease<SimStore>) {
-        let s = self.settings;
-        let attempt = lease.attempt();
-        if attempt > s.max_deliver {
-            return self.give_up(sequence, number, key, lease).await;
-        }
-        // The handler runs; the heartbeat renews the lease and sends progress acks.
-        let mut left = self.work_ms(key, attempt);
-        while left > 0 {
-            let slice = left.min(s.heartbeat_ms);
-            sleep(&self.world, slice).await;
-            left -= slice;
-            if slice == s.heartbeat_ms {
-                match lease.renew().await {
-                    Ok(()) => self.world().progress(sequence, number),
-                    Err(LeaseLost::Reclaimed) => return self.lost(key, lease),
-                    Err(LeaseLost::Unavailable(_)) => self.unconfirmed(key),
-                }
-            }
-        }
-        if attempt <= failures(self.seed, key) {
-            if attempt >= s.max_deliver {
-                return self.give_up(sequence, number, key, lease).await;
-            }
-            return match lease
-                .fail("failed", Duration::from_millis(s.backoff_ms))
-                .await
-            {
-                Ok(()) => self.recorded_settle(sequence, number, key, Some(s.backoff_ms)),
-                Err(e) => self.write_failed(sequence, number, key, lease, e),
-            };
-        }
-        if let Err(e) = lease.confirm().await {
-            return self.write_failed(sequence, number, key, lease, e);
-        }
-        if !self.world().publish(&format!("{key}#0")) {
-            let delay = Duration::from_millis(s.infra_retry_ms);
-            return match lease.release("publish refused", delay).await {
-                Ok(()) => self.recorded_settle(sequence, number, key, Some(s.infra_retry_ms)),
-                Err(e) => self.write_failed(sequence, number, key, lease, e),
-            };
-        }
-        match lease.complete(Vec::new()).await {
-            Ok(()) => self.recorded_settle(sequence, number, key, None),
-            Err(e) => self.write_failed(sequence, number, key, lease, e),
-        }
-    }
-
-    async fn give_up(&self, sequence: u64, number: u64, key: &str, lease: &Lease<SimStore>) {
-        if let Err(e) = lease.confirm().await {
-            return self.write_failed(sequence, number, key, lease, e);
-        }
-        {
-            let mut w = self.world();
-            w.dead_letters.push(key.to_string());
-            w.log(|| format!("dead letter for {key}"));
-        }
-        match lease.give_up("out of attempts").await {
-            Ok(()) => self.recorded_settle(sequence, number, key, None),
-            Err(e) => self.write_failed(sequence, number, key, lease, e),
-        }
-    }
-
-    fn write_failed(
-        &self,
-        sequence: u64,
-        number: u64,
-        key: &str,
-        lease: &Lease<SimStore>,
-        e: LeaseLost,
-    ) {
-        match e {
-            LeaseLost::Reclaimed => self.lost(key, lease),
-            LeaseLost::Unavailable(_) => {
-                self.unconfirmed(key);
-                self.settle(sequence, number, Some(self.settings.lease_ms))
-            }
-        }
-    }
-
-    /// The lease was found taken over: touch nothing. It must really be another's.
-    fn lost(&self, key: &str, lease: &Lease<SimStore>) {
-        let mine = self.claimer.owner().to_string();
-        let record = self.world().record(key).cloned();
-        if let Some((r, revision)) = record {
-            // A lease's first write is the claim itself (its revision is the token); every
-            // later one carries the token.
-            let token = r.fencing_token.unwrap_or(revision);
-            let ours = r.owner == mine
-                && r.state == ClaimState::InProgress
-                && token == lease.fencing_token();
-            if ours {
-                self.violation(format!(
-                    "h{} gave up its lease on {key} (token {}) while the key is still its own: healthy work abandoned",
-                    self.host,
-                    lease.fencing_token()
-                ));
-            }
-        }
-    }
-
-    /// Settles a delivery after recording its outcome through the lease. An ack must find the
-    /// outcome durable (the key completed or failed for good): an ack before that loses the
-    /// message. (Who owns the key by now does not matter: the write that recorded it went
-    /// through the lease, and a pause may fall between that write and this settle.)
-    fn recorded_settle(&self, sequence: u64, number: u64, key: &str, nak: Option<u64>) {
-        if nak.is_none() {
-            let state = self
-                .world()
-                .record(key)
-                .map(|(r, _)| (r.state, r.permanent));
-            if !matches!(
-                state,
-                Some((ClaimState::Completed, _) | (ClaimState::Failed, true))
-            ) {
-                self.violation(format!(
-                    "h{} acked {sequence}#{number} while {key} is {state:?}: nothing says it is done",
-                    self.host
-                ));
-            }
-        }
-        self.settle(sequence, number, nak);
-    }
-
-    /// Claim after: `pipeline::after`. Run first, then create the key settled.
-    async fn deliver_after(&self, sequence: u64, number: u64, key: &str) {
-        let s = self.settings;
-        let store = self.claimer.store();
-        match store.get(key).await {
-            Err(_) => return self.settle(sequence, number, Some(s.infra_retry_ms)),
-            Ok(Some((r, _))) if r.state == ClaimState::Completed || r.permanent => {
-                return self.settle(sequence, number, None)
-            }
-            Ok(_) => {}
-        }
-        let attempt = u32::try_from(number).unwrap_or(u32::MAX);
-        let mut left = self.work_ms(key, attempt);
-        while left > 0 {
-            let slice = left.min(s.heartbeat_ms);
-            sleep(&self.world, slice).await;
-            left -= slice;
-            self.world().progress(sequence, number);
-        }
-        let outcome = if attempt <= failures(self.seed, key) {
-            if attempt < s.max_deliver {
-                return self.settle(sequence, number, Some(s.backoff_ms));
-            }
-            let mut w = self.world();
-            w.dead_letters.push(key.to_string());
-            w.log(|| format!("dead letter for {key}"));
-            Err("out of attempts".to_string())
-        } else {
-            if !self.world().publish(&format!("{key}#0")) {
-                return self.settle(sequence, number, Some(s.infra_retry_ms));
-            }
-            Ok(Vec::new())
-        };
-        let record = self.claimer.settled("d", attempt, outcome);
-        match self.claimer.create_settled(key, &record).await {
-            Ok(_) => self.settle(sequence, number, None),
-            Err(_) => self.settle(sequence, number, Some(s.infra_retry_ms)),
-        }
-    }
-}
-
-/// Waits `ms` of virtual time.
-async fn sleep(world: &Shared, ms: u64) {
-    let until = world.lock().expect("one thread").now + ms;
-    std::future::poll_fn(|_| {
-        let now = world.lock().expect("one thread").now;
-        if now >= until {
-            Poll::Ready(())
-        } else {
-            Poll::Pending
-        }
-    })
-    .await
-}
-
-fn noop_waker() -> std::task::Waker {
-    std::task::Waker::noop().clone()
 }

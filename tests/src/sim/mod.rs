@@ -4,29 +4,38 @@
 //! `cargo run --release -p dedup-host-tests --bin simulate -- --seed S --trace`.
 //!
 //! It runs the host's real claim protocol ([`dedup_host::claim::Claimer`] and its `Lease`)
-//! for two to four hosts against [`world::World`], a model of the server, with faults at every
-//! store call (answers lost after the write landed or not, writes landing after the writer's
-//! read-back, reads from a lagging replica), lost acks, refused publishes, hosts paused past
-//! their lease, hosts killed and restarted, and clock skew between hosts. The settle logic
-//! around the protocol (heartbeat, publish, record, ack; retry; give up; release) follows
-//! `host/src/pipeline` step for step. After the faults stop and everything settles, it checks:
-//! every message settled, every key completed or (when its handler fails every attempt)
-//! dead-lettered, at most one stored copy of each output, no output for a key that never
-//! succeeded, and no host acking for a key another host owns.
+//! for two to four hosts against [`world::World`], a model of the server, in every mode
+//! combination ([`Mode`]: claim before or after, window or fenced effects, exclusive, coalesce),
+//! with faults at every store call (answers lost after the write landed or not, writes landing
+//! after the writer's read-back, reads from a lagging replica), lost acks, refused publishes,
+//! outages of the output and dead-letter streams, missed advisories, hosts paused past their
+//! lease, hosts killed and restarted, clock skew, hosts of different sizes, a reload that
+//! changes the route on one host, and a replay of every dead letter after a fix. The settle
+//! logic around the protocol follows `host/src/pipeline` step for step ([`settle`]). Checked
+//! as it runs and at the end ([`check`]): every message settled, every key completed or
+//! dead-lettered as its handler deserves, one stored copy of each output, per-entity runs
+//! never overlapping and in source order, the newest message of a coalesced entity run, no
+//! host acking before the outcome is durable or giving up a lease that is still its own.
 
+mod check;
+mod consumer;
 mod host;
+pub mod route;
+mod settle;
 pub mod store;
 pub mod world;
 
 use std::sync::{Arc, Mutex};
 
-use world::{Delivery, Faults, World};
+use route::HostConfig;
+pub use route::Mode;
+use world::{Faults, World};
 
 /// The settings of a run that every host shares.
 #[derive(Debug, Clone, Copy)]
 pub struct Settings {
-    /// Claim after the handler ran (no lease) instead of before.
-    pub claim_after: bool,
+    /// The route's delivery modes.
+    pub mode: Mode,
     /// Lease, heartbeat, clock skew, ack wait (ms).
     pub lease_ms: u64,
     /// How often a running handler's lease is renewed.
@@ -37,10 +46,10 @@ pub struct Settings {
     pub ack_wait_ms: u64,
     /// Attempts per key.
     pub max_deliver: u32,
+    /// The server's delivery bound (`source.server_max_deliver`).
+    pub server_max_deliver: u64,
     /// Delay before a failed attempt's retry.
     pub backoff_ms: u64,
-    /// Delay before retrying after an infrastructure error.
-    pub infra_retry_ms: u64,
     /// The longest a Busy answer delays a message (another host's clock decides it).
     pub busy_max_ms: u64,
     /// The output stream's duplicate window: the README's bound for these settings (it
@@ -51,14 +60,14 @@ pub struct Settings {
 impl Default for Settings {
     fn default() -> Self {
         Self {
-            claim_after: false,
+            mode: Mode::all()[1],
             lease_ms: 2_000,
             heartbeat_ms: 500,
             skew_ms: 200,
             ack_wait_ms: 2_000,
             max_deliver: 3,
+            server_max_deliver: 100,
             backoff_ms: 300,
-            infra_retry_ms: 1_000,
             busy_max_ms: 5_000,
             window_ms: 120_000,
         }
@@ -90,13 +99,15 @@ pub fn run(seed: u64, settings: Settings, trace: bool) -> Report {
     let mut rng = world::Rng::new(seed.wrapping_mul(31).wrapping_add(7));
     let hosts = rng.range(2, 4) as usize;
     let distinct = rng.range(2, 8);
+    let entities = rng.range(1, 3);
     // Published over the fault period, in sequence order; keys repeat (a producer's retries).
     let count = rng.range(distinct, distinct * 3);
     let mut at = EPOCH_MS;
-    let keys: Vec<(String, u64)> = (0..count)
+    let published: Vec<(String, String, u64)> = (0..count)
         .map(|_| {
             at += rng.range(0, FAULTS_MS / count);
-            (format!("k{}", rng.range(0, distinct - 1)), at)
+            let k = rng.range(0, distinct - 1);
+            (format!("k{k}"), format!("e{}", k % entities), at)
         })
         .collect();
     let faults = Faults {
@@ -106,22 +117,56 @@ pub fn run(seed: u64, settings: Settings, trace: bool) -> Report {
         stale_read: rng.range(0, 30),
         lost_ack: rng.range(0, 30),
         refused_publish: rng.range(0, 50),
+        missed_advisory: rng.range(0, 500),
     };
-    let mut w = World::new(
-        seed,
-        EPOCH_MS,
-        &keys,
-        faults,
-        settings.window_ms,
+    // Hosts differ in size; the route's own settings are the same on each.
+    let partitions = rng.range(1, 6) as usize;
+    let configs: Vec<HostConfig> = (0..hosts)
+        .map(|_| HostConfig {
+            mode: settings.mode,
+            partitions,
+            host_concurrency: rng.range(1, 8) as usize,
+            route_concurrency: rng.chance(500).then(|| rng.range(1, 8) as usize),
+            changed: false,
+        })
+        .collect();
+    // One run in four loses its output streams (deleted and created again); one in four its
+    // dead-letter stream, for one to six minutes. A window route's outputs can be re-run
+    // after the outage plus the backoff then in force (about twice the outage), which the
+    // duplicate window covers only up to `claims.pause_margin` (README): its output outages
+    // last at most 30 s. Fenced routes need no window: theirs last up to six minutes.
+    let longest = match settings.mode.fenced {
+        true => 360_000,
+        false => 30_000,
+    };
+    let mut outage = |longest: u64| match rng.chance(250) {
+        true => {
+            let from = EPOCH_MS + rng.range(0, FAULTS_MS);
+            (from, from + rng.range(longest / 6, longest))
+        }
+        false => (0, 0),
+    };
+    let (outputs_out, letters_out) = (outage(longest), outage(360_000));
+    // One run in two reloads a changed route on one host; one in two replays its dead
+    // letters once everything settled.
+    let reload_at = rng.chance(500).then(|| EPOCH_MS + rng.range(0, FAULTS_MS));
+    let mut replay = rng.chance(500);
+    let streams = consumer::Streams::new(
+        &published,
         settings.ack_wait_ms,
+        settings.server_max_deliver,
+        settings.mode.exclusive,
     );
+    let mut w = World::new(seed, EPOCH_MS, streams, faults, settings.window_ms);
+    w.outage = outputs_out;
+    w.dead_letter_outage = letters_out;
     if trace {
         w.trace = Some(vec![format!(
-            "seed {seed}: {hosts} hosts, keys {keys:?}, {settings:?}, {faults:?}"
+            "seed {seed}: {hosts} hosts {configs:?}, messages {published:?}, {settings:?}, {faults:?}, outages {outputs_out:?} {letters_out:?}, reload at {reload_at:?}, replay {replay}"
         )]);
     }
     let world = Arc::new(Mutex::new(w));
-    let mut sim = host::Hosts::new(world.clone(), settings, hosts, seed);
+    let mut sim = host::Hosts::new(world.clone(), settings, &configs, seed, reload_at);
     let mut steps = 0;
     let mut violations = Vec::new();
     loop {
@@ -134,32 +179,45 @@ pub fn run(seed: u64, settings: Settings, trace: bool) -> Report {
                 w.faulty = false;
                 w.log(|| "faults stop".into());
             }
-            w.expire();
+            let now = w.now;
+            w.streams.expire(now);
             w.serve();
-            w.now
+            now
         };
         sim.step(now, now > EPOCH_MS + FAULTS_MS);
-        let settled = {
-            let w = world.lock().expect("one thread");
-            w.messages.iter().all(|m| m.delivery == Delivery::Done)
-        };
-        if settled && sim.idle() {
-            break;
+        let mut w = world.lock().expect("one thread");
+        let quiet = w.quiet() && sim.idle();
+        if quiet && w.streams.settled() {
+            if !replay {
+                break;
+            }
+            replay = false;
+            drop(w);
+            sim.replay();
+            continue;
         }
         if now > EPOCH_MS + HORIZON_MS {
-            let w = world.lock().expect("one thread");
-            for m in w.messages.iter().filter(|m| m.delivery != Delivery::Done) {
+            for (lane, m) in w.streams.unsettled() {
                 violations.push(format!(
-                    "stuck: message {} (key {}) is {:?} after {} deliveries",
+                    "stuck: {lane:?} message {} (key {}) is {:?} after {} deliveries",
                     m.sequence, m.key, m.delivery, m.deliveries
                 ));
             }
             break;
         }
+        // Nothing in flight and no faults: skip to the next thing that happens.
+        if quiet && !w.faulty {
+            let next = [w.streams.next_event(), sim.next_event(now)]
+                .into_iter()
+                .flatten()
+                .min();
+            if let Some(next) = next.filter(|t| *t > now + 40) {
+                w.now = next.min(EPOCH_MS + HORIZON_MS + 1) - 1;
+            }
+        }
     }
-    violations.extend(sim.violations());
     let mut w = world.lock().expect("one thread");
-    violations.extend(check(&w, &sim, settings.max_deliver));
+    violations.extend(check::end(&w, &sim, settings.max_deliver));
     Report {
         seed,
         steps,
@@ -168,63 +226,20 @@ pub fn run(seed: u64, settings: Settings, trace: bool) -> Report {
     }
 }
 
-/// The end-state invariants.
-fn check(w: &World, sim: &host::Hosts, max_deliver: u32) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut keys: Vec<&str> = w.messages.iter().map(|m| m.key.as_str()).collect();
-    keys.sort();
-    keys.dedup();
-    for key in keys {
-        let fails = sim.fails_forever(key);
-        // Attempts a pause or a kill may legitimately have cost (each can lose a lease).
-        let disrupted = w.disrupted.get(key).copied().unwrap_or(0);
-        let excused = sim.failures(key).saturating_add(disrupted) >= max_deliver;
-        let record = w.record(key).map(|(r, _)| r);
-        let state = record.map(|r| (r.state, r.permanent));
-        use dedup_host::claim::ClaimState::{Completed, Failed};
-        match (fails, state) {
-            (false, Some((Completed, _))) => {}
-            (true, Some((Failed, true))) => {}
-            (false, Some((Failed, true))) if excused => {}
-            (_, state) => out.push(format!(
-                "key {key} ended {state:?} (its handler {} every attempt)",
-                if fails { "fails" } else { "does not fail" }
-            )),
-        }
-        let id = format!("{key}#0");
-        let copies = w.outputs.get(&id).map_or(0, Vec::len);
-        match (fails, copies) {
-            (false, 1) | (true, 0) => {}
-            (false, 0) if excused => {}
-            (_, n) => out.push(format!("key {key}: its output is stored {n} times")),
-        }
-        let letters = w.dead_letters.iter().filter(|k| *k == key).count();
-        if fails && letters == 0 {
-            out.push(format!("key {key} failed for good without a dead letter"));
-        }
-        if !fails && letters > 0 && !excused {
-            out.push(format!("key {key} succeeded yet was dead-lettered"));
-        }
-    }
-    out
-}
-
-/// Runs seeds `from..from + seeds` in both claim modes, with `base` otherwise; reports each failure through `say`
-/// (its violations and the command that replays it) and returns how many failed.
+/// Runs seeds `from..from + seeds` in every mode combination, with `base` otherwise; reports
+/// each failure through `say` (its violations and the command that replays it) and returns how
+/// many runs failed.
 pub fn explore(from: u64, seeds: u64, base: Settings, mut say: impl FnMut(String)) -> u64 {
     let mut failed = 0;
     for seed in from..from + seeds {
-        for claim_after in [false, true] {
-            let settings = Settings {
-                claim_after,
-                ..base
-            };
+        for mode in Mode::all() {
+            let settings = Settings { mode, ..base };
             let report = run(seed, settings, false);
             if !report.violations.is_empty() {
                 failed += 1;
-                let mode = if claim_after { " --claim-after" } else { "" };
+                let flags = mode.flags();
                 say(format!(
-                    "seed {seed}{mode} failed after {} steps:\n  {}\n  replay: cargo run --release -p dedup-host-tests --bin simulate -- --seed {seed}{mode} --trace",
+                    "seed {seed}{flags} failed after {} steps:\n  {}\n  replay: cargo run --release -p dedup-host-tests --bin simulate -- --seed {seed}{flags} --trace",
                     report.steps,
                     report.violations.join("\n  ")
                 ));

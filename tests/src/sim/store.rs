@@ -20,6 +20,8 @@ pub struct SimStore {
     pub world: Shared,
     /// The host's index.
     pub host: usize,
+    /// The key space: `b:` for the bucket, `s:` for the fenced stream's claim subjects.
+    pub space: &'static str,
 }
 
 /// An operation in flight: pending until the server answers it.
@@ -51,6 +53,25 @@ impl Drop for Pending {
 }
 
 impl SimStore {
+    /// A fenced commit: the claim record at `revision` and output `id` in one atomic batch.
+    pub async fn commit(
+        &self,
+        key: &str,
+        record: &ClaimRecord,
+        revision: u64,
+        id: String,
+    ) -> Result<u64, ClaimError> {
+        let op = Op::Commit(self.key(key), record.clone(), revision, id);
+        match self.send(op).await {
+            Answer::Wrote(r) => r,
+            Answer::Read(_) => unreachable!("a write gets a write's answer"),
+        }
+    }
+
+    fn key(&self, key: &str) -> String {
+        format!("{}{key}", self.space)
+    }
+
     fn send(&self, op: Op) -> Pending {
         let id = self.world.lock().expect("one thread").send(self.host, op);
         Pending {
@@ -62,14 +83,14 @@ impl SimStore {
 
 impl ClaimStore for SimStore {
     async fn get(&self, key: &str) -> Result<Option<(ClaimRecord, u64)>, ClaimError> {
-        match self.send(Op::Get(key.to_string())).await {
+        match self.send(Op::Get(self.key(key))).await {
             Answer::Read(r) => r,
             Answer::Wrote(_) => unreachable!("a read gets a read's answer"),
         }
     }
 
     async fn create(&self, key: &str, record: &ClaimRecord) -> Result<u64, ClaimError> {
-        match self.send(Op::Create(key.to_string(), record.clone())).await {
+        match self.send(Op::Create(self.key(key), record.clone())).await {
             Answer::Wrote(r) => r,
             Answer::Read(_) => unreachable!("a write gets a write's answer"),
         }
@@ -81,7 +102,7 @@ impl ClaimStore for SimStore {
         record: &ClaimRecord,
         revision: u64,
     ) -> Result<u64, ClaimError> {
-        let op = Op::Update(key.to_string(), record.clone(), revision);
+        let op = Op::Update(self.key(key), record.clone(), revision);
         match self.send(op).await {
             Answer::Wrote(r) => r,
             Answer::Read(_) => unreachable!("a write gets a write's answer"),

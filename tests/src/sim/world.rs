@@ -1,11 +1,13 @@
-//! The simulated server: a KV bucket with revisions and compare-and-swap (the claim store),
-//! a consumer that delivers, redelivers after its ack wait and takes acks, naks and terms, an
-//! output stream that drops a message id repeated inside its duplicate window, and the dead
-//! letters. Faults are decided here, from the run's seeded randomness.
+//! The simulated server: a KV bucket with revisions and compare-and-swap (the claim stores:
+//! the bucket, and a fenced stream's claim subjects, as key spaces of one map), fenced commits
+//! (a claim write and an output in one atomic batch), an output stream that drops a message id
+//! repeated inside its duplicate window, outages, and the dead letters. The streams and their
+//! consumers are in [`super::consumer`]. Faults are decided here, from the run's seeded
+//! randomness.
 
 use std::collections::BTreeMap;
 
-use dedup_host::claim::{ClaimError, ClaimRecord};
+use dedup_host::claim::{ClaimError, ClaimRecord, ClaimState};
 
 /// Deterministic randomness (SplitMix64): the whole run follows from its seed.
 #[derive(Debug, Clone)]
@@ -46,6 +48,8 @@ pub enum Op {
     Create(String, ClaimRecord),
     /// Update a key at an expected revision.
     Update(String, ClaimRecord, u64),
+    /// A fenced commit: the update and the output (its id) stored in one atomic batch.
+    Commit(String, ClaimRecord, u64, String),
 }
 
 /// The answer a host gets for an [`Op`].
@@ -55,35 +59,6 @@ pub enum Answer {
     Read(Result<Option<(ClaimRecord, u64)>, ClaimError>),
     /// A write's new revision.
     Wrote(Result<u64, ClaimError>),
-}
-
-/// Where one message of the source stream is.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Delivery {
-    /// Waiting to be delivered, not before this time.
-    Available(u64),
-    /// Delivered (the `number`-th time) and not settled; redelivered after `deadline`.
-    Out {
-        /// Which delivery this is.
-        number: u64,
-        /// When the ack wait runs out.
-        deadline: u64,
-    },
-    /// Acked or termed.
-    Done,
-}
-
-/// One source message.
-#[derive(Debug, Clone)]
-pub struct Message {
-    /// Its stream sequence.
-    pub sequence: u64,
-    /// Its idempotency key (repeats model a producer's retries).
-    pub key: String,
-    /// Where it is.
-    pub delivery: Delivery,
-    /// How many times it was delivered.
-    pub deliveries: u64,
 }
 
 /// Fault rates, in thousandths, while faults are on.
@@ -101,6 +76,8 @@ pub struct Faults {
     pub lost_ack: u64,
     /// An output publish is refused (a leader change).
     pub refused_publish: u64,
+    /// A MAX_DELIVERIES advisory reaches no host.
+    pub missed_advisory: u64,
 }
 
 /// The simulated server.
@@ -122,16 +99,26 @@ pub struct World {
     answers: BTreeMap<u64, Answer>,
     /// Writes that land later: (when, operation).
     late: Vec<(u64, Op)>,
-    /// The source stream and its consumer.
-    pub messages: Vec<Message>,
+    /// The source stream and the exclusive route's work queue, with their consumers.
+    pub streams: super::consumer::Streams,
     /// Output message id → the times a copy was stored.
     pub outputs: BTreeMap<String, Vec<u64>>,
     /// The output stream's duplicate window.
     pub window_ms: u64,
     /// Dead letters: keys, one entry per letter stored.
     pub dead_letters: Vec<String>,
-    /// The consumer's ack wait.
-    pub ack_wait_ms: u64,
+    /// The route's contract, once a host recorded it.
+    pub contract: Option<dedup_host::contract::ContractRecord>,
+    /// When the output streams refuse every write (deleted, then recreated): from, until.
+    pub outage: (u64, u64),
+    /// When the dead-letter stream refuses every write: from, until.
+    pub dead_letter_outage: (u64, u64),
+    /// The server's `max_payload`.
+    pub max_payload: usize,
+    /// Per entity, the highest source sequence whose run started (exclusive routes).
+    pub started: BTreeMap<String, u64>,
+    /// Keys whose dead letters were replayed (their handler was fixed first).
+    pub replayed: std::collections::BTreeSet<String>,
     /// What happened, one line per event, when tracing.
     pub trace: Option<Vec<String>>,
     /// Invariants the hosts saw broken as they ran.
@@ -141,25 +128,14 @@ pub struct World {
 }
 
 impl World {
-    /// A server at virtual time `now` with `published` messages (key, publish time).
+    /// A server at virtual time `now` with `streams`.
     pub fn new(
         seed: u64,
         now: u64,
-        published: &[(String, u64)],
+        streams: super::consumer::Streams,
         faults: Faults,
         window_ms: u64,
-        ack_wait_ms: u64,
     ) -> Self {
-        let messages = published
-            .iter()
-            .enumerate()
-            .map(|(i, (key, at))| Message {
-                sequence: i as u64 + 1,
-                key: key.clone(),
-                delivery: Delivery::Available(*at),
-                deliveries: 0,
-            })
-            .collect();
         Self {
             now,
             rng: Rng::new(seed),
@@ -171,15 +147,25 @@ impl World {
             pending: BTreeMap::new(),
             answers: BTreeMap::new(),
             late: Vec::new(),
-            messages,
+            streams,
             outputs: BTreeMap::new(),
             window_ms,
             dead_letters: Vec::new(),
-            ack_wait_ms,
+            contract: None,
+            outage: (0, 0),
+            dead_letter_outage: (0, 0),
+            max_payload: 1 << 20,
+            started: BTreeMap::new(),
+            replayed: Default::default(),
             trace: None,
             violations: Vec::new(),
             disrupted: BTreeMap::new(),
         }
+    }
+
+    /// Whether no store operation is in flight, unanswered or landing late.
+    pub fn quiet(&self) -> bool {
+        self.pending.is_empty() && self.answers.is_empty() && self.late.is_empty()
     }
 
     /// Notes an event in the trace.
@@ -255,7 +241,10 @@ impl World {
                 };
                 Answer::Read(Ok(value))
             }
-            Op::Create(..) | Op::Update(..) => {
+            Op::Commit(..) if self.in_outage() => Answer::Wrote(Err(ClaimError::Unavailable(
+                "simulated: the fenced stream is gone".into(),
+            ))),
+            Op::Create(..) | Op::Update(..) | Op::Commit(..) => {
                 let roll = if faulty { self.rng.bits() % 1000 } else { 1000 };
                 if roll < f.lost {
                     Answer::Wrote(Err(lost()))
@@ -278,7 +267,9 @@ impl World {
         let (key, record, expected) = match op {
             Op::Get(_) => return Ok(self.revision),
             Op::Create(key, record) => (key, record, None),
-            Op::Update(key, record, revision) => (key, record, Some(*revision)),
+            Op::Update(key, record, revision) | Op::Commit(key, record, revision, _) => {
+                (key, record, Some(*revision))
+            }
         };
         let current = self.kv.get(key).and_then(|h| h.last()).map(|(_, r)| *r);
         let allowed = match expected {
@@ -294,12 +285,85 @@ impl World {
             .entry(key.clone())
             .or_default()
             .push((record.clone(), revision));
+        if let Op::Commit(_, _, _, id) = op {
+            // A fenced output carries no message id: the fence, not a window, keeps it single.
+            let now = self.now;
+            self.outputs.entry(id.clone()).or_default().push(now);
+            self.log(|| format!("fenced commit stores {id}"));
+        }
         Ok(revision)
+    }
+
+    /// Writes `record` over `key` at `revision` for an operator's tool (no faults): its new
+    /// revision, or `None` when the key moved.
+    pub fn operator_update(
+        &mut self,
+        key: &str,
+        record: &ClaimRecord,
+        revision: u64,
+    ) -> Option<u64> {
+        let op = Op::Update(key.to_string(), record.clone(), revision);
+        self.apply(&op).ok()
+    }
+
+    /// Stores a dead letter for `key`; `false` when the dead-letter stream refuses it.
+    pub fn dead_letter(&mut self, key: &str) -> bool {
+        if (self.dead_letter_outage.0..self.dead_letter_outage.1).contains(&self.now) {
+            self.log(|| format!("dead letter for {key} refused: the stream is gone"));
+            return false;
+        }
+        self.dead_letters.push(key.to_string());
+        self.log(|| format!("dead letter for {key}"));
+        true
+    }
+
+    /// Records `key` (whose record was `record`) as failed for good by an operator's tool or
+    /// the undeliverable-message handler (no faults).
+    pub fn given_up(&mut self, key: &str, record: Option<(ClaimRecord, u64)>) {
+        let (mut r, revision) = match record {
+            Some((r, revision)) => (r, Some(revision)),
+            None => (
+                ClaimRecord {
+                    state: ClaimState::Failed,
+                    owner: "sweep".into(),
+                    nonce: 0,
+                    attempt: 0,
+                    lease_expires_ms: 0,
+                    digest: String::new(),
+                    reason: None,
+                    permanent: true,
+                    retry_at_ms: None,
+                    fencing_token: None,
+                    outputs: Vec::new(),
+                    batch_outputs: None,
+                    created_ms: self.now,
+                    updated_ms: self.now,
+                },
+                None,
+            ),
+        };
+        r.state = ClaimState::Failed;
+        r.permanent = true;
+        r.reason = Some("the server gave up".into());
+        let op = match revision {
+            Some(revision) => Op::Update(key.to_string(), r, revision),
+            None => Op::Create(key.to_string(), r),
+        };
+        let _ = self.apply(&op);
+    }
+
+    /// Whether the output streams refuse writes now.
+    pub fn in_outage(&self) -> bool {
+        (self.outage.0..self.outage.1).contains(&self.now)
     }
 
     /// Stores an output under `id` unless a copy is inside the window; `false` when the
     /// publish is refused (a fault).
     pub fn publish(&mut self, id: &str) -> bool {
+        if self.in_outage() {
+            self.log(|| format!("publish {id} refused: the output stream is gone"));
+            return false;
+        }
         if self.faulty && self.rng.chance(self.faults.refused_publish) {
             self.log(|| format!("publish {id} refused"));
             return false;
@@ -318,52 +382,6 @@ impl World {
         }
         true
     }
-
-    /// Settles delivery `number` of message `sequence`; `None` acks or terms, `Some(delay)`
-    /// naks. An answer to an older delivery still settles the message, as on the server.
-    pub fn settle(&mut self, sequence: u64, number: u64, nak: Option<u64>) {
-        if self.faulty && self.rng.chance(self.faults.lost_ack) {
-            self.log(|| format!("settle of {sequence}#{number} lost"));
-            return;
-        }
-        let now = self.now;
-        let m = &mut self.messages[sequence as usize - 1];
-        if matches!(m.delivery, Delivery::Out { .. }) {
-            m.delivery = match nak {
-                None => Delivery::Done,
-                Some(delay) => Delivery::Available(now + delay),
-            };
-        }
-        self.log(|| {
-            format!(
-                "settle {sequence}#{number}: {}",
-                nak.map_or("ack".into(), |d| format!("nak {d} ms"))
-            )
-        });
-    }
-
-    /// A progress ack: the ack wait starts again.
-    pub fn progress(&mut self, sequence: u64, number: u64) {
-        let deadline = self.now + self.ack_wait_ms;
-        let m = &mut self.messages[sequence as usize - 1];
-        if let Delivery::Out { number: n, .. } = m.delivery {
-            if n == number {
-                m.delivery = Delivery::Out { number, deadline };
-            }
-        }
-    }
-
-    /// Messages whose ack wait ran out become available again.
-    pub fn expire(&mut self) {
-        let now = self.now;
-        for m in &mut self.messages {
-            if let Delivery::Out { deadline, .. } = m.delivery {
-                if deadline < now {
-                    m.delivery = Delivery::Available(now);
-                }
-            }
-        }
-    }
 }
 
 fn describe(op: &Op) -> String {
@@ -371,5 +389,8 @@ fn describe(op: &Op) -> String {
         Op::Get(key) => format!("get {key}"),
         Op::Create(key, r) => format!("create {key} {:?} by {}", r.state, r.owner),
         Op::Update(key, r, rev) => format!("update {key}@{rev} {:?} by {}", r.state, r.owner),
+        Op::Commit(key, r, rev, id) => {
+            format!("commit {key}@{rev} {:?} with {id} by {}", r.state, r.owner)
+        }
     }
 }

@@ -1,0 +1,142 @@
+//! The writes of claim-after routes (`claim = "after"`): no lease; the key is written once,
+//! settled, after the handler ran and its outputs were published. A key a dead-letter replay
+//! reset ([`ClaimRecord::reset_for_replay`]) is replaced at the revision read before running;
+//! a fresh key is created.
+
+use super::protocol::landed;
+use super::record::{ClaimRecord, ClaimState, OutputRef};
+use super::store::{ClaimError, ClaimStore};
+use super::Claimer;
+
+/// What a claim-after delivery does with its key's record, read before running.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Found {
+    /// Completed already (a resend, a redelivery): ack without running.
+    Completed,
+    /// Failed for good already: terminate without running.
+    FailedForGood,
+    /// The read lags the revision the key was reset at (a replay's): read again later.
+    Stale,
+    /// Run; `reset` is the revision of a record to replace (a replay's reset), `None` for a
+    /// fresh key.
+    Run {
+        /// The revision the settled record must replace.
+        reset: Option<u64>,
+    },
+}
+
+/// Decides what a claim-after delivery does with `read`, its key's record and revision;
+/// `fresh_from` is the revision a replay reset the key at (0 for other messages).
+pub fn found(read: Option<&(ClaimRecord, u64)>, fresh_from: u64) -> Found {
+    match read {
+        Some((_, revision)) if *revision < fresh_from => Found::Stale,
+        Some((r, _)) if r.state == ClaimState::Completed => Found::Completed,
+        Some((r, _)) if r.state == ClaimState::Failed && r.permanent => Found::FailedForGood,
+        Some((_, revision)) => Found::Run {
+            reset: Some(*revision),
+        },
+        None => Found::Run { reset: None },
+    }
+}
+
+impl<S: ClaimStore> Claimer<S> {
+    /// The record of a key settled without a lease (a claim-after route): completed with
+    /// where its outputs were stored, or failed for good with the reason.
+    pub fn settled(
+        &self,
+        digest: &str,
+        attempt: u32,
+        outcome: Result<Vec<OutputRef>, String>,
+    ) -> ClaimRecord {
+        let mut record = self.record(rand::random(), attempt, digest, None);
+        record.lease_expires_ms = 0;
+        match outcome {
+            Ok(outputs) => {
+                record.state = ClaimState::Completed;
+                record.outputs = outputs;
+            }
+            Err(reason) => {
+                record.state = ClaimState::Failed;
+                record.permanent = true;
+                record.reason = Some(reason);
+            }
+        }
+        record
+    }
+
+    /// Creates `key` as `record` (from [`Claimer::settled`]): `true` if this write made it,
+    /// `false` if the key existed (another host settled it first). A create whose answer was
+    /// lost counts as made when the store holds exactly `record` (rule 13).
+    pub async fn create_settled(
+        &self,
+        key: &str,
+        record: &ClaimRecord,
+    ) -> Result<bool, ClaimError> {
+        let mut deleted = false;
+        loop {
+            return match self.create(key, record, deleted).await {
+                Ok(_) => Ok(true),
+                Err(ClaimError::Conflict) => match self.store().get(key).await {
+                    Ok(Some((current, _))) => Ok(current == *record),
+                    // Refused, yet not found: the key's last write was a deletion.
+                    Ok(None) if !deleted => {
+                        deleted = true;
+                        continue;
+                    }
+                    Ok(None) => Err(ClaimError::Unavailable(format!(
+                        "`{key}` can neither be created nor read"
+                    ))),
+                    Err(_) => Ok(false),
+                },
+                Err(e @ ClaimError::Unavailable(_)) => {
+                    match landed(self.store().as_ref(), key, record).await {
+                        Some(_) => Ok(true),
+                        None => Err(e),
+                    }
+                }
+                Err(e) => Err(e),
+            };
+        }
+    }
+
+    /// Writes `key` as `record` (from [`Claimer::settled`]) over the record a claim-after run
+    /// read at `revision` (a key a replay reset to run again): `true` if this write made it,
+    /// `false` if the key moved meanwhile (another host settled it first). An update whose
+    /// answer was lost counts as made when the store holds exactly `record` (rule 13).
+    pub async fn update_settled(
+        &self,
+        key: &str,
+        record: &ClaimRecord,
+        revision: u64,
+    ) -> Result<bool, ClaimError> {
+        match self.store().update(key, record, revision).await {
+            Ok(_) => Ok(true),
+            Err(ClaimError::Conflict) => Ok(matches!(
+                self.store().get(key).await,
+                Ok(Some((current, _))) if current == *record
+            )),
+            Err(e @ ClaimError::Unavailable(_)) => {
+                match landed(self.store().as_ref(), key, record).await {
+                    Some(_) => Ok(true),
+                    None => Err(e),
+                }
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Writes `key`'s settled `record` as [`found`] decided: over the reset record at
+    /// revision `reset`, or created. `true` if this write made it, `false` if another host
+    /// settled the key first.
+    pub async fn record_settled(
+        &self,
+        key: &str,
+        record: &ClaimRecord,
+        reset: Option<u64>,
+    ) -> Result<bool, ClaimError> {
+        match reset {
+            Some(revision) => self.update_settled(key, record, revision).await,
+            None => self.create_settled(key, record).await,
+        }
+    }
+}

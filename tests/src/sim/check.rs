@@ -1,0 +1,75 @@
+//! The invariants checked once a run has settled (those checked as it runs are raised by
+//! [`super::settle`]): every key ends as its handler deserves, each output is stored once,
+//! and each entity's newest message ran.
+
+use dedup_host::claim::ClaimState::{Completed, Failed};
+
+use super::host::{space, Hosts};
+use super::settle::Handler;
+use super::world::World;
+
+/// Every broken invariant of the run that ended in `w`.
+pub fn end(w: &World, sim: &Hosts, max_deliver: u32) -> Vec<String> {
+    let mut out = w.violations.clone();
+    let space = space(w);
+    let source = &w.streams.source;
+    let mut keys: Vec<&str> = source.iter().map(|m| m.key.as_str()).collect();
+    keys.sort();
+    keys.dedup();
+    for key in keys {
+        let replayed = w.replayed.contains(key);
+        let fails = !replayed
+            && matches!(
+                sim.handler(key),
+                Handler::Fails(u32::MAX) | Handler::Oversized
+            );
+        // Attempts a pause or a kill may legitimately have cost (each can lose a lease).
+        let disrupted = w.disrupted.get(key).copied().unwrap_or(0);
+        let failures = match sim.handler(key) {
+            Handler::Fails(n) => n,
+            Handler::Oversized => u32::MAX,
+        };
+        let excused = !replayed && failures.saturating_add(disrupted) >= max_deliver;
+        // A coalescing route may complete a key without running it, unless its entity's
+        // newest message carries it: that one must run.
+        let entity = source
+            .iter()
+            .find(|m| m.key == key)
+            .map(|m| m.entity.as_str());
+        let newest = source
+            .iter()
+            .rev()
+            .find(|m| Some(m.entity.as_str()) == entity);
+        let must_run = !sim.coalesces() || newest.is_some_and(|m| m.key == key);
+        let record = w.record(&format!("{space}{key}")).map(|(r, _)| r);
+        let coalesced = record.is_some_and(|r| r.is_coalesced());
+        let state = record.map(|r| (r.state, r.permanent));
+        match (fails, state) {
+            (_, Some((Completed, _))) if coalesced && !must_run => {}
+            (false, Some((Completed, _))) if !coalesced => {}
+            (true, Some((Failed, true))) => {}
+            (false, Some((Failed, true))) if excused => {}
+            (_, state) => out.push(format!(
+                "key {key} ended {state:?}{} (its handler {}{})",
+                if coalesced { " coalesced" } else { "" },
+                if fails { "fails" } else { "does not fail" },
+                if must_run { ", and it must run" } else { "" }
+            )),
+        }
+        let id = format!("{key}#0");
+        let copies = w.outputs.get(&id).map_or(0, Vec::len);
+        match (fails, copies) {
+            (false, 1) | (true, 0) => {}
+            (false, 0) if excused || (coalesced && !must_run) => {}
+            (_, n) => out.push(format!("key {key}: its output is stored {n} times")),
+        }
+        let letters = w.dead_letters.iter().filter(|k| *k == key).count();
+        if fails && letters == 0 && !(coalesced && !must_run) {
+            out.push(format!("key {key} failed for good without a dead letter"));
+        }
+        if !fails && letters > 0 && !excused && !replayed {
+            out.push(format!("key {key} succeeded yet was dead-lettered"));
+        }
+    }
+    out
+}

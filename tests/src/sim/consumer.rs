@@ -1,0 +1,326 @@
+//! The simulated streams and their consumers: the source stream, and the exclusive route's
+//! work queue with one consumer per partition. A consumer delivers, redelivers after its ack
+//! wait, takes acks, naks (with a delay) and terms, and stops after the server's delivery
+//! bound (`server_max_deliver`) with a MAX_DELIVERIES advisory, leaving the message in its
+//! stream. An exclusive route's consumers hand out one message at a time (`max_ack_pending =
+//! 1`: a message waiting for its redelivery still counts), so the next waits for the one
+//! before it to be acked.
+
+use std::collections::BTreeMap;
+
+use super::world::World;
+
+/// Which stream a message is in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Lane {
+    /// The source stream.
+    Source,
+    /// The exclusive route's work queue.
+    Queue,
+}
+
+/// Where one message is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Delivery {
+    /// Waiting to be delivered, not before this time.
+    Available(u64),
+    /// Delivered (the `number`-th time) and not settled; redelivered after `deadline`.
+    Out {
+        /// Which delivery this is.
+        number: u64,
+        /// When the ack wait runs out.
+        deadline: u64,
+    },
+    /// The server delivered it `server_max_deliver` times and gave up: it stays in the
+    /// stream, undelivered, until a host dead-letters (and deletes) it.
+    Exhausted,
+    /// Acked, termed, or deleted.
+    Done,
+}
+
+/// One message of a stream.
+#[derive(Debug, Clone)]
+pub struct Message {
+    /// Its stream sequence.
+    pub sequence: u64,
+    /// Its idempotency key (repeats model a producer's retries and replays).
+    pub key: String,
+    /// Its entity (exclusive routes).
+    pub entity: String,
+    /// Its source stream sequence (a queued copy's original).
+    pub source: u64,
+    /// The partition it was queued to (queued copies).
+    pub partition: Option<usize>,
+    /// The revision a replay reset its key at (its `Dedup-Reset-Revision`), or 0.
+    pub fresh_from: u64,
+    /// Where it is.
+    pub delivery: Delivery,
+    /// How many times it was delivered.
+    pub deliveries: u64,
+}
+
+/// A delivery the server hands to a host.
+#[derive(Debug, Clone)]
+pub struct Offer {
+    /// The stream.
+    pub lane: Lane,
+    /// The message.
+    pub message: Message,
+    /// Which delivery this is.
+    pub number: u64,
+}
+
+/// The streams, their consumers, and the hosts' stranded-message markers.
+#[derive(Debug)]
+pub struct Streams {
+    /// The source stream.
+    pub source: Vec<Message>,
+    /// The exclusive route's work queue (empty for other routes).
+    pub queue: Vec<Message>,
+    /// The consumers' ack wait.
+    pub ack_wait_ms: u64,
+    /// The server's delivery bound.
+    pub server_max_deliver: u64,
+    /// Whether the route is exclusive (its source consumer hands out one message at a time).
+    pub exclusive: bool,
+    /// MAX_DELIVERIES advisories not handled yet.
+    pub advisories: Vec<(Lane, u64)>,
+    /// Stranded-message markers (`crate::stranded`): message → (not before, tries so far).
+    pub markers: BTreeMap<(Lane, u64), (u64, u32)>,
+}
+
+impl Streams {
+    /// A source stream of `published` (key, entity, publish time).
+    pub fn new(
+        published: &[(String, String, u64)],
+        ack_wait_ms: u64,
+        server_max_deliver: u64,
+        exclusive: bool,
+    ) -> Self {
+        let mut streams = Self {
+            source: Vec::new(),
+            queue: Vec::new(),
+            ack_wait_ms,
+            server_max_deliver,
+            exclusive,
+            advisories: Vec::new(),
+            markers: BTreeMap::new(),
+        };
+        for (key, entity, at) in published {
+            streams.publish(key, entity, *at, 0);
+        }
+        streams
+    }
+
+    /// Appends a message to the source stream, available at `at` (`fresh_from`: see
+    /// [`Message::fresh_from`]).
+    pub fn publish(&mut self, key: &str, entity: &str, at: u64, fresh_from: u64) -> u64 {
+        let sequence = self.source.len() as u64 + 1;
+        self.source.push(Message {
+            sequence,
+            key: key.to_string(),
+            entity: entity.to_string(),
+            source: sequence,
+            partition: None,
+            fresh_from,
+            delivery: Delivery::Available(at),
+            deliveries: 0,
+        });
+        sequence
+    }
+
+    /// The messages of `lane`.
+    pub fn lane(&self, lane: Lane) -> &[Message] {
+        match lane {
+            Lane::Source => &self.source,
+            Lane::Queue => &self.queue,
+        }
+    }
+
+    fn lane_mut(&mut self, lane: Lane) -> &mut Vec<Message> {
+        match lane {
+            Lane::Source => &mut self.source,
+            Lane::Queue => &mut self.queue,
+        }
+    }
+
+    /// Message `sequence` of `lane`.
+    pub fn message(&self, lane: Lane, sequence: u64) -> &Message {
+        &self.lane(lane)[sequence as usize - 1]
+    }
+
+    /// Whether every message of both streams is settled.
+    pub fn settled(&self) -> bool {
+        self.source
+            .iter()
+            .chain(&self.queue)
+            .all(|m| m.delivery == Delivery::Done)
+    }
+
+    /// The messages not settled, for the report.
+    pub fn unsettled(&self) -> impl Iterator<Item = (Lane, &Message)> {
+        let source = self.source.iter().map(|m| (Lane::Source, m));
+        let queue = self.queue.iter().map(|m| (Lane::Queue, m));
+        source
+            .chain(queue)
+            .filter(|(_, m)| m.delivery != Delivery::Done)
+    }
+
+    /// The earliest time something becomes deliverable or a marker comes due, if any.
+    pub fn next_event(&self) -> Option<u64> {
+        let available = self
+            .source
+            .iter()
+            .chain(&self.queue)
+            .filter_map(|m| match m.delivery {
+                Delivery::Available(at) => Some(at),
+                Delivery::Out { deadline, .. } => Some(deadline + 1),
+                _ => None,
+            });
+        available
+            .chain(self.markers.values().map(|(at, _)| *at))
+            .min()
+    }
+
+    /// Hands out what the consumers deliver at `now`. Queued messages of partition `p` go out
+    /// only if `pulled(p)`: some running host pulls that partition.
+    pub fn due(&mut self, now: u64, pulled: impl Fn(usize) -> bool) -> Vec<Offer> {
+        let mut offers = Vec::new();
+        let one_at_a_time = self.exclusive;
+        self.offer(
+            Lane::Source,
+            now,
+            |_| one_at_a_time.then_some(0),
+            &mut offers,
+        );
+        self.offer(Lane::Queue, now, |m| m.partition, &mut offers);
+        offers.retain(|o| o.message.partition.is_none_or(&pulled));
+        for o in &offers {
+            let ack_wait = self.ack_wait_ms;
+            let m = &mut self.lane_mut(o.lane)[o.message.sequence as usize - 1];
+            m.deliveries = o.number;
+            m.delivery = Delivery::Out {
+                number: o.number,
+                deadline: now + ack_wait,
+            };
+        }
+        offers
+    }
+
+    /// Offers of `lane`; `group(m)` is the message's one-at-a-time group, if any.
+    fn offer(
+        &mut self,
+        lane: Lane,
+        now: u64,
+        group: impl Fn(&Message) -> Option<usize>,
+        offers: &mut Vec<Offer>,
+    ) {
+        let bound = self.server_max_deliver;
+        let mut blocked = std::collections::BTreeSet::new();
+        let mut exhausted = Vec::new();
+        for m in self.lane(lane) {
+            let g = group(m);
+            if g.is_some_and(|g| blocked.contains(&g)) {
+                continue;
+            }
+            match m.delivery {
+                Delivery::Done | Delivery::Exhausted => continue,
+                Delivery::Available(at) if at <= now && m.deliveries >= bound => {
+                    exhausted.push(m.sequence);
+                    continue;
+                }
+                Delivery::Available(at) if at <= now => offers.push(Offer {
+                    lane,
+                    message: m.clone(),
+                    number: m.deliveries + 1,
+                }),
+                _ => {}
+            }
+            if let Some(g) = g {
+                blocked.insert(g);
+            }
+        }
+        for sequence in exhausted {
+            self.lane_mut(lane)[sequence as usize - 1].delivery = Delivery::Exhausted;
+            self.advisories.push((lane, sequence));
+        }
+    }
+
+    /// Copies source message `source` onto `partition` of the work queue; a copy of the same
+    /// source message already there is dropped (its message id repeats inside the window).
+    pub fn enqueue(&mut self, source: u64, partition: usize, now: u64) {
+        if self.queue.iter().any(|m| m.source == source) {
+            return;
+        }
+        let original = self.source[source as usize - 1].clone();
+        self.queue.push(Message {
+            sequence: self.queue.len() as u64 + 1,
+            source,
+            partition: Some(partition),
+            delivery: Delivery::Available(now),
+            deliveries: 0,
+            ..original
+        });
+    }
+
+    /// Whether a message of the same entity was queued after queued message `sequence` on the
+    /// same subject (what `get_last_raw_message_by_subject` tells a coalescing host).
+    pub fn newer_waiting(&self, sequence: u64) -> bool {
+        let m = self.message(Lane::Queue, sequence);
+        self.queue[sequence as usize..]
+            .iter()
+            .any(|n| n.entity == m.entity && n.partition == m.partition)
+    }
+
+    /// Deletes a message (dead-lettered by a host).
+    pub fn delete(&mut self, lane: Lane, sequence: u64) {
+        self.lane_mut(lane)[sequence as usize - 1].delivery = Delivery::Done;
+    }
+
+    /// Messages whose ack wait ran out become available again.
+    pub fn expire(&mut self, now: u64) {
+        for m in self.source.iter_mut().chain(self.queue.iter_mut()) {
+            if let Delivery::Out { deadline, .. } = m.delivery {
+                if deadline < now {
+                    m.delivery = Delivery::Available(now);
+                }
+            }
+        }
+    }
+}
+
+impl World {
+    /// Settles delivery `number` of `sequence` in `lane`; `None` acks or terms, `Some(delay)`
+    /// naks. An answer to an older delivery still settles the message, as on the server.
+    pub fn settle(&mut self, lane: Lane, sequence: u64, number: u64, nak: Option<u64>) {
+        if self.faulty && self.rng.chance(self.faults.lost_ack) {
+            self.log(|| format!("settle of {lane:?} {sequence}#{number} lost"));
+            return;
+        }
+        let now = self.now;
+        let m = &mut self.streams.lane_mut(lane)[sequence as usize - 1];
+        if matches!(m.delivery, Delivery::Out { .. }) {
+            m.delivery = match nak {
+                None => Delivery::Done,
+                Some(delay) => Delivery::Available(now + delay),
+            };
+        }
+        self.log(|| {
+            format!(
+                "settle {lane:?} {sequence}#{number}: {}",
+                nak.map_or("ack".into(), |d| format!("nak {d} ms"))
+            )
+        });
+    }
+
+    /// A progress ack: the ack wait starts again.
+    pub fn progress(&mut self, lane: Lane, sequence: u64, number: u64) {
+        let deadline = self.now + self.streams.ack_wait_ms;
+        let m = &mut self.streams.lane_mut(lane)[sequence as usize - 1];
+        if let Delivery::Out { number: n, .. } = m.delivery {
+            if n == number {
+                m.delivery = Delivery::Out { number, deadline };
+            }
+        }
+    }
+}

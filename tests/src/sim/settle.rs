@@ -1,0 +1,520 @@
+//! How a simulated host settles one delivery, following `host/src/pipeline` step for step:
+//! queueing an exclusive route's message; claim, heartbeat, the size check, publish or fenced
+//! commit, record, ack; coalescing; retry, release and give up; claim-after's run then one
+//! settled write; the stranded-message marker before a last delivery. The protocol calls are
+//! the host's own ([`Claimer`], [`Lease`], [`dedup_host::claim::after`]); so are the size check
+//! ([`effects::over_max_payload`]), the outage backoff ([`infra_retry_ceiling`]) and the
+//! last-delivery test ([`stranded::last_delivery`]).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use dedup_host::claim::after::{found, Found};
+use dedup_host::claim::record::RESET_DELIVERIES;
+use dedup_host::claim::{ClaimOutcome, ClaimState, ClaimStore, Claimer, Lease, LeaseLost};
+use dedup_host::pipeline::{effects, infra_retry_ceiling};
+use dedup_host::stranded;
+
+use super::consumer::{Lane, Offer};
+use super::route::Served;
+use super::store::{Shared, SimStore};
+use super::world::{Rng, World};
+use super::Settings;
+
+/// The size of an output the handler of an oversized key returns (over 1 MiB).
+const OVERSIZED: usize = 2 << 20;
+
+/// What one host generation needs to settle a delivery.
+pub struct Ctx {
+    pub(super) world: Shared,
+    /// Claims in the bucket, and in the fenced stream.
+    claimers: [Claimer<SimStore>; 2],
+    pub(super) settings: Settings,
+    seed: u64,
+    pub(super) host: usize,
+}
+
+/// One delivery being settled.
+struct At {
+    lane: Lane,
+    sequence: u64,
+    number: u64,
+    key: String,
+    entity: String,
+    /// The revision a replay reset the key at, on the first deliveries (`Delivery::fresh_from`).
+    fresh_from: u64,
+}
+
+/// What a key's handler does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Handler {
+    /// Fails its first `n` attempts (`u32::MAX`: all), then succeeds.
+    Fails(u32),
+    /// Returns an output over the server's max payload, every time.
+    Oversized,
+}
+
+/// What `key`'s handler does in run `seed` (before any replay).
+pub fn handler(seed: u64, key: &str) -> Handler {
+    let h = key.bytes().fold(seed ^ 0xfeed, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    match Rng::new(h).bits() % 20 {
+        0..=9 => Handler::Fails(0),
+        10..=15 => Handler::Fails(1),
+        16..=18 => Handler::Fails(u32::MAX),
+        _ => Handler::Oversized,
+    }
+}
+
+impl Ctx {
+    /// Host `host`'s generation `generation`.
+    pub fn new(
+        world: &Shared,
+        settings: Settings,
+        seed: u64,
+        host: usize,
+        generation: u32,
+    ) -> Arc<Self> {
+        let claimer = |space| {
+            let store = SimStore {
+                world: world.clone(),
+                host,
+                space,
+            };
+            Claimer::new(
+                Arc::new(store),
+                format!("h{host}.{generation}"),
+                Duration::from_millis(settings.lease_ms),
+                Duration::from_millis(settings.skew_ms),
+            )
+        };
+        Arc::new(Self {
+            world: world.clone(),
+            claimers: [claimer("b:"), claimer("s:")],
+            settings,
+            seed,
+            host,
+        })
+    }
+
+    fn world(&self) -> std::sync::MutexGuard<'_, World> {
+        self.world.lock().expect("one thread")
+    }
+
+    /// Settles `offer` with the route as `served` describes it.
+    pub async fn handle(&self, offer: Offer, served: Served) {
+        let at = At {
+            lane: offer.lane,
+            sequence: offer.message.sequence,
+            number: offer.number,
+            key: offer.message.key.clone(),
+            entity: offer.message.entity.clone(),
+            fresh_from: match offer.number <= RESET_DELIVERIES {
+                true => offer.message.fresh_from,
+                false => 0,
+            },
+        };
+        if at.lane == Lane::Source && self.settings.mode.exclusive {
+            return self.queue(&at, offer.message.source, &served);
+        }
+        let last = stranded::last_delivery(at.number, self.settings.server_max_deliver as i64);
+        if last {
+            let due = self.world().now + 2 * self.settings.ack_wait_ms;
+            self.world()
+                .streams
+                .markers
+                .insert((at.lane, at.sequence), (due, 0));
+        }
+        match served.claim_after {
+            false => self.deliver(&at, &served).await,
+            true => self.deliver_after(&at).await,
+        }
+        let mut w = self.world();
+        if last
+            && w.streams.message(at.lane, at.sequence).delivery == super::consumer::Delivery::Done
+        {
+            w.streams.markers.remove(&(at.lane, at.sequence));
+        }
+    }
+
+    /// `pipeline::queue`: copy onto the entity's partition, then ack (not confirmed).
+    fn queue(&self, at: &At, source: u64, served: &Served) {
+        let partition = served.partition_of(&at.entity);
+        let mut w = self.world();
+        let rate = w.faults.refused_publish;
+        if w.faulty && w.rng.chance(rate) {
+            drop(w);
+            let delay = self.infra_delay(at.number);
+            return self.settle(at, Some(delay));
+        }
+        let now = w.now;
+        w.streams.enqueue(source, partition, now);
+        w.log(|| {
+            format!(
+                "h{} queues {} ({}) on partition {partition}",
+                self.host, at.sequence, at.entity
+            )
+        });
+        drop(w);
+        self.settle(at, None);
+    }
+
+    fn settle(&self, at: &At, nak: Option<u64>) {
+        self.world().settle(at.lane, at.sequence, at.number, nak);
+    }
+
+    /// The nak delay after an infrastructure error: the host's ceiling, our jitter.
+    fn infra_delay(&self, number: u64) -> u64 {
+        let ceiling = infra_retry_ceiling(number).as_millis() as u64;
+        let mut w = self.world();
+        w.rng.range(ceiling / 2, ceiling)
+    }
+
+    /// How long the handler runs on `attempt` of `key`.
+    fn work_ms(&self, key: &str, attempt: u32) -> u64 {
+        let h = key.bytes().fold(self.seed ^ u64::from(attempt), |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+        let most = match self.settings.mode.claim_after {
+            false => self.settings.lease_ms * 2,
+            true => self.settings.ack_wait_ms / 2,
+        };
+        Rng::new(h).bits() % most
+    }
+
+    /// What `key`'s handler does now: a replayed key's handler was fixed.
+    fn handler(&self, key: &str) -> Handler {
+        match self.world().replayed.contains(key) {
+            true => Handler::Fails(0),
+            false => handler(self.seed, key),
+        }
+    }
+
+    /// A lease write of `key` went unanswered: its lease may lapse, costing an attempt.
+    fn unconfirmed(&self, key: &str) {
+        *self.world().disrupted.entry(key.to_string()).or_default() += 1;
+    }
+
+    fn violation(&self, what: String) {
+        let mut w = self.world();
+        w.log(|| format!("VIOLATION {what}"));
+        w.violations.push(what);
+    }
+
+    /// Claim before: `pipeline::message` and `pipeline::settle`.
+    async fn deliver(&self, at: &At, served: &Served) {
+        let s = self.settings;
+        let claimer = &self.claimers[usize::from(served.fenced)];
+        match claimer.claim_fresh(&at.key, "d", at.fresh_from).await {
+            Err(_) => {
+                // The claim may land later, unseen: a lease nobody renews, which costs an attempt.
+                self.unconfirmed(&at.key);
+                let delay = self.infra_delay(at.number);
+                self.settle(at, Some(delay))
+            }
+            Ok(ClaimOutcome::Completed | ClaimOutcome::DeadLettered) => self.settle(at, None),
+            Ok(ClaimOutcome::Busy { retry_in }) => {
+                let delay = (retry_in.as_millis() as u64).min(s.busy_max_ms);
+                self.settle(at, Some(delay));
+            }
+            Ok(ClaimOutcome::Acquired(lease)) => self.run(at, claimer, &lease, served).await,
+        }
+    }
+
+    async fn run(
+        &self,
+        at: &At,
+        claimer: &Claimer<SimStore>,
+        lease: &Lease<SimStore>,
+        served: &Served,
+    ) {
+        let s = self.settings;
+        let key = at.key.as_str();
+        if s.mode.coalesce
+            && at.lane == Lane::Queue
+            && self.world().streams.newer_waiting(at.sequence)
+        {
+            return match lease.coalesce().await {
+                Ok(()) => self.recorded_settle(at, None),
+                Err(e) => self.write_failed(at, claimer, lease, e),
+            };
+        }
+        let attempt = lease.attempt();
+        if attempt > s.max_deliver {
+            return self.give_up(at, claimer, lease).await;
+        }
+        if s.mode.exclusive {
+            self.exclusive_start(at, served);
+        }
+        // The handler runs; the heartbeat renews the lease and sends progress acks.
+        let mut left = self.work_ms(key, attempt);
+        while left > 0 {
+            let slice = left.min(s.heartbeat_ms);
+            sleep(&self.world, slice).await;
+            left -= slice;
+            if slice == s.heartbeat_ms {
+                match lease.renew().await {
+                    Ok(()) => self.world().progress(at.lane, at.sequence, at.number),
+                    Err(LeaseLost::Reclaimed) => return self.lost(claimer, key, lease),
+                    Err(LeaseLost::Unavailable(_)) => self.unconfirmed(key),
+                }
+            }
+        }
+        let size = match self.handler(key) {
+            Handler::Fails(n) if attempt <= n => {
+                if attempt >= s.max_deliver {
+                    return self.give_up(at, claimer, lease).await;
+                }
+                let backoff = Duration::from_millis(s.backoff_ms);
+                return match lease.fail("failed", backoff).await {
+                    Ok(()) => self.recorded_settle(at, Some(s.backoff_ms)),
+                    Err(e) => self.write_failed(at, claimer, lease, e),
+                };
+            }
+            Handler::Fails(_) => 100,
+            Handler::Oversized => OVERSIZED,
+        };
+        let max = self.world().max_payload;
+        if effects::over_max_payload(max, key, [("out.r", size)]).is_some() {
+            return self.give_up(at, claimer, lease).await;
+        }
+        let id = format!("{key}#0");
+        if served.fenced {
+            let store = claimer.store().clone();
+            let commit =
+                |record, revision| async move { store.commit(key, &record, revision, id).await };
+            return match lease.complete_with(1, commit).await {
+                Ok(()) => self.recorded_settle(at, None),
+                // Not stored (or landing later, which the next claim sees): hand the key back
+                // without counting an attempt.
+                Err(LeaseLost::Unavailable(_)) => {
+                    self.release(at, claimer, lease, "fenced commit not confirmed")
+                        .await
+                }
+                Err(e) => self.write_failed(at, claimer, lease, e),
+            };
+        }
+        if let Err(e) = lease.confirm().await {
+            return self.write_failed(at, claimer, lease, e);
+        }
+        if !self.world().publish(&id) {
+            return self.release(at, claimer, lease, "publish refused").await;
+        }
+        match lease.complete(Vec::new()).await {
+            Ok(()) => self.recorded_settle(at, None),
+            Err(e) => self.write_failed(at, claimer, lease, e),
+        }
+    }
+
+    /// An exclusive route's run starts: no other message of the entity may be running under a
+    /// live lease, and none after it in source order may have started.
+    fn exclusive_start(&self, at: &At, served: &Served) {
+        let mut w = self.world();
+        let source = w.streams.message(at.lane, at.sequence).source;
+        let skew = Duration::from_millis(self.settings.skew_ms);
+        let space = if served.fenced { "s:" } else { "b:" };
+        let others: std::collections::BTreeSet<String> = w
+            .streams
+            .source
+            .iter()
+            .filter(|m| m.entity == at.entity && m.key != at.key)
+            .map(|m| m.key.clone())
+            .collect();
+        let now = w.now;
+        let mut found = Vec::new();
+        for other in others {
+            if let Some((r, _)) = w.record(&format!("{space}{other}")) {
+                if r.state == ClaimState::InProgress && !r.lease_lapsed(now, skew) {
+                    found.push(format!(
+                        "entity {}: {} starts while {other} runs under a live lease (h{})",
+                        at.entity, at.key, self.host
+                    ));
+                }
+            }
+        }
+        let latest = w.started.entry(at.entity.clone()).or_default();
+        if *latest > source {
+            found.push(format!(
+                "entity {}: message {source} ({}) runs after message {} (h{}): out of source order",
+                at.entity, at.key, *latest, self.host
+            ));
+        }
+        *latest = (*latest).max(source);
+        for what in found {
+            w.log(|| format!("VIOLATION {what}"));
+            w.violations.push(what);
+        }
+    }
+
+    async fn give_up(&self, at: &At, claimer: &Claimer<SimStore>, lease: &Lease<SimStore>) {
+        if let Err(e) = lease.confirm().await {
+            return self.write_failed(at, claimer, lease, e);
+        }
+        if !self.world().dead_letter(&at.key) {
+            return self
+                .release(at, claimer, lease, "dead letter refused")
+                .await;
+        }
+        match lease.give_up("out of attempts").await {
+            Ok(()) => self.recorded_settle(at, None),
+            Err(e) => self.write_failed(at, claimer, lease, e),
+        }
+    }
+
+    /// Not the handler's fault: hand the key back without counting an attempt, retry later.
+    async fn release(
+        &self,
+        at: &At,
+        claimer: &Claimer<SimStore>,
+        lease: &Lease<SimStore>,
+        reason: &str,
+    ) {
+        let delay = self.infra_delay(at.number);
+        match lease.release(reason, Duration::from_millis(delay)).await {
+            Ok(()) => self.recorded_settle(at, Some(delay)),
+            Err(e) => self.write_failed(at, claimer, lease, e),
+        }
+    }
+
+    fn write_failed(
+        &self,
+        at: &At,
+        claimer: &Claimer<SimStore>,
+        lease: &Lease<SimStore>,
+        e: LeaseLost,
+    ) {
+        match e {
+            LeaseLost::Reclaimed => self.lost(claimer, &at.key, lease),
+            LeaseLost::Unavailable(_) => {
+                self.unconfirmed(&at.key);
+                let delay = self.infra_delay(at.number).max(self.settings.lease_ms);
+                self.settle(at, Some(delay))
+            }
+        }
+    }
+
+    /// The lease was found taken over: touch nothing. It must really be another's.
+    fn lost(&self, claimer: &Claimer<SimStore>, key: &str, lease: &Lease<SimStore>) {
+        let mine = claimer.owner().to_string();
+        let space = if std::ptr::eq(claimer, &self.claimers[1]) {
+            "s:"
+        } else {
+            "b:"
+        };
+        let record = self.world().record(&format!("{space}{key}")).cloned();
+        if let Some((r, revision)) = record {
+            // A lease's first write is the claim itself (its revision is the token); every
+            // later one carries the token.
+            let token = r.fencing_token.unwrap_or(revision);
+            let ours = r.owner == mine
+                && r.state == ClaimState::InProgress
+                && token == lease.fencing_token();
+            if ours {
+                self.violation(format!(
+                    "h{} gave up its lease on {key} (token {}) while the key is still its own: healthy work abandoned",
+                    self.host,
+                    lease.fencing_token()
+                ));
+            }
+        }
+    }
+
+    /// Settles a delivery after recording its outcome through the lease. An ack must find the
+    /// outcome durable (the key completed or failed for good): an ack before that loses the
+    /// message. (Who owns the key by now does not matter: the write that recorded it went
+    /// through the lease, and a pause may fall between that write and this settle.)
+    fn recorded_settle(&self, at: &At, nak: Option<u64>) {
+        if nak.is_none() {
+            let state = {
+                let w = self.world();
+                ["b:", "s:"]
+                    .iter()
+                    .filter_map(|space| w.record(&format!("{space}{}", at.key)))
+                    .map(|(r, _)| (r.state, r.permanent))
+                    .find(|s| matches!(s, (ClaimState::Completed, _) | (ClaimState::Failed, true)))
+            };
+            if state.is_none() {
+                self.violation(format!(
+                    "h{} acked {:?} {}#{} while {} is not done: nothing says it is",
+                    self.host, at.lane, at.sequence, at.number, at.key
+                ));
+            }
+        }
+        self.settle(at, nak);
+    }
+
+    /// Claim after: `pipeline::after`. Run first, then write the key settled.
+    async fn deliver_after(&self, at: &At) {
+        let s = self.settings;
+        let claimer = &self.claimers[0];
+        let reset = match claimer.store().get(&at.key).await {
+            Err(_) => {
+                let delay = self.infra_delay(at.number);
+                return self.settle(at, Some(delay));
+            }
+            Ok(read) => match found(read.as_ref(), at.fresh_from) {
+                Found::Completed | Found::FailedForGood => return self.settle(at, None),
+                Found::Stale => return self.settle(at, Some(200)),
+                Found::Run { reset } => reset,
+            },
+        };
+        let attempt = u32::try_from(at.number).unwrap_or(u32::MAX);
+        let mut left = self.work_ms(&at.key, attempt);
+        while left > 0 {
+            let slice = left.min(s.heartbeat_ms);
+            sleep(&self.world, slice).await;
+            left -= slice;
+            self.world().progress(at.lane, at.sequence, at.number);
+        }
+        let size = match self.handler(&at.key) {
+            Handler::Fails(n) if attempt <= n && attempt < s.max_deliver => {
+                return self.settle(at, Some(s.backoff_ms));
+            }
+            Handler::Fails(n) if attempt <= n => None,
+            Handler::Fails(_) => Some(100),
+            Handler::Oversized => Some(OVERSIZED),
+        };
+        let max = self.world().max_payload;
+        let fits = size
+            .filter(|size| effects::over_max_payload(max, &at.key, [("out.r", *size)]).is_none());
+        let outcome = match fits {
+            Some(_) => {
+                if !self.world().publish(&format!("{}#0", at.key)) {
+                    let delay = self.infra_delay(at.number);
+                    return self.settle(at, Some(delay));
+                }
+                Ok(Vec::new())
+            }
+            None => {
+                if !self.world().dead_letter(&at.key) {
+                    let delay = self.infra_delay(at.number);
+                    return self.settle(at, Some(delay));
+                }
+                Err("out of attempts".to_string())
+            }
+        };
+        let record = claimer.settled("d", attempt, outcome);
+        match claimer.record_settled(&at.key, &record, reset).await {
+            Ok(_) => self.settle(at, None),
+            Err(_) => {
+                let delay = self.infra_delay(at.number);
+                self.settle(at, Some(delay))
+            }
+        }
+    }
+}
+
+/// Waits `ms` of virtual time.
+async fn sleep(world: &Shared, ms: u64) {
+    let until = world.lock().expect("one thread").now + ms;
+    std::future::poll_fn(|_| {
+        let now = world.lock().expect("one thread").now;
+        if now >= until {
+            std::task::Poll::Ready(())
+        } else {
+            std::task::Poll::Pending
+        }
+    })
+    .await
+}
