@@ -267,10 +267,15 @@ impl<S: ClaimStore> Shared<S> {
 
     /// The nak delay of a busy key: the wait its record asks for, computed from times another
     /// host wrote, so bounded by what this host's config allows (a lease plus the skew margin,
-    /// or the largest backoff): a skewed clock never parks a message for longer.
+    /// the largest backoff, or the longest outage backoff of a released key): a skewed clock
+    /// never parks a message for longer. A copy of a key released for an outage waits with
+    /// it: polling sooner would only spend the copy's deliveries (`server_max_deliver`), and
+    /// once those are spent the copy would be dead-lettered for nothing.
     fn busy_delay(&self, retry_in: Duration) -> Duration {
         let c = &self.config;
-        let most = (c.claims.lease + c.claims.clock_skew).max(c.max_backoff());
+        let most = (c.claims.lease + c.claims.clock_skew)
+            .max(c.max_backoff())
+            .max(INFRA_RETRY_MAX);
         retry_in.min(most)
     }
 

@@ -123,6 +123,11 @@ impl Hosts {
         handler(self.seed, key)
     }
 
+    /// Whether the route's effects are fenced.
+    pub fn fenced(&self) -> bool {
+        self.settings.mode.fenced
+    }
+
     /// Whether the route coalesces.
     pub fn coalesces(&self) -> bool {
         self.settings.mode.coalesce
@@ -301,7 +306,9 @@ impl Hosts {
                 if !record.replayable() {
                     continue;
                 }
+                virtual_clock::set(Some(w.now));
                 record.reset_for_replay(letter as u64 + 1);
+                virtual_clock::set(None);
                 match w.operator_update(&format!("{space}{key}"), &record, revision) {
                     Some(reset) => fresh_from = reset,
                     None => continue,

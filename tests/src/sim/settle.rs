@@ -45,6 +45,22 @@ struct At {
     fresh_from: u64,
 }
 
+/// A handler run of an exclusive route, listed in [`World::running`] until dropped.
+struct Running {
+    world: Shared,
+    entry: (String, String, String),
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Ok(mut w) = self.world.lock() {
+            if let Some(at) = w.running.iter().position(|e| *e == self.entry) {
+                w.running.remove(at);
+            }
+        }
+    }
+}
+
 /// What a key's handler does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Handler {
@@ -236,7 +252,9 @@ impl Ctx {
             && self.world().streams.newer_waiting(at.sequence)
         {
             return match lease.coalesce().await {
-                Ok(()) => self.recorded_settle(at, None),
+                // Not checked like other outcomes: any later delivery of the key (this
+                // message's own redelivery included) may reclaim a coalesced key at once.
+                Ok(()) => self.settle(at, None),
                 Err(e) => self.write_failed(at, claimer, lease, e),
             };
         }
@@ -244,9 +262,11 @@ impl Ctx {
         if attempt > s.max_deliver {
             return self.give_up(at, claimer, lease).await;
         }
-        if s.mode.exclusive {
-            self.exclusive_start(at, served);
-        }
+        // Registered while the handler runs (and dropped with this future if the host dies).
+        let _running = s
+            .mode
+            .exclusive
+            .then(|| self.exclusive_start(at, served, claimer.owner()));
         // The handler runs; the heartbeat renews the lease and sends progress acks.
         let mut left = self.work_ms(key, attempt);
         while left > 0 {
@@ -307,34 +327,40 @@ impl Ctx {
         }
     }
 
-    /// An exclusive route's run starts: no other message of the entity may be running under a
-    /// live lease, and none after it in source order may have started.
-    fn exclusive_start(&self, at: &At, served: &Served) {
+    /// An exclusive route's run starts: no handler of another message of the entity may be
+    /// running under a live lease, and none after it in source order may have started.
+    fn exclusive_start(&self, at: &At, served: &Served, owner: &str) -> Running {
         let mut w = self.world();
         let source = w.streams.message(at.lane, at.sequence).source;
         let skew = Duration::from_millis(self.settings.skew_ms);
         let space = if served.fenced { "s:" } else { "b:" };
-        let others: std::collections::BTreeSet<String> = w
-            .streams
-            .source
-            .iter()
-            .filter(|m| m.entity == at.entity && m.key != at.key)
-            .map(|m| m.key.clone())
-            .collect();
         let now = w.now;
         let mut found = Vec::new();
-        for other in others {
-            if let Some((r, _)) = w.record(&format!("{space}{other}")) {
-                if r.state == ClaimState::InProgress && !r.lease_lapsed(now, skew) {
-                    found.push(format!(
-                        "entity {}: {} starts while {other} runs under a live lease (h{})",
-                        at.entity, at.key, self.host
-                    ));
-                }
+        // A host paused between its claim and here starts a zombie: its lease lapsed, another
+        // host may have finished the message since, and nothing it does can take effect.
+        let zombie = !w
+            .record(&format!("{space}{}", at.key))
+            .is_some_and(|(r, _)| {
+                r.state == ClaimState::InProgress && r.owner == owner && !r.lease_lapsed(now, skew)
+            });
+        for (entity, key, runner) in w.running.iter().filter(|_| !zombie) {
+            if *entity != at.entity || *key == at.key {
+                continue;
+            }
+            let live = w.record(&format!("{space}{key}")).is_some_and(|(r, _)| {
+                r.state == ClaimState::InProgress
+                    && r.owner == *runner
+                    && !r.lease_lapsed(now, skew)
+            });
+            if live {
+                found.push(format!(
+                    "entity {}: {} starts on h{} while {runner} runs {key} under a live lease",
+                    at.entity, at.key, self.host
+                ));
             }
         }
         let latest = w.started.entry(at.entity.clone()).or_default();
-        if *latest > source {
+        if *latest > source && !zombie {
             found.push(format!(
                 "entity {}: message {source} ({}) runs after message {} (h{}): out of source order",
                 at.entity, at.key, *latest, self.host
@@ -344,6 +370,12 @@ impl Ctx {
         for what in found {
             w.log(|| format!("VIOLATION {what}"));
             w.violations.push(what);
+        }
+        let entry = (at.entity.clone(), at.key.clone(), owner.to_string());
+        w.running.push(entry.clone());
+        Running {
+            world: self.world.clone(),
+            entry,
         }
     }
 

@@ -115,6 +115,8 @@ pub struct World {
     pub dead_letter_outage: (u64, u64),
     /// The server's `max_payload`.
     pub max_payload: usize,
+    /// Handlers of exclusive routes running now: entity, key, owner.
+    pub running: Vec<(String, String, String)>,
     /// Per entity, the highest source sequence whose run started (exclusive routes).
     pub started: BTreeMap<String, u64>,
     /// Keys whose dead letters were replayed (their handler was fixed first).
@@ -156,6 +158,7 @@ impl World {
             dead_letter_outage: (0, 0),
             max_payload: 1 << 20,
             started: BTreeMap::new(),
+            running: Vec::new(),
             replayed: Default::default(),
             trace: None,
             violations: Vec::new(),

@@ -36,6 +36,9 @@ fn tight() -> InvokeOptions {
             max_outputs: 100,
             max_output_bytes: 1 << 20,
             max_log_lines: 50,
+            // The CPU deadline is what these cases test: a wall-clock limit far above it, so
+            // that a machine busy with other work never trips the wall clock first.
+            wall: Some(Duration::from_secs(120)),
             ..Limits::default()
         },
         ..InvokeOptions::default()
