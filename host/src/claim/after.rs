@@ -88,12 +88,7 @@ impl<S: ClaimStore> Claimer<S> {
                     ))),
                     Err(_) => Ok(false),
                 },
-                Err(e @ ClaimError::Unavailable(_)) => {
-                    match landed(self.store().as_ref(), key, record).await {
-                        Some(_) => Ok(true),
-                        None => Err(e),
-                    }
-                }
+                Err(e @ ClaimError::Unavailable(_)) => self.landed_or(key, record, e).await,
                 Err(e) => Err(e),
             };
         }
@@ -115,13 +110,22 @@ impl<S: ClaimStore> Claimer<S> {
                 self.store().get(key).await,
                 Ok(Some((current, _))) if current == *record
             )),
-            Err(e @ ClaimError::Unavailable(_)) => {
-                match landed(self.store().as_ref(), key, record).await {
-                    Some(_) => Ok(true),
-                    None => Err(e),
-                }
-            }
+            Err(e @ ClaimError::Unavailable(_)) => self.landed_or(key, record, e).await,
             Err(e) => Err(e),
+        }
+    }
+
+    /// A settled write whose answer was lost: made if the store holds exactly `record`
+    /// (rule 13), else the error `e`.
+    async fn landed_or(
+        &self,
+        key: &str,
+        record: &ClaimRecord,
+        e: ClaimError,
+    ) -> Result<bool, ClaimError> {
+        match landed(self.store().as_ref(), key, record).await {
+            Some(_) => Ok(true),
+            None => Err(e),
         }
     }
 
