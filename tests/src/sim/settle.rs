@@ -18,7 +18,7 @@ use dedup_host::stranded;
 use super::consumer::{Lane, Offer};
 use super::route::Served;
 use super::store::{Shared, SimStore};
-use super::world::{Rng, World};
+use super::world::{Output, Rng, World};
 use super::Settings;
 
 /// The size of an output the handler of an oversized key returns (over 1 MiB).
@@ -299,11 +299,15 @@ impl Ctx {
         if effects::over_max_payload(max, key, [("out.r", size)]).is_some() {
             return self.give_up(at, claimer, lease).await;
         }
-        let id = format!("{key}#0");
+        let output = Output {
+            id: format!("{key}#0"),
+            size,
+        };
         if served.fenced {
             let store = claimer.store().clone();
-            let commit =
-                |record, revision| async move { store.commit(key, &record, revision, id).await };
+            let commit = |record, revision| async move {
+                store.commit(key, &record, revision, output).await
+            };
             return match lease.complete_with(1, commit).await {
                 Ok(()) => self.recorded_settle(at, None),
                 // Not stored (or landing later, which the next claim sees): hand the key back
@@ -318,7 +322,7 @@ impl Ctx {
         if let Err(e) = lease.confirm().await {
             return self.write_failed(at, claimer, lease, e);
         }
-        if !self.world().publish(&id) {
+        if !self.world().publish(&output) {
             return self.release(at, claimer, lease, "publish refused").await;
         }
         match lease.complete(Vec::new()).await {
@@ -511,8 +515,12 @@ impl Ctx {
         let fits = size
             .filter(|size| effects::over_max_payload(max, &at.key, [("out.r", *size)]).is_none());
         let outcome = match fits {
-            Some(_) => {
-                if !self.world().publish(&format!("{}#0", at.key)) {
+            Some(size) => {
+                let output = Output {
+                    id: format!("{}#0", at.key),
+                    size,
+                };
+                if !self.world().publish(&output) {
                     let delay = self.infra_delay(at.number);
                     return self.settle(at, Some(delay));
                 }

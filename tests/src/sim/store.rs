@@ -9,7 +9,7 @@ use std::task::{Context, Poll};
 
 use dedup_host::claim::{ClaimError, ClaimRecord, ClaimStore};
 
-use super::world::{Answer, Op, World};
+use super::world::{Answer, Op, Output, World};
 
 /// The shared simulated server.
 pub type Shared = Arc<Mutex<World>>;
@@ -53,15 +53,15 @@ impl Drop for Pending {
 }
 
 impl SimStore {
-    /// A fenced commit: the claim record at `revision` and output `id` in one atomic batch.
+    /// A fenced commit: the claim record at `revision` and `output` in one atomic batch.
     pub async fn commit(
         &self,
         key: &str,
         record: &ClaimRecord,
         revision: u64,
-        id: String,
+        output: Output,
     ) -> Result<u64, ClaimError> {
-        let op = Op::Commit(self.key(key), record.clone(), revision, id);
+        let op = Op::Commit(self.key(key), record.clone(), revision, output);
         match self.send(op).await {
             Answer::Wrote(r) => r,
             Answer::Read(_) => unreachable!("a write gets a write's answer"),

@@ -48,8 +48,17 @@ pub enum Op {
     Create(String, ClaimRecord),
     /// Update a key at an expected revision.
     Update(String, ClaimRecord, u64),
-    /// A fenced commit: the update and the output (its id) stored in one atomic batch.
-    Commit(String, ClaimRecord, u64, String),
+    /// A fenced commit: the update and the output stored in one atomic batch.
+    Commit(String, ClaimRecord, u64, Output),
+}
+
+/// An output a run publishes: its message id and its size in bytes.
+#[derive(Debug, Clone)]
+pub struct Output {
+    /// The id its copies are counted under (`<key>#<index>`).
+    pub id: String,
+    /// Its size, which the server refuses above `max_payload`.
+    pub size: usize,
 }
 
 /// The answer a host gets for an [`Op`].
@@ -247,6 +256,10 @@ impl World {
             Op::Commit(..) if self.in_outage() => Answer::Wrote(Err(ClaimError::Unavailable(
                 "simulated: the fenced stream is gone".into(),
             ))),
+            // The server refuses a message above its max payload, and the batch with it.
+            Op::Commit(_, _, _, out) if out.size > self.max_payload => Answer::Wrote(Err(
+                ClaimError::Unavailable("simulated: maximum payload exceeded".into()),
+            )),
             Op::Create(..) | Op::Update(..) | Op::Commit(..) => {
                 let roll = if faulty { self.rng.bits() % 1000 } else { 1000 };
                 if roll < f.lost {
@@ -288,7 +301,7 @@ impl World {
             .entry(key.clone())
             .or_default()
             .push((record.clone(), revision));
-        if let Op::Commit(_, _, _, id) = op {
+        if let Op::Commit(_, _, _, Output { id, .. }) = op {
             // A fenced output carries no message id: the fence, not a window, keeps it single.
             let now = self.now;
             self.outputs.entry(id.clone()).or_default().push(now);
@@ -360,9 +373,14 @@ impl World {
         (self.outage.0..self.outage.1).contains(&self.now)
     }
 
-    /// Stores an output under `id` unless a copy is inside the window; `false` when the
-    /// publish is refused (a fault).
-    pub fn publish(&mut self, id: &str) -> bool {
+    /// Stores `out` unless a copy is inside the window; `false` when the publish is refused
+    /// (a fault, an outage, or an output above the server's max payload).
+    pub fn publish(&mut self, out: &Output) -> bool {
+        let id = &out.id;
+        if out.size > self.max_payload {
+            self.log(|| format!("publish {id} refused: maximum payload exceeded"));
+            return false;
+        }
         if self.in_outage() {
             self.log(|| format!("publish {id} refused: the output stream is gone"));
             return false;
@@ -392,7 +410,7 @@ fn describe(op: &Op) -> String {
         Op::Get(key) => format!("get {key}"),
         Op::Create(key, r) => format!("create {key} {:?} by {}", r.state, r.owner),
         Op::Update(key, r, rev) => format!("update {key}@{rev} {:?} by {}", r.state, r.owner),
-        Op::Commit(key, r, rev, id) => {
+        Op::Commit(key, r, rev, Output { id, .. }) => {
             format!("commit {key}@{rev} {:?} with {id} by {}", r.state, r.owner)
         }
     }
