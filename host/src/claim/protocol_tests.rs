@@ -271,3 +271,86 @@ async fn a_coalesced_key_runs_again_for_a_later_message() {
         ClaimOutcome::Completed
     ));
 }
+
+/// A store whose next `lag` reads of any key return `snapshot` (a lagging replica's view).
+struct Lagging {
+    inner: MemoryClaimStore,
+    snapshot: std::sync::Mutex<Option<(ClaimRecord, u64)>>,
+    lag: std::sync::atomic::AtomicU32,
+}
+
+impl ClaimStore for Lagging {
+    async fn get(&self, key: &str) -> Result<Option<(ClaimRecord, u64)>, ClaimError> {
+        use std::sync::atomic::Ordering::SeqCst;
+        let lag = self.lag.load(SeqCst);
+        if lag > 0 {
+            self.lag.store(lag - 1, SeqCst);
+            return Ok(self.snapshot.lock().unwrap().clone());
+        }
+        self.inner.get(key).await
+    }
+    async fn create(&self, key: &str, record: &ClaimRecord) -> Result<u64, ClaimError> {
+        self.inner.create(key, record).await
+    }
+    async fn update(
+        &self,
+        key: &str,
+        record: &ClaimRecord,
+        revision: u64,
+    ) -> Result<u64, ClaimError> {
+        self.inner.update(key, record, revision).await
+    }
+}
+
+/// A dead-lettered key reset for a replay, then read from a replica that still has the dead
+/// letter's record: the claim reads again (a replay carries the reset's revision as
+/// `fresh_from`), then answers Busy rather than dropping the replay as dead-lettered.
+#[tokio::test]
+async fn a_replay_read_from_a_lagging_replica_is_read_again_then_busy() {
+    use crate::claim::after::{found, Found};
+    use std::sync::atomic::Ordering::SeqCst;
+    let store = Arc::new(Lagging {
+        inner: MemoryClaimStore::new(),
+        snapshot: Default::default(),
+        lag: 0.into(),
+    });
+    let a = Claimer::new(store.clone(), "a", Duration::from_secs(10), Duration::ZERO);
+    let ClaimOutcome::Acquired(lease) = a.claim("k", "d").await.unwrap() else {
+        panic!()
+    };
+    lease.give_up("out of attempts").await.unwrap();
+    let dead = store.inner.get("k").await.unwrap().unwrap();
+    let mut reset = dead.0.clone();
+    reset.reset_for_replay(7);
+    let fresh_from = store.inner.update("k", &reset, dead.1).await.unwrap();
+    *store.snapshot.lock().unwrap() = Some(dead.clone());
+
+    // Claim-after routes decide on one read.
+    assert_eq!(found(Some(&dead), fresh_from), Found::Stale);
+    assert_eq!(found(Some(&dead), 0), Found::FailedForGood);
+    let read = store.inner.get("k").await.unwrap().unwrap();
+    let reset = Some(fresh_from);
+    assert_eq!(found(Some(&read), fresh_from), Found::Run { reset });
+
+    // Without the reset's revision, the lagging read ends the replay.
+    store.lag.store(1, SeqCst);
+    assert!(matches!(
+        a.claim("k", "d").await.unwrap(),
+        ClaimOutcome::DeadLettered
+    ));
+    // With it, reads that lag are read again...
+    store
+        .lag
+        .store(crate::claim::record::STALE_READS - 1, SeqCst);
+    let ClaimOutcome::Acquired(lease) = a.claim_fresh("k", "d", fresh_from).await.unwrap() else {
+        panic!("the replay runs once a read shows the reset")
+    };
+    assert_eq!(lease.attempt(), 1);
+    lease.release("test", Duration::ZERO).await.unwrap();
+    // ...and a replica that keeps lagging gets the message redelivered, not dropped.
+    store.lag.store(crate::claim::record::STALE_READS, SeqCst);
+    assert!(matches!(
+        a.claim_fresh("k", "d", fresh_from).await.unwrap(),
+        ClaimOutcome::Busy { .. }
+    ));
+}

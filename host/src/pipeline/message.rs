@@ -265,18 +265,14 @@ impl<S: ClaimStore> Shared<S> {
         }
     }
 
-    /// The nak delay of a busy key: the wait its record asks for, computed from times another
-    /// host wrote, so bounded by what this host's config allows (a lease plus the skew margin,
-    /// the largest backoff, or the longest outage backoff of a released key): a skewed clock
-    /// never parks a message for longer. A copy of a key released for an outage waits with
-    /// it: polling sooner would only spend the copy's deliveries (`server_max_deliver`), and
-    /// once those are spent the copy would be dead-lettered for nothing.
+    /// The nak delay of a busy key ([`busy_delay`] with this host's config).
     fn busy_delay(&self, retry_in: Duration) -> Duration {
         let c = &self.config;
-        let most = (c.claims.lease + c.claims.clock_skew)
-            .max(c.max_backoff())
-            .max(INFRA_RETRY_MAX);
-        retry_in.min(most)
+        busy_delay(
+            retry_in,
+            c.claims.lease + c.claims.clock_skew,
+            c.max_backoff(),
+        )
     }
 
     /// Runs a claimed message and settles it according to the outcome. The heartbeat runs
@@ -514,6 +510,17 @@ fn headers_of(message: &async_nats::Message) -> Vec<Header> {
     out
 }
 
+/// The nak delay of a busy key: the wait its record asks for (`retry_in`), computed from
+/// times another host wrote, so bounded by what this host's config allows (a lease plus the
+/// skew margin, the largest backoff, or the longest outage backoff of a released key): a
+/// skewed clock never parks a message for longer. A copy of a key released for an outage
+/// waits with it: polling sooner would only spend the copy's deliveries
+/// (`server_max_deliver`), and once those are spent the copy would be dead-lettered for
+/// nothing.
+pub fn busy_delay(retry_in: Duration, lease_and_skew: Duration, max_backoff: Duration) -> Duration {
+    retry_in.min(lease_and_skew.max(max_backoff).max(INFRA_RETRY_MAX))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -532,5 +539,22 @@ mod tests {
         // The server's default bound of 100 deliveries lasts hours, not 100 seconds.
         let total: Duration = (1..=100).map(infra_retry).sum();
         assert!(total > Duration::from_secs(3 * 3600), "{total:?}");
+    }
+
+    #[test]
+    fn a_busy_key_waits_as_long_as_its_record_asks_up_to_the_outage_backoff() {
+        let (lease, backoff) = (Duration::from_secs(32), Duration::from_secs(60));
+        let wait = |ask| busy_delay(ask, lease, backoff);
+        assert_eq!(wait(Duration::from_millis(250)), Duration::from_millis(250));
+        // A key released for an outage asks for up to the outage backoff: its copies wait
+        // that long instead of spending their deliveries every few seconds.
+        assert_eq!(wait(INFRA_RETRY_MAX), INFRA_RETRY_MAX);
+        assert_eq!(wait(infra_retry_ceiling(40)), infra_retry_ceiling(40));
+        // A record written by a host whose clock is hours ahead does not park the copy.
+        assert_eq!(wait(Duration::from_secs(7200)), INFRA_RETRY_MAX);
+        // A host whose own lease or backoff is longer waits that long at most.
+        let long = Duration::from_secs(900);
+        assert_eq!(busy_delay(Duration::from_secs(7200), long, backoff), long);
+        assert_eq!(busy_delay(Duration::from_secs(7200), lease, long), long);
     }
 }

@@ -21,7 +21,7 @@ mod queue;
 mod settle;
 mod undeliverable;
 
-pub use message::infra_retry_ceiling;
+pub use message::{busy_delay, infra_retry_ceiling};
 
 use std::sync::Arc;
 

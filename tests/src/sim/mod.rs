@@ -50,9 +50,6 @@ pub struct Settings {
     pub server_max_deliver: u64,
     /// Delay before a failed attempt's retry.
     pub backoff_ms: u64,
-    /// The longest a Busy answer delays a message (another host's clock decides it): the
-    /// host's `busy_delay` bound, the outage backoff's ceiling with these settings.
-    pub busy_max_ms: u64,
     /// The output stream's duplicate window: the README's bound for these settings (it
     /// outlasts every gap between two runs of a key that publish) is far below 120 s.
     pub window_ms: u64,
@@ -69,7 +66,6 @@ impl Default for Settings {
             max_deliver: 3,
             server_max_deliver: 100,
             backoff_ms: 300,
-            busy_max_ms: 300_000,
             window_ms: 120_000,
         }
     }

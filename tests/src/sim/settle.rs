@@ -12,7 +12,7 @@ use std::time::Duration;
 use dedup_host::claim::after::{found, Found};
 use dedup_host::claim::record::RESET_DELIVERIES;
 use dedup_host::claim::{ClaimOutcome, ClaimState, ClaimStore, Claimer, Lease, LeaseLost};
-use dedup_host::pipeline::{effects, infra_retry_ceiling};
+use dedup_host::pipeline::{busy_delay, effects, infra_retry_ceiling};
 use dedup_host::stranded;
 
 use super::consumer::{Lane, Offer};
@@ -231,7 +231,9 @@ impl Ctx {
             }
             Ok(ClaimOutcome::Completed | ClaimOutcome::DeadLettered) => self.settle(at, None),
             Ok(ClaimOutcome::Busy { retry_in }) => {
-                let delay = (retry_in.as_millis() as u64).min(s.busy_max_ms);
+                let lease = Duration::from_millis(s.lease_ms + s.skew_ms);
+                let backoff = Duration::from_millis(s.backoff_ms);
+                let delay = busy_delay(retry_in, lease, backoff).as_millis() as u64;
                 self.settle(at, Some(delay));
             }
             Ok(ClaimOutcome::Acquired(lease)) => self.run(at, claimer, &lease, served).await,
