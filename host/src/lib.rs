@@ -52,6 +52,7 @@ pub mod size;
 pub mod stranded;
 
 pub mod subject;
+pub mod telemetry;
 pub mod text;
 pub mod times;
 pub mod wit;

@@ -157,6 +157,7 @@ pub struct Metrics {
     bound: Family<RouteLabel, Gauge>,
     serving: Family<ServingLabels, Gauge>,
     stranded: Gauge,
+    spans_dropped: Counter,
     routes: Mutex<HashMap<String, Arc<RouteMetrics>>>,
 }
 
@@ -194,6 +195,7 @@ impl Metrics {
             bound: Family::default(),
             serving: Family::default(),
             stranded: Gauge::default(),
+            spans_dropped: Counter::default(),
             routes: Mutex::default(),
             registry: Registry::default(),
         };
@@ -216,8 +218,14 @@ impl Metrics {
             "consumer_bound", "1 while the route's consumer is bound, 0 while it is being re-created", m.bound;
             "serving_info", "The component version a route serves (value 1)", m.serving;
             "stranded_messages", "Messages past their last delivery whose dead letter is not stored yet", m.stranded;
+            "spans_dropped", "Trace spans dropped: the export queue was full or an export failed", m.spans_dropped;
         }
         Self { registry, ..m }
+    }
+
+    /// The count of trace spans dropped ([`crate::telemetry`]).
+    pub fn spans_dropped(&self) -> Counter {
+        self.spans_dropped.clone()
     }
 
     /// The handles of one route's series, created on first use.
@@ -350,6 +358,11 @@ impl RouteMetrics {
     /// anyone who runs with `RUST_LOG=dedup_host=info`.
     pub fn outcome(&self, outcome: MessageOutcome) {
         tracing::info!(outcome = outcome.label(), "message settled");
+        let error = matches!(
+            outcome,
+            MessageOutcome::DeadLettered | MessageOutcome::LostClaim | MessageOutcome::Error
+        );
+        crate::telemetry::record_outcome(outcome.label(), error);
         self.outcomes[outcome as usize].inc();
         if outcome == MessageOutcome::Duplicate {
             self.hit(DedupLayer::Claim, 1);

@@ -41,6 +41,8 @@ impl Guest {
                 logs: Vec::new(),
                 elapsed: Default::default(),
                 instantiate: Default::default(),
+                fuel: None,
+                memory_bytes: 0,
             },
         }
     }

@@ -8,6 +8,7 @@ mod effects;
 mod modes;
 mod names;
 mod route;
+pub mod telemetry;
 mod validate;
 
 pub use derived::RERUN_GAP_TERMS;
@@ -91,6 +92,9 @@ pub struct Config {
     /// Subject filters and the handler for each.
     #[serde(default)]
     pub routes: Vec<RouteConfig>,
+    /// Where OpenTelemetry spans go (off by default).
+    #[serde(default)]
+    pub telemetry: telemetry::TelemetryConfig,
     /// Directory that relative paths (components, creds, certificates) are resolved against;
     /// set by [`Config::load`] to the config file's directory.
     #[serde(skip)]

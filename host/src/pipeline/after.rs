@@ -142,17 +142,18 @@ impl<S: ClaimStore> Shared<S> {
             return self.give_up_after(a, attempt, &reason).await;
         }
         let trace = trace_context(a.d);
-        let published = match effects::publish_outputs(&self.js, a.claim_key, outputs, trace).await
-        {
-            Ok(published) => published,
-            Err(e) => {
-                tracing::warn!("{e:#}, will retry");
-                metrics.outcome(MessageOutcome::Error);
-                return self
-                    .settle(a.d, AckKind::Nak(Some(infra_retry(a.d.delivered))))
-                    .await;
-            }
-        };
+        let published =
+            match effects::publish_outputs(&self.js, a.claim_key, outputs, &a.d.trace, trace).await
+            {
+                Ok(published) => published,
+                Err(e) => {
+                    tracing::warn!("{e:#}, will retry");
+                    metrics.outcome(MessageOutcome::Error);
+                    return self
+                        .settle(a.d, AckKind::Nak(Some(infra_retry(a.d.delivered))))
+                        .await;
+                }
+            };
         let duplicates = published.iter().filter(|o| o.duplicate).count() as u64;
         metrics.outputs(outputs.len() as u64);
         metrics.hit(DedupLayer::Output, duplicates);

@@ -1,10 +1,13 @@
 //! What leaves the host: handler outputs and dead letters, each with a deterministic
 //! `Nats-Msg-Id` so a repeat is deduplicated by the receiving stream.
 
+use crate::telemetry::{Child, Trace};
 use async_nats::jetstream::context::{PublishError, PublishErrorKind};
 use async_nats::jetstream::Context;
 use async_nats::HeaderMap;
 use futures::future::try_join_all;
+use opentelemetry::trace::SpanKind;
+use opentelemetry::KeyValue;
 use thiserror::Error;
 
 use crate::bindings::Output;
@@ -83,21 +86,26 @@ pub fn over_max_payload<'a>(
 }
 
 /// Publishes outputs in order, pipelined, and waits for every stream ack. Returns where each
-/// was stored (a duplicate's sequence is the copy stored first). `trace` (the event's
-/// `traceparent` and `tracestate`) is added to outputs that do not set their own.
+/// was stored (a duplicate's sequence is the copy stored first). Each output that does not
+/// set its own trace context carries its `send <subject>` span's (a child of `delivery`),
+/// or, with traces off, `inherited` (the event's `traceparent` and `tracestate`).
 pub async fn publish_outputs(
     js: &Context,
     claim_key: &str,
     outputs: &[Output],
-    trace: Vec<(&str, &str)>,
+    delivery: &Trace,
+    inherited: Vec<(&str, &str)>,
 ) -> anyhow::Result<Vec<OutputRef>> {
     let mut acks = Vec::with_capacity(outputs.len());
     for (i, o) in outputs.iter().enumerate() {
         // Outputs were checked at the sandbox boundary (`runtime::outputs`).
         let mut h = header_map(&o.headers);
-        for (name, value) in &trace {
-            if h.get(*name).is_none() {
-                h.insert(*name, *value);
+        let send = send_span(delivery, &o.subject, i);
+        let own = send.headers();
+        let trace = own.iter().flatten().map(|(n, v)| (*n, v.as_str()));
+        for (name, value) in trace.chain(inherited.iter().copied()) {
+            if h.get(name).is_none() {
+                h.insert(name, value);
             }
         }
         h.insert("Nats-Msg-Id", output_id(claim_key, i).as_str());
@@ -107,6 +115,7 @@ pub async fn publish_outputs(
             .map_err(|e| anyhow::anyhow!("publishing output {i} on `{}`: {e}", o.subject))?;
         let subject = o.subject.as_str();
         acks.push(async move {
+            let _send = send; // ends with the stream's ack
             match ack.await {
                 Ok(a) => Ok(OutputRef {
                     stream: a.stream,
@@ -122,6 +131,23 @@ pub async fn publish_outputs(
         });
     }
     try_join_all(acks).await
+}
+
+/// The PRODUCER span of output `index`'s publish on `subject`.
+pub fn send_span(delivery: &Trace, subject: &str, index: usize) -> Child {
+    delivery.child(
+        || format!("send {subject}").into(),
+        SpanKind::Producer,
+        || {
+            vec![
+                KeyValue::new("messaging.system", crate::telemetry::MESSAGING_SYSTEM),
+                KeyValue::new("messaging.operation.name", "send"),
+                KeyValue::new("messaging.operation.type", "send"),
+                KeyValue::new("messaging.destination.name", subject.to_string()),
+                KeyValue::new("dedup.output.index", index as i64),
+            ]
+        },
+    )
 }
 
 /// Where a forever stream holds the message of `subject`, as a duplicate output.

@@ -21,6 +21,9 @@ use crate::metrics::MessageOutcome;
 use crate::routes::{Guest, Route};
 use crate::runtime::{Invocation, Outcome, TrapKind};
 use crate::stranded::{self, Marker};
+use crate::telemetry::Trace;
+use opentelemetry::trace::SpanKind;
+use opentelemetry::KeyValue;
 use tracing::Instrument as _;
 
 /// The W3C trace-context header: carried from an event to its outputs and dead letters.
@@ -78,6 +81,8 @@ pub(super) struct Delivery {
     /// Whether this delivery ended the message's life (acked or termed here, not naked or
     /// left to another route's consumer): only those count in the end-to-end latency.
     pub(super) ended: std::sync::atomic::AtomicBool,
+    /// Its spans (inert when traces are off).
+    pub(super) trace: Trace,
 }
 
 impl<S: ClaimStore> Shared<S> {
@@ -112,6 +117,22 @@ impl<S: ClaimStore> Shared<S> {
             message.headers = Some(headers);
             d.sequence = source_sequence;
         }
+        if let (Some(tracer), Some(route)) = (&self.tracer, &route) {
+            let group = crate::setup::route_consumer_name(&self.config, &route.name);
+            let m = &d.message;
+            d.trace = tracer.process(&m.subject, &group, m.headers.as_ref(), || {
+                let mut attributes = vec![
+                    KeyValue::new("messaging.nats.stream.sequence", d.sequence as i64),
+                    KeyValue::new("messaging.nats.message.delivered", d.delivered as i64),
+                    KeyValue::new("dedup.route", route.name.clone()),
+                ];
+                let id = m.headers.as_ref().and_then(|h| h.get("Nats-Msg-Id"));
+                if let Some(id) = id {
+                    attributes.push(KeyValue::new("messaging.message.id", id.to_string()));
+                }
+                attributes
+            });
+        }
         // Every line of this message's life carries its fields: these until it is claimed,
         // then all of them (see `run`). WARN, so that the span is enabled whenever the
         // warnings inside it are; fields are set at creation, never recorded later (a JSON
@@ -142,7 +163,13 @@ impl<S: ClaimStore> Shared<S> {
         if let Some(marker) = &marker {
             stranded::mark(&self.markers, marker).await;
         }
-        self.route_and_run(&d, route).instrument(span).await;
+        let work = self.route_and_run(&d, route).instrument(span);
+        match d.trace.context() {
+            // Outcomes are recorded on the delivery's span wherever they are counted.
+            Some(cx) => opentelemetry::context::FutureExt::with_context(work, cx).await,
+            None => work.await,
+        }
+        d.trace.end();
         let ended = d.ended.load(Ordering::Relaxed);
         if let (Some(marker), true) = (&marker, ended) {
             stranded::forget(&self.markers, &marker.key()).await;
@@ -211,12 +238,32 @@ impl<S: ClaimStore> Shared<S> {
             return self.run_after(d, &route, guest, keys).await;
         }
         let started = std::time::Instant::now();
+        let span = d
+            .trace
+            .child(|| "claim".into(), SpanKind::Internal, Vec::new);
         let claimed = (self.claimer)
             .claim_fresh(&claim_key, guest.digest(), d.fresh_from())
             .await;
         route.metrics.claim_write(started.elapsed());
+        span.set(|| vec![KeyValue::new("dedup.claim", claim_answer(&claimed))]);
+        if let Err(e) = &claimed {
+            span.error("claim_error", || e.to_string());
+        }
+        drop(span);
+        d.trace.set(|| {
+            vec![
+                KeyValue::new("dedup.key", key.clone()),
+                KeyValue::new("dedup.digest", guest.digest().to_string()),
+            ]
+        });
         match claimed {
             Ok(ClaimOutcome::Acquired(lease)) => {
+                d.trace.set(|| {
+                    vec![
+                        KeyValue::new("dedup.attempt", i64::from(lease.attempt())),
+                        KeyValue::new("dedup.fencing_token", lease.fencing_token() as i64),
+                    ]
+                });
                 let span = tracing::warn_span!(
                     "message",
                     route = route.name,
@@ -307,7 +354,18 @@ impl<S: ClaimStore> Shared<S> {
     /// Runs the guest on a claimed message and records its outcome; `published` turns true
     /// once outputs may have left the host.
     async fn run_claimed(&self, c: &Claimed<'_, S>, event: Event, published: &AtomicBool) {
-        let invocation = match self.call_guest(c.route, c.guest.clone(), event).await {
+        let span =
+            c.d.trace
+                .child(|| "handle".into(), SpanKind::Internal, Vec::new);
+        let called = self.call_guest(c.route, c.guest.clone(), event).await;
+        if let Ok(invocation) = &called {
+            span.set(|| guest_attributes(invocation));
+            if let Outcome::Trap(trap) = &invocation.outcome {
+                span.error(trap.kind.as_str(), || trap.message.clone());
+            }
+        }
+        drop(span);
+        let invocation = match called {
             Ok(invocation) => invocation,
             Err(e) => {
                 // Cancelled by shutdown, most likely: not the guest's outcome (rule 14).
@@ -434,6 +492,7 @@ impl Delivery {
             queued: None,
             delivered,
             ended: Default::default(),
+            trace: Trace::default(),
         }
     }
 
@@ -477,6 +536,33 @@ pub(super) fn event(d: &Delivery, route: &Route, key: &str, attempt: u32, token:
         stream_sequence: d.sequence,
         route: route.name.clone(),
     }
+}
+
+/// What the answer to a claim was, for its span.
+fn claim_answer<S: ClaimStore>(claimed: &Result<ClaimOutcome<S>, ClaimError>) -> &'static str {
+    match claimed {
+        Ok(ClaimOutcome::Acquired(_)) => "acquired",
+        Ok(ClaimOutcome::Completed) => "completed",
+        Ok(ClaimOutcome::DeadLettered) => "dead_lettered",
+        Ok(ClaimOutcome::Busy { .. }) => "busy",
+        Err(_) => "error",
+    }
+}
+
+/// A guest call's span attributes: how it ended, its time, fuel and memory.
+fn guest_attributes(invocation: &Invocation) -> Vec<KeyValue> {
+    let mut attributes = vec![
+        KeyValue::new("dedup.guest.outcome", invocation.outcome.kind()),
+        KeyValue::new(
+            "dedup.guest.elapsed_us",
+            invocation.elapsed.as_micros() as i64,
+        ),
+        KeyValue::new("dedup.guest.memory_bytes", invocation.memory_bytes as i64),
+    ];
+    if let Some(fuel) = invocation.fuel {
+        attributes.push(KeyValue::new("dedup.guest.fuel", fuel as i64));
+    }
+    attributes
 }
 
 /// Logs and counts what an invocation took and how it ended.

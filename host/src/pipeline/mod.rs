@@ -48,6 +48,8 @@ pub(crate) struct Shared<S: ClaimStore> {
     /// The series of messages no route takes, resolved once (the consumer of unrouted
     /// subjects sees every routed message too).
     unrouted: Arc<RouteMetrics>,
+    /// Starts each delivery's spans, when traces are on ([`crate::telemetry`]).
+    tracer: Option<Arc<crate::telemetry::Tracer>>,
 }
 
 impl<S: ClaimStore> Shared<S> {
@@ -59,6 +61,7 @@ impl<S: ClaimStore> Shared<S> {
         claimer: Claimer<S>,
         markers: async_nats::jetstream::kv::Store,
         guest_runtime: tokio::runtime::Handle,
+        tracer: Option<Arc<crate::telemetry::Tracer>>,
     ) -> Self {
         let unrouted = routes.metrics().route("");
         Self {
@@ -70,6 +73,7 @@ impl<S: ClaimStore> Shared<S> {
             markers,
             guest_runtime,
             unrouted,
+            tracer,
         }
     }
 

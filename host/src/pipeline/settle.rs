@@ -4,6 +4,8 @@
 //! Only guest outcomes count attempts (rule 14). A stale owner, whose claim was taken over,
 //! touches nothing: no outputs, no record, no ack or nak (rule 5).
 
+use opentelemetry::trace::SpanKind;
+use opentelemetry::KeyValue;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -40,7 +42,8 @@ impl<S: ClaimStore> Shared<S> {
         // Raced against losing the lease by the heartbeat around this work (rule 16).
         published.store(!outputs.is_empty(), Ordering::Relaxed);
         let trace = trace_context(c.d);
-        let published = effects::publish_outputs(&self.js, c.lease.key(), outputs, trace).await;
+        let published =
+            effects::publish_outputs(&self.js, c.lease.key(), outputs, &c.d.trace, trace).await;
         let published = match published {
             Ok(published) => published,
             Err(e) => {
@@ -52,9 +55,15 @@ impl<S: ClaimStore> Shared<S> {
         let duplicates = published.iter().filter(|o| o.duplicate).count();
         c.route.metrics.hit(DedupLayer::Output, duplicates as u64);
         let started = std::time::Instant::now();
+        let span =
+            c.d.trace
+                .child(|| "record".into(), SpanKind::Internal, Vec::new);
         if let Err(e) = c.lease.complete(published).await {
+            span.error("record_error", || e.to_string());
+            drop(span);
             return self.write_failed(c, e, !outputs.is_empty()).await;
         }
+        drop(span);
         c.route.metrics.claim_write(started.elapsed());
         c.route.metrics.outcome(MessageOutcome::Processed);
         // Completed is recorded: a redelivery finds it and acks.
@@ -66,9 +75,16 @@ impl<S: ClaimStore> Shared<S> {
     /// write first, no race against the heartbeat: the fence decides), then ack with
     /// confirmation. Refused or not, nothing partial is ever stored.
     async fn commit_fenced(&self, c: &Claimed<'_, S>, outputs: &[Output]) {
-        let trace = trace_context(c.d);
         let (js, subject) = (&self.js, c.lease.key());
         let stream = c.route.fenced.as_deref().unwrap_or_default();
+        // One batch, one span: every output carries its context.
+        let send = effects::send_span(&c.d.trace, stream, 0);
+        send.set(|| vec![KeyValue::new("dedup.outputs", outputs.len() as i64)]);
+        let own = send.headers();
+        let trace: Vec<(&str, &str)> = match &own {
+            Some(own) => own.iter().map(|(n, v)| (*n, v.as_str())).collect(),
+            None => trace_context(c.d),
+        };
         let claim_key = crate::fenced::claim_key_of(stream, subject).unwrap_or(subject);
         let started = std::time::Instant::now();
         let committed = c
@@ -269,6 +285,7 @@ impl<S: ClaimStore> Shared<S> {
     /// message. A failure is logged: the record is written, so a redelivery finds it and acks.
     pub(super) async fn ack_confirmed(&self, d: &Delivery) {
         d.end();
+        let _span = settle_span(d, "ack");
         let Some(reply) = d.reply.clone() else {
             return tracing::warn!("ack not confirmed: the delivery has no ack subject");
         };
@@ -283,9 +300,28 @@ impl<S: ClaimStore> Shared<S> {
         if matches!(kind, AckKind::Ack | AckKind::Term) {
             d.end();
         }
+        let _span = settle_span(d, ack_name(&kind));
         if let Err(e) = d.acker.ack_with(kind).await {
             tracing::warn!(sequence = d.sequence, "ack ({kind:?}) failed: {e}");
         }
+    }
+}
+
+/// The CLIENT span of a delivery's ack, nak or term.
+fn settle_span(d: &Delivery, ack: &'static str) -> crate::telemetry::Child {
+    let attributes = || vec![KeyValue::new("dedup.ack", ack)];
+    d.trace
+        .child(|| "settle".into(), SpanKind::Client, attributes)
+}
+
+/// The name of an ack kind, for spans.
+fn ack_name(kind: &AckKind) -> &'static str {
+    match kind {
+        AckKind::Ack => "ack",
+        AckKind::Nak(_) => "nak",
+        AckKind::Progress => "progress",
+        AckKind::Next => "next",
+        AckKind::Term => "term",
     }
 }
 

@@ -41,6 +41,8 @@ impl Handler {
                     logs: Vec::new(),
                     elapsed: started.elapsed(),
                     instantiate: started.elapsed(),
+                    fuel: None,
+                    memory_bytes: 0,
                 };
             }
         };
@@ -93,11 +95,20 @@ impl Handler {
             Err(trap) => Outcome::Trap(trap),
         };
         let logs = std::mem::take(&mut store.data_mut().logs);
+        let fuel = match self.inner.metered {
+            true => store
+                .get_fuel()
+                .ok()
+                .map(|left| options.limits.fuel.unwrap_or(u64::MAX).saturating_sub(left)),
+            false => None,
+        };
         Invocation {
             outcome,
             logs,
             elapsed: started.elapsed(),
             instantiate,
+            fuel,
+            memory_bytes: store.data().memory_peak,
         }
     }
 }

@@ -134,6 +134,10 @@ pub struct Invocation {
     pub elapsed: Duration,
     /// The part of `elapsed` spent setting up the store and instantiating.
     pub instantiate: Duration,
+    /// Fuel the guest consumed, when fuel is metered.
+    pub fuel: Option<u64>,
+    /// The largest linear memory the guest grew to, in bytes.
+    pub memory_bytes: u64,
 }
 
 /// The lowercase name of a log level.

@@ -111,6 +111,8 @@ pub struct GuestState {
     pub(crate) context: LogContext,
     /// The limit the guest broke, set by whichever hook noticed it; it classifies the trap.
     pub(crate) breach: Option<(TrapKind, String)>,
+    /// The largest linear memory the guest asked for, in bytes.
+    pub(crate) memory_peak: u64,
 }
 
 impl GuestState {
@@ -152,6 +154,7 @@ impl GuestState {
             log_bytes: 0,
             context,
             breach: None,
+            memory_peak: 0,
         })
     }
 
@@ -210,6 +213,7 @@ impl ResourceLimiter for GuestState {
         desired: usize,
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
+        self.memory_peak = self.memory_peak.max(desired as u64);
         if desired as u64 > self.limits.memory_bytes {
             let limit = self.limits.memory_bytes;
             return Err(self.breach(

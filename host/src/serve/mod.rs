@@ -232,6 +232,11 @@ pub async fn start_with_routes(
             stopped.clone(),
         ));
     }
+    let telemetry = crate::telemetry::Telemetry::start(
+        &config.telemetry,
+        &instance_id,
+        metrics.spans_dropped(),
+    )?;
     let shared = Arc::new(Shared::new(
         js.clone(),
         config.clone(),
@@ -239,6 +244,7 @@ pub async fn start_with_routes(
         claimer,
         setup.claims,
         guest_threads.handle(),
+        telemetry.as_ref().map(|t| t.tracer()),
     ));
     let contracts = crate::setup::patiently(|| crate::contract::open(&js, &config)).await?;
     let live = Arc::new(live::Live::new(
@@ -263,7 +269,11 @@ pub async fn start_with_routes(
         tokio::spawn(async move {
             let _ = stopped.wait_for(|s| *s).await;
             live.stop_all().await;
-            finish(loops, loaders, endpoints_stop, tasks, guest_threads).await
+            let finished = finish(loops, loaders, endpoints_stop, tasks, guest_threads).await;
+            if let Some(telemetry) = telemetry {
+                telemetry.shutdown().await;
+            }
+            finished
         })
     };
     tracing::info!(instance_id, "host started");

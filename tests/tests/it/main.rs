@@ -34,3 +34,4 @@ mod seams;
 mod simulation;
 mod structure;
 mod takeover;
+mod telemetry;
