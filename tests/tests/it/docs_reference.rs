@@ -59,6 +59,7 @@ fn every_config_key_is_documented_and_every_documented_key_exists() {
         ("[dead_letter]", "## `[dead_letter]`"),
         ("[[output_streams]]", "## `[[output_streams]]`"),
         ("[components]", "## `[components]`"),
+        ("[telemetry]", "## `[telemetry]`"),
         ("[[routes]]", "## `[[routes]]`"),
         ("[[routes]]\n[routes.limits]", "## `[routes.limits]`"),
     ];
@@ -85,7 +86,10 @@ fn every_config_key_is_documented_and_every_documented_key_exists() {
 fn every_metric_and_outcome_is_in_the_readme_and_nothing_else_is() {
     let readme = repo_file("README.md");
     let start = readme.find("### Metrics").expect("a Metrics section");
-    let end = start + readme[start..].find("Example alerts").expect("its end");
+    let end = start
+        + readme[start..]
+            .find("Alert rules and a Grafana")
+            .expect("its end");
     let table = &readme[start..end];
 
     let metrics = Metrics::new();
@@ -94,6 +98,7 @@ fn every_metric_and_outcome_is_in_the_readme_and_nothing_else_is() {
     route.outcome(dedup_host::metrics::MessageOutcome::Processed);
     route.trap("timeout");
     route.serving(Some("sha256:0"));
+    metrics.consumer_info("r", "EVENTS", "hosts-r");
     let exposition = metrics.encode();
     let mut exported = BTreeSet::new();
     for line in exposition.lines() {

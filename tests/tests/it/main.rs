@@ -11,6 +11,7 @@ mod cluster;
 mod config;
 mod conformance;
 mod contract;
+mod dashboards;
 mod dedup;
 mod deployments;
 mod docs_reference;
