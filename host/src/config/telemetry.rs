@@ -26,7 +26,7 @@ pub struct TelemetryConfig {
     /// (for producers whose traces would otherwise grow without end).
     pub producer: ProducerRelation,
     /// Spans waiting for export, at most. Past it, spans are dropped (never waited for) and
-    /// counted in `dedup_spans_dropped_total`. Default 4096.
+    /// counted in `dedup_spans_dropped_total`; while it is full, new deliveries are not traced (each counted once). Default 4096.
     pub queue: usize,
     /// Spans per export request, at most. Default 512.
     pub batch: usize,

@@ -30,6 +30,7 @@ pub const MESSAGING_SYSTEM: &str = "nats";
 pub struct Tracer {
     inner: SdkTracer,
     producer: ProducerRelation,
+    room: queue::Room,
 }
 
 /// A running exporter: its tracer, and what [`Telemetry::shutdown`] flushes.
@@ -61,6 +62,7 @@ impl Telemetry {
             timeout: config.timeout,
         };
         let (queue, task) = queue::Queue::start(exporter, batching, dropped);
+        let room = queue.room();
         let service = config
             .service_name
             .clone()
@@ -80,6 +82,7 @@ impl Telemetry {
         let tracer = Arc::new(Tracer {
             inner: provider.tracer("dedup-host"),
             producer: config.producer,
+            room,
         });
         Ok(Some(Self {
             provider,

@@ -63,6 +63,36 @@ impl Queue {
     }
 }
 
+impl Queue {
+    /// A handle that tells whether the queue has room, counting a delivery left untraced.
+    pub fn room(&self) -> Room {
+        Room {
+            spans: self.spans.clone(),
+            dropped: self.dropped.clone(),
+        }
+    }
+}
+
+/// Whether a delivery's spans would be queued: when the queue is full (a slow or dead
+/// collector), a new delivery is not traced at all, so building spans that would only be
+/// dropped costs the message path nothing.
+#[derive(Debug, Clone)]
+pub struct Room {
+    spans: mpsc::Sender<SpanData>,
+    dropped: Counter,
+}
+
+impl Room {
+    /// Whether there is room; if not, counts the delivery's process span as dropped.
+    pub fn take(&self) -> bool {
+        if self.spans.capacity() > 0 {
+            return true;
+        }
+        self.dropped.inc();
+        false
+    }
+}
+
 impl SpanProcessor for Queue {
     fn on_start(&self, _span: &mut Span, _cx: &Context) {}
 

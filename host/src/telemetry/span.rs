@@ -36,6 +36,9 @@ impl Tracer {
         headers: Option<&async_nats::HeaderMap>,
         attributes: impl FnOnce() -> Vec<KeyValue>,
     ) -> Trace {
+        if !self.room.take() {
+            return Trace::default();
+        }
         let producer = headers
             .map(|h| TraceContextPropagator::new().extract(&Headers(h)))
             .unwrap_or_default();

@@ -26,6 +26,7 @@ const CONCURRENCY: usize = 64;
 /// Stream writes per guarded message with one output: claim create, output, completed.
 const WRITES_PER_MESSAGE: f64 = 3.0;
 
+/// What one scenario measured.
 pub(super) struct Figures {
     pub(super) rate: f64,
     pub(super) latency: Percentiles,

@@ -34,6 +34,7 @@ async fn main() -> anyhow::Result<()> {
         "exclusive" => bench::exclusive::run(number(1, 5_000)?, number(2, 3)?).await,
         "ops" => bench::ops::run(number(1, 20_000)?, number(2, 3)?, number(3, 100_000)?).await,
         "scale" => bench::scale::run(number(1, 20_000)?).await,
+        "tracing" => bench::tracing::run(number(1, 20_000)?, number(2, 3)?).await,
         "deploy" => bench::hotload::deploy_latency(number(1, 10)?).await,
         "load" => {
             let guests: Vec<&str> = args[1..].iter().map(String::as_str).collect();
@@ -45,7 +46,7 @@ async fn main() -> anyhow::Result<()> {
             bench::hotload::load_times(&guests, 5)
         }
         other => anyhow::bail!(
-            "unknown benchmark `{other}`; choose: invoke, pipeline, fenced, fairness, deploy, load, languages, ops, exclusive, scale"
+            "unknown benchmark `{other}`; choose: invoke, pipeline, fenced, fairness, deploy, load, languages, ops, exclusive, scale, tracing"
         ),
     }
 }
