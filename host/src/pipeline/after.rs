@@ -10,7 +10,7 @@
 use async_nats::jetstream::AckKind;
 
 use super::effects::{self, DeadLetter, DeadLetterError};
-use super::message::{event, infra_retry, invoked, Delivery};
+use super::message::{event, infra_retry, invoked, pool_full_retry, Delivery};
 use super::settle::trace_context;
 use super::Shared;
 use crate::claim::after::{found, Found};
@@ -104,7 +104,7 @@ impl<S: ClaimStore> Shared<S> {
             Outcome::Trap(trap) if trap.kind == TrapKind::PoolFull => {
                 route.metrics.outcome(MessageOutcome::Error);
                 return self
-                    .settle(d, AckKind::Nak(Some(infra_retry(d.delivered))))
+                    .settle(d, AckKind::Nak(Some(pool_full_retry(d.delivered))))
                     .await;
             }
             Outcome::Trap(trap) if route.is_permanent(trap.kind) => {

@@ -47,6 +47,19 @@ pub(super) fn infra_retry(delivered: u64) -> Duration {
     infra_retry_ceiling(delivered).mul_f64(rand::random_range(0.5..=1.0))
 }
 
+/// Longest nak delay of a message whose guest found the instance pool full: a local, passing
+/// condition (a reload's old and new versions both hold instances for a moment, a burst on
+/// another route), not an outage: waiting minutes for it left messages idle long after the
+/// pool had room. 100 deliveries at this ceiling still last over 15 minutes, and a pool full
+/// that long is alerted on (`DedupGuestTraps`).
+const POOL_FULL_RETRY_MAX: Duration = Duration::from_secs(10);
+
+/// The nak delay of a message whose guest found the pool full: [`infra_retry`], up to
+/// [`POOL_FULL_RETRY_MAX`].
+pub(super) fn pool_full_retry(delivered: u64) -> Duration {
+    infra_retry(delivered).min(POOL_FULL_RETRY_MAX)
+}
+
 /// The nak delay [`infra_retry`] jitters below, for the `delivered`-th delivery (the
 /// simulation draws its own jitter).
 pub fn infra_retry_ceiling(delivered: u64) -> Duration {
@@ -379,7 +392,8 @@ impl<S: ClaimStore> Shared<S> {
             Outcome::Success(outputs) => self.succeed(c, &outputs, published).await,
             Outcome::Retry { reason, delay } => self.retry_or_give_up(c, &reason, delay).await,
             Outcome::Trap(trap) if trap.kind == TrapKind::PoolFull => {
-                self.release(c, &trap.to_string()).await
+                let delay = pool_full_retry(c.d.delivered);
+                self.release_after(c, &trap.to_string(), delay).await
             }
             Outcome::Trap(trap) if c.route.is_permanent(trap.kind) => {
                 self.give_up(c, &trap.to_string()).await
@@ -625,6 +639,16 @@ mod tests {
         // The server's default bound of 100 deliveries lasts hours, not 100 seconds.
         let total: Duration = (1..=100).map(infra_retry).sum();
         assert!(total > Duration::from_secs(3 * 3600), "{total:?}");
+    }
+
+    #[test]
+    fn a_full_pool_is_retried_within_seconds_yet_outlasts_the_delivery_bound_for_minutes() {
+        for delivered in 1..200 {
+            assert!(pool_full_retry(delivered) <= POOL_FULL_RETRY_MAX);
+        }
+        assert!(pool_full_retry(1) <= INFRA_RETRY_FIRST);
+        let total: Duration = (1..=100).map(pool_full_retry).sum();
+        assert!(total > Duration::from_secs(6 * 60), "{total:?}");
     }
 
     #[test]

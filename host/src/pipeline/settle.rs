@@ -193,9 +193,14 @@ impl<S: ClaimStore> Shared<S> {
     /// and naks, so the message runs again soon. If even that write fails, the message comes
     /// back once the lease lapses.
     pub(super) async fn release(&self, c: &Claimed<'_, S>, reason: &str) {
+        self.release_after(c, reason, infra_retry(c.d.delivered))
+            .await
+    }
+
+    /// [`Self::release`] with the nak delay given.
+    pub(super) async fn release_after(&self, c: &Claimed<'_, S>, reason: &str, delay: Duration) {
         tracing::warn!("not the guest's fault, will retry without counting an attempt: {reason}");
         c.route.metrics.outcome(MessageOutcome::Error);
-        let delay = infra_retry(c.d.delivered);
         match c.lease.release(reason, delay).await {
             Ok(()) => self.settle(c.d, AckKind::Nak(Some(delay))).await,
             Err(e) => self.write_failed(c, e, false).await,
