@@ -56,6 +56,35 @@ impl Default for TelemetryConfig {
 }
 
 impl TelemetryConfig {
+    /// Checks the section; `check(ok, field, message)` records a problem.
+    pub(super) fn validate(&self, check: &mut dyn FnMut(bool, String, String)) {
+        check(
+            self.queue > 0,
+            "telemetry.queue".into(),
+            "must be at least 1 (spans waiting for export); the default is 4096".into(),
+        );
+        check(
+            self.batch > 0 && self.batch <= self.queue.max(1),
+            "telemetry.batch".into(),
+            format!(
+                "must be between 1 and `queue` ({}): spans per export request; the default is 512",
+                self.queue
+            ),
+        );
+        check(
+            !self.delay.is_zero() && !self.timeout.is_zero(),
+            "telemetry.delay".into(),
+            "`delay` and `timeout` must be longer than 0 (for example \"1s\" and \"10s\")".into(),
+        );
+        if let Some(endpoint) = &self.endpoint {
+            check(
+                endpoint.starts_with("http://") || endpoint.starts_with("https://"),
+                "telemetry.endpoint".into(),
+                format!("`{endpoint}` is not a URL: write it with its scheme, for example \"http://otel-collector:4317\""),
+            );
+        }
+    }
+
     /// Whether spans are exported, from this section and the environment (`env` reads a
     /// variable; the host passes `std::env::var`).
     pub fn exports(&self, env: impl Fn(&str) -> Option<String>) -> bool {
@@ -105,6 +134,29 @@ pub enum ProducerRelation {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_bad_section_names_each_field_and_its_fix() {
+        let bad = TelemetryConfig {
+            queue: 0,
+            endpoint: Some("collector:4317".into()),
+            ..TelemetryConfig::default()
+        };
+        let mut problems = Vec::new();
+        bad.validate(&mut |ok, field, message| {
+            if !ok {
+                problems.push(format!("{field}: {message}"));
+            }
+        });
+        assert_eq!(problems.len(), 3, "{problems:?}");
+        assert!(
+            problems[2].contains("http://otel-collector:4317"),
+            "{problems:?}"
+        );
+        let mut none = true;
+        TelemetryConfig::default().validate(&mut |ok, _, _| none &= ok);
+        assert!(none);
+    }
 
     #[test]
     fn export_is_off_unless_the_section_or_the_environment_turns_it_on() {

@@ -38,6 +38,8 @@ impl Config {
         self.validate_names(&mut p);
         self.validate_routes(&mut p);
         self.validate_effects(&mut |ok, field, message| p.check(ok, field, message));
+        self.telemetry
+            .validate(&mut |ok, field, message| p.check(ok, field, message));
         if let Some(dir) = &self.components.dir {
             let dir = self.resolve(dir);
             p.check(
