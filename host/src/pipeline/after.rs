@@ -9,8 +9,9 @@
 
 use async_nats::jetstream::AckKind;
 
+use super::delays::{infra_retry, pool_full_retry};
 use super::effects::{self, DeadLetter, DeadLetterError};
-use super::message::{event, infra_retry, invoked, pool_full_retry, Delivery};
+use super::message::{event, invoked, Delivery};
 use super::settle::trace_context;
 use super::Shared;
 use crate::claim::after::{found, Found};

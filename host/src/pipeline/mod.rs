@@ -14,6 +14,7 @@
 
 mod after;
 mod consume;
+mod delays;
 pub mod effects;
 pub mod heartbeat;
 mod message;
@@ -21,7 +22,7 @@ mod queue;
 mod settle;
 mod undeliverable;
 
-pub use message::{busy_delay, infra_retry_ceiling};
+pub use delays::{busy_delay, infra_retry_ceiling};
 
 use std::sync::Arc;
 

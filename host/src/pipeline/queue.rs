@@ -7,7 +7,8 @@ use std::sync::Arc;
 use async_nats::jetstream::context::PublishErrorKind;
 use async_nats::jetstream::{self, AckKind};
 
-use super::message::{infra_retry, position, Delivery, Position, INFRA_RETRY_MAX};
+use super::delays::{infra_retry, INFRA_RETRY_MAX};
+use super::message::{position, Delivery, Position};
 use super::Shared;
 use crate::claim::ClaimStore;
 use crate::exclusive;

@@ -11,8 +11,9 @@ use std::time::Duration;
 
 use async_nats::jetstream::AckKind;
 
+use super::delays::infra_retry;
 use super::effects::{self, DeadLetter, DeadLetterError};
-use super::message::{infra_retry, Claimed, Delivery};
+use super::message::{Claimed, Delivery};
 use super::Shared;
 use crate::bindings::Output;
 use crate::claim::{ClaimStore, LeaseLost};
