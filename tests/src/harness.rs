@@ -66,6 +66,17 @@ impl Default for Timing {
     }
 }
 
+/// With `RUST_LOG` set, the in-process hosts' logs go to the test's output, which the test
+/// runner shows when the test fails (`RUST_LOG=dedup_host=debug cargo nextest run ...`).
+fn log_to_test_output() {
+    if std::env::var_os("RUST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
+    }
+}
+
 /// One test's world.
 pub struct TestEnv {
     /// The servers: one, or the nodes of a loopback cluster.
@@ -82,6 +93,7 @@ pub struct TestEnv {
 impl TestEnv {
     /// Starts a server and connects.
     pub async fn start() -> Self {
+        log_to_test_output();
         let server = NatsServer::start();
         let js = async_nats::jetstream::new(server.connect().await);
         Self {
@@ -97,6 +109,7 @@ impl TestEnv {
     /// Starts a 3-node loopback cluster and connects to all of it. Hosts get every node's
     /// URL, and every stream and bucket they create has 3 replicas on file storage.
     pub async fn start_cluster() -> Self {
+        log_to_test_output();
         let servers = NatsCluster::start(3);
         let js = async_nats::jetstream::new(servers.connect().await);
         Self {

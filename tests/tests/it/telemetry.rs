@@ -40,6 +40,12 @@ delay = "100ms"
 
 /// An OTLP/HTTP collector on a free port: every span it receives.
 async fn collector() -> (String, Arc<Mutex<Vec<Span>>>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    collector_on(listener)
+}
+
+/// An OTLP/HTTP collector on `listener`: every span it receives.
+fn collector_on(listener: tokio::net::TcpListener) -> (String, Arc<Mutex<Vec<Span>>>) {
     let spans: Arc<Mutex<Vec<Span>>> = Arc::default();
     let received = spans.clone();
     let app = axum::Router::new().route(
@@ -56,7 +62,6 @@ async fn collector() -> (String, Arc<Mutex<Vec<Span>>>) {
             ([("content-type", "application/x-protobuf")], answer)
         }),
     );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
     (format!("http://{addr}"), spans)
@@ -188,11 +193,12 @@ async fn a_delivery_exports_its_span_tree_and_outputs_carry_their_send_span() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_dead_collector_drops_and_counts_spans_and_work_goes_on() {
+async fn a_dead_collector_drops_and_counts_spans_and_work_goes_on_until_it_is_back() {
     let env = TestEnv::start().await;
-    // A port nobody listens on.
+    // A port nobody listens on, until the collector comes up on it.
     let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let endpoint = format!("http://{}", dead.local_addr().unwrap());
+    let addr = dead.local_addr().unwrap();
+    let endpoint = format!("http://{addr}");
     drop(dead);
     let routes = route(&format!("endpoint = \"{endpoint}\"\nqueue = 4\nbatch = 2"));
     let host = env
@@ -218,8 +224,35 @@ async fn a_dead_collector_drops_and_counts_spans_and_work_goes_on() {
     })
     .await;
     assert!(dropped >= 1.0);
+
+    // The collector comes back: after the pause that failed exports started, deliveries
+    // are traced and exported again.
+    let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
+    let (_, spans) = collector_on(listener);
+    let mut sent = 20;
+    wait_for(Duration::from_secs(120), "spans exported again", || {
+        sent += 1;
+        let (env, spans, i) = (&env, spans.clone(), sent);
+        async move {
+            env.publish(&format!("in.tel.m{i}"), &format!("m{i}"), &[], "x")
+                .await;
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let spans = spans.lock().unwrap();
+            spans
+                .iter()
+                .any(|s| s.name.starts_with("process "))
+                .then_some(())
+        }
+    })
+    .await;
+    wait_for(
+        Duration::from_secs(60),
+        "every message's outputs",
+        || async { (env.outputs().await.len() == 2 * sent).then_some(()) },
+    )
+    .await;
     let stats = host.shutdown().await.unwrap();
-    assert_eq!(stats.processed, 20, "{stats:?}");
+    assert_eq!(stats.processed, sent as u64, "{stats:?}");
 }
 
 fn hex(bytes: &[u8]) -> String {
