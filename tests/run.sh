@@ -5,6 +5,8 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 source "$root/tests/setup.sh"
+# The vendored wasmtime is the published crate plus one documented patch, byte for byte.
+bash "$root/host/vendor/check.sh"
 
 cargo build --release --workspace --bins
 if command -v cargo-nextest >/dev/null 2>&1; then
