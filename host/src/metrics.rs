@@ -4,6 +4,7 @@
 //! `dedup_serving_info` gauge. Never a subject or a key.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -324,6 +325,9 @@ pub struct RouteMetrics {
     bound: Gauge,
     serving: Family<ServingLabels, Gauge>,
     serving_digest: Mutex<Option<String>>,
+    /// How many of the route's messages in a row ended in an infrastructure error (not
+    /// exported; the outage backoff grows with it, see [`RouteMetrics::outage_streak`]).
+    outage_streak: AtomicU64,
 }
 
 impl std::fmt::Debug for RouteMetrics {
@@ -379,6 +383,7 @@ impl RouteMetrics {
             bound: m.bound.get_or_create(&label).clone(),
             serving: m.serving.clone(),
             serving_digest: Mutex::new(None),
+            outage_streak: AtomicU64::new(0),
         }
     }
 
@@ -393,9 +398,25 @@ impl RouteMetrics {
         );
         crate::telemetry::record_outcome(outcome.label(), error);
         self.outcomes[outcome as usize].inc();
+        match outcome {
+            MessageOutcome::Error => {
+                self.outage_streak.fetch_add(1, Ordering::Relaxed);
+            }
+            // Taken over: says nothing about the infrastructure.
+            MessageOutcome::LostClaim => {}
+            _ => self.outage_streak.store(0, Ordering::Relaxed),
+        }
         if outcome == MessageOutcome::Duplicate {
             self.hit(DedupLayer::Claim, 1);
         }
+    }
+
+    /// How many of this route's messages in a row ended in an infrastructure error: any other
+    /// outcome (but a lost claim) ends the run. The outage backoff (rule 20) grows with this,
+    /// not with a message's delivery count, which also counts benign redeliveries (a busy key,
+    /// a host killed while running it): after those, one transient error waited minutes.
+    pub fn outage_streak(&self) -> u64 {
+        self.outage_streak.load(Ordering::Relaxed)
     }
 
     /// Counts `n` repeats caught by `layer`.
@@ -523,6 +544,23 @@ pub struct StatsSnapshot {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_outage_streak_counts_errors_in_a_row_and_any_other_outcome_but_a_lost_claim_ends_it() {
+        let m = Metrics::new();
+        let a = m.route("a");
+        for _ in 0..3 {
+            a.outcome(MessageOutcome::Error);
+        }
+        a.outcome(MessageOutcome::LostClaim);
+        assert_eq!(a.outage_streak(), 3);
+        m.route("b").outcome(MessageOutcome::Processed);
+        assert_eq!(a.outage_streak(), 3, "per route");
+        a.outcome(MessageOutcome::Busy);
+        assert_eq!(a.outage_streak(), 0);
+        a.outcome(MessageOutcome::Error);
+        assert_eq!(a.outage_streak(), 1);
+    }
 
     #[test]
     fn counts_per_route_and_sums_them() {

@@ -69,6 +69,8 @@ pub struct Route {
     pub slots: Arc<Semaphore>,
     /// Messages of this route in flight at once.
     pub max_in_flight: usize,
+    /// How messages are acked once their outcome is recorded.
+    pub ack: crate::config::AckMode,
     /// Where the component comes from: a file, or `None` for the object store.
     pub component_file: Option<PathBuf>,
     /// Largest component accepted, in bytes.
@@ -307,6 +309,7 @@ impl Routes {
             permanent_traps: r.permanent_traps.clone(),
             slots: Arc::new(Semaphore::new(r.concurrency(&config.host))),
             max_in_flight: r.max_in_flight(&config.host),
+            ack: r.ack(&config.host),
             component_file: r.component.as_ref().map(|f| config.resolve(f)).or_else(|| {
                 let dir = config.components.dir.as_ref()?;
                 Some(config.resolve(dir).join(format!("{}.wasm", r.name)))

@@ -5,4 +5,5 @@ pub mod bench;
 pub mod guests;
 pub mod harness;
 pub mod nats;
+pub mod proxy;
 pub mod sim;

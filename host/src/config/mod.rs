@@ -12,7 +12,7 @@ pub mod telemetry;
 mod validate;
 
 pub use derived::RERUN_GAP_TERMS;
-pub use modes::{ClaimMode, DedupMode, EffectsMode};
+pub use modes::{AckMode, ClaimMode, DedupMode, EffectsMode};
 pub use route::{
     KeySource, MissingKey, RouteConfig, DEFAULT_COMPILE_TIMEOUT, DEFAULT_MAX_COMPONENT_BYTES,
     DEFAULT_PARTITIONS,
@@ -201,6 +201,9 @@ pub struct HostConfig {
     pub metrics_addr: Option<std::net::SocketAddr>,
     /// How log lines are written to stderr: `text` for people, `json` for log shippers.
     pub log_format: LogFormat,
+    /// How messages are acked once their outcome is recorded (each route's default; see
+    /// `routes[].ack`): `plain` (default) or `confirmed`.
+    pub ack: AckMode,
 }
 
 /// How log lines are written.
@@ -226,6 +229,7 @@ impl Default for HostConfig {
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
             metrics_addr: None,
             log_format: LogFormat::Text,
+            ack: AckMode::Plain,
         }
     }
 }

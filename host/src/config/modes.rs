@@ -46,3 +46,18 @@ pub enum ClaimMode {
     /// drops the loser's outputs. For cheap, pure handlers with a short deadline.
     After,
 }
+
+/// How a message is acked once its outcome is recorded (DESIGN.md rule 7).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AckMode {
+    /// A plain ack, sent without waiting for the server. The outcome is recorded before it,
+    /// so an ack lost on the way costs one redelivery after `ack_wait`, which the claim
+    /// answers without running the guest; shutdown and drain flush the connection.
+    #[default]
+    Plain,
+    /// An ack the server confirms (one round trip per message): a lost ack is seen at once
+    /// and no redelivery follows, for users who would rather pay the round trip than a
+    /// redelivery.
+    Confirmed,
+}

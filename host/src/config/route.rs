@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{ClaimMode, EffectsMode, HostConfig, DEFAULT_MAX_PAYLOAD};
+use super::{AckMode, ClaimMode, EffectsMode, HostConfig, DEFAULT_MAX_PAYLOAD};
 use crate::limits::Limits;
 use crate::runtime::TrapKind;
 
@@ -111,6 +111,10 @@ pub struct RouteConfig {
     /// Messages of this route in flight at once; `host.max_in_flight` when unset.
     #[serde(default)]
     pub max_in_flight: Option<usize>,
+    /// How this route's messages are acked once their outcome is recorded: `plain` or
+    /// `confirmed`; `host.ack` when unset.
+    #[serde(default)]
+    pub ack: Option<AckMode>,
     /// Largest component accepted for this route, in bytes; a bigger one is refused before
     /// it is compiled (default 64 MiB; the Python runtime is about 18 MB).
     #[serde(default = "default_max_component_bytes")]
@@ -155,6 +159,11 @@ impl RouteConfig {
     /// Messages of this route in flight at once.
     pub fn max_in_flight(&self, host: &HostConfig) -> usize {
         self.max_in_flight.unwrap_or(host.max_in_flight)
+    }
+
+    /// How this route's messages are acked.
+    pub fn ack(&self, host: &HostConfig) -> AckMode {
+        self.ack.unwrap_or(host.ack)
     }
 }
 

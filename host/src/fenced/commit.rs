@@ -120,12 +120,16 @@ async fn send(
             })?;
     }
     let mut h = StreamClaimStore::write_headers(revision);
-    h.insert(headers::BATCH_ID, id.as_str());
-    h.insert(
-        headers::BATCH_SEQUENCE,
-        (outputs.len() + 1).to_string().as_str(),
-    );
-    h.insert(headers::BATCH_COMMIT, "1");
+    // Without outputs the record alone is the commit, atomic as one message is: no batch,
+    // which at one replica on file storage would cost the server a file store of its own.
+    if !outputs.is_empty() {
+        h.insert(headers::BATCH_ID, id.as_str());
+        h.insert(
+            headers::BATCH_SEQUENCE,
+            (outputs.len() + 1).to_string().as_str(),
+        );
+        h.insert(headers::BATCH_COMMIT, "1");
+    }
     let ack = js
         .publish_with_headers(claim_subject.to_string(), h, record.to_bytes())
         .await?

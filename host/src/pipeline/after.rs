@@ -9,13 +9,14 @@
 
 use async_nats::jetstream::AckKind;
 
-use super::delays::{infra_retry, pool_full_retry};
+use super::delays::{outage_retry, outage_retry_uncounted, pool_full_retry};
 use super::effects::{self, DeadLetter, DeadLetterError};
 use super::message::{event, invoked, Delivery};
 use super::settle::trace_context;
 use super::Shared;
 use crate::claim::after::{found, Found};
 use crate::claim::{ClaimError, ClaimStore};
+use crate::config::AckMode;
 use crate::metrics::{DedupLayer, MessageOutcome};
 use crate::routes::{Guest, Route};
 use crate::runtime::{Outcome, TrapKind};
@@ -80,7 +81,10 @@ impl<S: ClaimStore> Shared<S> {
                 tracing::warn!("claim store unavailable, will retry: {e}");
                 route.metrics.outcome(MessageOutcome::Error);
                 return self
-                    .settle(d, AckKind::Nak(Some(infra_retry(d.delivered))))
+                    .settle(
+                        d,
+                        AckKind::Nak(Some(outage_retry(&route.metrics, d.delivered))),
+                    )
                     .await;
             }
         }
@@ -94,7 +98,10 @@ impl<S: ClaimStore> Shared<S> {
                 tracing::warn!("guest task ended without an outcome: {e}");
                 route.metrics.outcome(MessageOutcome::Error);
                 return self
-                    .settle(d, AckKind::Nak(Some(infra_retry(d.delivered))))
+                    .settle(
+                        d,
+                        AckKind::Nak(Some(outage_retry(&route.metrics, d.delivered))),
+                    )
                     .await;
             }
         };
@@ -151,7 +158,10 @@ impl<S: ClaimStore> Shared<S> {
                     tracing::warn!("{e:#}, will retry");
                     metrics.outcome(MessageOutcome::Error);
                     return self
-                        .settle(a.d, AckKind::Nak(Some(infra_retry(a.d.delivered))))
+                        .settle(
+                            a.d,
+                            AckKind::Nak(Some(outage_retry(&a.route.metrics, a.d.delivered))),
+                        )
                         .await;
                 }
             };
@@ -183,7 +193,13 @@ impl<S: ClaimStore> Shared<S> {
             Ok(()) => reason.to_string(),
             Err(DeadLetterError::Transient { .. }) => {
                 return self
-                    .settle(a.d, AckKind::Nak(Some(infra_retry(a.d.delivered))))
+                    .settle(
+                        a.d,
+                        AckKind::Nak(Some(outage_retry_uncounted(
+                            &a.route.metrics,
+                            a.d.delivered,
+                        ))),
+                    )
                     .await;
             }
             Err(e @ DeadLetterError::Refused { .. }) => format!("{reason}; not dead-lettered: {e}"),
@@ -218,13 +234,17 @@ impl<S: ClaimStore> Shared<S> {
                 tracing::warn!("recording the outcome failed, will retry: {e}");
                 a.route.metrics.outcome(MessageOutcome::Error);
                 return self
-                    .settle(a.d, AckKind::Nak(Some(infra_retry(a.d.delivered))))
+                    .settle(
+                        a.d,
+                        AckKind::Nak(Some(outage_retry(&a.route.metrics, a.d.delivered))),
+                    )
                     .await;
             }
         }
-        // Not a confirmed ack, unlike claim-before's: the settled record is stored, so an ack
-        // that never arrives costs a redelivery that reads it and acks, never a second
-        // effect; shutdown flushes the connection. It saves a round trip per message.
-        self.settle(a.d, kind).await;
+        // The settled record is stored: an ack as the route asks (rule 7).
+        match (kind, a.route.ack) {
+            (AckKind::Ack, AckMode::Confirmed) => self.ack_confirmed(a.d).await,
+            _ => self.settle(a.d, kind).await,
+        }
     }
 }

@@ -11,7 +11,7 @@ use std::time::Duration;
 use async_nats::jetstream::message::Acker;
 use async_nats::jetstream::{self, AckKind};
 
-use super::delays::{busy_delay, infra_retry, pool_full_retry};
+use super::delays::{busy_delay, outage_retry, pool_full_retry};
 use super::heartbeat::Heartbeat;
 use super::Shared;
 use crate::bindings::{Event, Header};
@@ -140,7 +140,10 @@ impl<S: ClaimStore> Shared<S> {
         if let Some(marker) = &marker {
             stranded::mark(&self.markers, marker).await;
         }
-        let work = self.route_and_run(&d, route).instrument(span);
+        // Boxed, here and below: the work's state machine is kilobytes, and the layers it is
+        // wrapped in would otherwise copy it at every step (the copies were 5 % of the host's
+        // CPU per message).
+        let work = Box::pin(self.route_and_run(&d, route)).instrument(span);
         match d.trace.context() {
             // Outcomes are recorded on the delivery's span wherever they are counted.
             Some(cx) => opentelemetry::context::FutureExt::with_context(work, cx).await,
@@ -258,7 +261,7 @@ impl<S: ClaimStore> Shared<S> {
                     key: &key,
                     lease: Arc::from(lease),
                 };
-                self.run(&claimed).instrument(span).await
+                Box::pin(self.run(&claimed)).instrument(span).await
             }
             Ok(ClaimOutcome::Completed) => {
                 route.metrics.outcome(MessageOutcome::Duplicate);
@@ -283,8 +286,11 @@ impl<S: ClaimStore> Shared<S> {
             Err(e) => {
                 tracing::warn!("claim failed, will retry: {e}");
                 route.metrics.outcome(MessageOutcome::Error);
-                self.settle(d, AckKind::Nak(Some(infra_retry(d.delivered))))
-                    .await;
+                self.settle(
+                    d,
+                    AckKind::Nak(Some(outage_retry(&route.metrics, d.delivered))),
+                )
+                .await;
             }
         }
     }
@@ -319,7 +325,7 @@ impl<S: ClaimStore> Shared<S> {
         let heartbeat = Heartbeat::new(&c.lease, &c.d.acker, self.config.claims.heartbeat);
         let published = AtomicBool::new(false);
         if heartbeat
-            .beside(self.run_claimed(c, event, &published))
+            .beside(Box::pin(self.run_claimed(c, event, &published)))
             .await
             .is_none()
         {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use async_nats::jetstream::context::PublishErrorKind;
 use async_nats::jetstream::{self, AckKind};
 
-use super::delays::{infra_retry, INFRA_RETRY_MAX};
+use super::delays::{outage_retry, INFRA_RETRY_MAX};
 use super::message::{position, Delivery, Position};
 use super::Shared;
 use crate::claim::ClaimStore;
@@ -87,8 +87,11 @@ impl<S: ClaimStore> Shared<S> {
                     "cannot queue, will retry: {e}"
                 );
                 route.metrics.outcome(MessageOutcome::Error);
-                self.settle(&d, AckKind::Nak(Some(infra_retry(d.delivered))))
-                    .await;
+                self.settle(
+                    &d,
+                    AckKind::Nak(Some(outage_retry(&route.metrics, d.delivered))),
+                )
+                .await;
             }
         }
     }

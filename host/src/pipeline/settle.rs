@@ -11,17 +11,18 @@ use std::time::Duration;
 
 use async_nats::jetstream::AckKind;
 
-use super::delays::infra_retry;
+use super::delays::outage_retry_uncounted;
 use super::effects::{self, DeadLetter, DeadLetterError};
 use super::message::{Claimed, Delivery};
 use super::Shared;
 use crate::bindings::Output;
 use crate::claim::{ClaimStore, LeaseLost};
+use crate::config::AckMode;
 use crate::metrics::{DedupLayer, MessageOutcome, RouteMetrics};
 
 impl<S: ClaimStore> Shared<S> {
     /// Success: publish outputs (raced against losing the lease), record completion, then
-    /// ack with confirmation.
+    /// ack ([`Self::ack_recorded`]).
     pub(super) async fn succeed(
         &self,
         c: &Claimed<'_, S>,
@@ -68,13 +69,12 @@ impl<S: ClaimStore> Shared<S> {
         c.route.metrics.claim_write(started.elapsed());
         c.route.metrics.outcome(MessageOutcome::Processed);
         // Completed is recorded: a redelivery finds it and acks.
-        self.ack_confirmed(c.d).await;
+        self.ack_recorded(c).await;
     }
 
     /// Success on a fenced route: the outputs and the completed record as one atomic batch,
     /// which the server stores only while the claim is still this owner's (no confirmation
-    /// write first, no race against the heartbeat: the fence decides), then ack with
-    /// confirmation. Refused or not, nothing partial is ever stored.
+    /// write first, no race against the heartbeat: the fence decides), then ack. Refused or not, nothing partial is ever stored.
     async fn commit_fenced(&self, c: &Claimed<'_, S>, outputs: &[Output]) {
         let (js, subject) = (&self.js, c.lease.key());
         let stream = c.route.fenced.as_deref().unwrap_or_default();
@@ -116,7 +116,7 @@ impl<S: ClaimStore> Shared<S> {
         c.route.metrics.claim_write(started.elapsed());
         c.route.metrics.outputs(outputs.len() as u64);
         c.route.metrics.outcome(MessageOutcome::Processed);
-        self.ack_confirmed(c.d).await;
+        self.ack_recorded(c).await;
     }
 
     /// A coalescing route's message with a newer one of its entity waiting: completed
@@ -127,7 +127,7 @@ impl<S: ClaimStore> Shared<S> {
         }
         tracing::debug!("coalesced: a newer message of the entity is waiting");
         c.route.metrics.outcome(MessageOutcome::Coalesced);
-        self.ack_confirmed(c.d).await;
+        self.ack_recorded(c).await;
     }
 
     /// A failed attempt: retry after the backoff (or the guest's delay, clamped to the
@@ -194,8 +194,9 @@ impl<S: ClaimStore> Shared<S> {
     /// and naks, so the message runs again soon. If even that write fails, the message comes
     /// back once the lease lapses.
     pub(super) async fn release(&self, c: &Claimed<'_, S>, reason: &str) {
-        self.release_after(c, reason, infra_retry(c.d.delivered))
-            .await
+        // `release_after` counts this error in the route's run.
+        let delay = outage_retry_uncounted(&c.route.metrics, c.d.delivered);
+        self.release_after(c, reason, delay).await
     }
 
     /// [`Self::release`] with the nak delay given.
@@ -231,8 +232,11 @@ impl<S: ClaimStore> Shared<S> {
                 self.settle(d, AckKind::Term).await;
             }
             Err(DeadLetterError::Transient { .. }) => {
-                self.settle(d, AckKind::Nak(Some(infra_retry(d.delivered))))
-                    .await
+                self.settle(
+                    d,
+                    AckKind::Nak(Some(outage_retry_uncounted(&metrics, d.delivered))),
+                )
+                .await
             }
             Err(e @ DeadLetterError::Refused { .. }) => {
                 tracing::error!(sequence = d.sequence, "terminating message: {reason}; {e}");
@@ -286,9 +290,19 @@ impl<S: ClaimStore> Shared<S> {
         c.route.metrics.outcome(MessageOutcome::LostClaim);
     }
 
-    /// Acks with the server's confirmation (rule 7): one request on the client's shared reply
-    /// inbox, where `double_ack` subscribes, publishes and unsubscribes a fresh inbox per
-    /// message. A failure is logged: the record is written, so a redelivery finds it and acks.
+    /// Acks a message whose outcome is recorded, as its route asks (rule 7): a plain ack by
+    /// default (a lost one costs a redelivery the claim answers without running the guest),
+    /// or a confirmed one.
+    async fn ack_recorded(&self, c: &Claimed<'_, S>) {
+        match c.route.ack {
+            AckMode::Plain => self.settle(c.d, AckKind::Ack).await,
+            AckMode::Confirmed => self.ack_confirmed(c.d).await,
+        }
+    }
+
+    /// Acks with the server's confirmation: one request on the client's shared reply inbox,
+    /// where `double_ack` subscribes, publishes and unsubscribes a fresh inbox per message.
+    /// A failure is logged: the record is written, so a redelivery finds it and acks.
     pub(super) async fn ack_confirmed(&self, d: &Delivery) {
         d.end();
         let _span = settle_span(d, "ack");

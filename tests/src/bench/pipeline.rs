@@ -3,12 +3,16 @@
 //! (1) raw pull + ack, (2) the guard with a no-op handler, (3) the full pipeline with
 //! `uppercase`, (4) raw KV create at the same concurrency (the server's write ceiling), (5) the
 //! full pipeline with fenced effects (outputs and completion as one atomic batch), (6) claim
-//! after; and (2a)/(2b) the hand-written guard a user would write instead (`handguard`).
+//! after; and what a user would write instead (`handguard`): (2a)/(2b) the hand-written guard
+//! with a confirmed or a plain ack, (2c) the same with one output, (5a)/(5b) the hand-written
+//! fenced commit (claim, then one atomic batch of the output and the record) on a file or a
+//! memory stream.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
+use async_nats::jetstream::stream::StorageType;
 use async_nats::jetstream::{self, Context};
 use async_nats::HeaderMap;
 use dedup_host::config::{ClaimMode, Config, EffectsMode};
@@ -16,13 +20,16 @@ use dedup_host::routes::{Guest, Routes};
 use dedup_host::serve::{self, RunningHost};
 use futures::StreamExt;
 
-use super::handguard::{self, Ack};
+use super::handguard::{self, Ack, Guard};
 use super::{bench_config, percentiles, us, Percentiles};
 use crate::guests::guest;
 use crate::nats::NatsServer;
 
 /// Messages (and KV creates) in flight at once, in every scenario.
 const CONCURRENCY: usize = 64;
+/// Messages in the scenarios of atomic batches on one replica of file storage, which the
+/// server commits in milliseconds each (a file store per batch): enough for a steady rate.
+const FILE_BATCH_MESSAGES: usize = 2000;
 /// Stream writes per guarded message with one output: claim create, output, completed.
 const WRITES_PER_MESSAGE: f64 = 3.0;
 
@@ -41,9 +48,13 @@ pub async fn run(messages: usize, samples: usize) -> anyhow::Result<()> {
     let js = jetstream::new(client.clone());
 
     let raw = raw_pull_ack(&js, messages, samples).await?;
-    let hand = handguard::run(&js, "hand", Ack::Confirmed, messages, samples).await?;
+    let hand = |name: &'static str, guard: Guard, ack: Ack| {
+        let js = js.clone();
+        async move { handguard::run(&js, name, guard, ack, messages, samples).await }
+    };
+    let hand_confirmed = hand("hand", Guard::Record, Ack::Confirmed).await?;
     let noop = guarded(&server, &js, "noop", messages, samples, None).await?;
-    let hand_plain = handguard::run(&js, "handplain", Ack::Plain, messages, samples).await?;
+    let hand_plain = hand("handplain", Guard::Record, Ack::Plain).await?;
     let full = guarded(
         &server,
         &js,
@@ -53,16 +64,22 @@ pub async fn run(messages: usize, samples: usize) -> anyhow::Result<()> {
         Some(Effects::Window),
     )
     .await?;
+    let hand_output = hand("handout", Guard::Output, Ack::Plain).await?;
     let kv = kv_create(&js, messages).await?;
+    let batches = messages.min(FILE_BATCH_MESSAGES);
     let fenced = guarded(
         &server,
         &js,
         "fenced",
-        messages,
+        batches,
         samples,
         Some(Effects::Fenced),
     )
     .await?;
+    let file_batch = Guard::Fenced(StorageType::File);
+    let hand_batch =
+        handguard::run(&js, "handbatch", file_batch, Ack::Plain, batches, samples).await?;
+    let hand_batch_memory = hand("handmem", Guard::Fenced(StorageType::Memory), Ack::Plain).await?;
     let after = guarded(
         &server,
         &js,
@@ -73,47 +90,47 @@ pub async fn run(messages: usize, samples: usize) -> anyhow::Result<()> {
     )
     .await?;
 
-    println!("dedup guard vs raw JetStream ({messages} messages each, {CONCURRENCY} in flight, file storage, one nats-server):");
+    println!("dedup guard vs raw JetStream ({messages} messages each, {batches} for (5) and (5a), {CONCURRENCY} in flight, file storage, one nats-server):");
     let row = |name: &str, f: &Figures| {
         println!(
-            "  {name:<34} {:>9.0} msg/s   cpu {:>6} us/msg   sequential p50 {:>7} us  p99 {:>7} us   added p50 {:>7} us  p99 {:>7} us",
+            "  {name:<44} {:>9.0} msg/s   cpu {:>6} us/msg   sequential p50 {:>7} us  p99 {:>7} us   added p50 {:>7} us  p99 {:>7} us",
             f.rate, f.cpu_per_message.map_or("-".into(), us), us(f.latency.p50), us(f.latency.p99),
             us(f.latency.p50.saturating_sub(raw.latency.p50)), us(f.latency.p99.saturating_sub(raw.latency.p99))
         )
     };
     row("(1) raw pull + ack", &raw);
     row("(2) guard, no-op handler", &noop);
-    row("(2a) hand-written guard, double_ack", &hand);
+    row("(2a) hand-written guard, double_ack", &hand_confirmed);
     row("(2b) hand-written guard, plain ack", &hand_plain);
+    row("(2c) hand-written guard + one output, plain", &hand_output);
     row("(3) full pipeline, uppercase", &full);
-    println!("  {:<34} {:>9.0} creates/s", "(4) raw KV create", kv);
+    println!("  {:<44} {:>9.0} creates/s", "(4) raw KV create", kv);
     row("(5) full pipeline, fenced effects", &fenced);
+    row("(5a) hand-written fenced batch, file", &hand_batch);
+    row("(5b) hand-written fenced batch, memory", &hand_batch_memory);
     row("(6) full pipeline, claim after", &after);
-    println!(
-        "  ratio (6)/(3)                      {:.2}",
-        after.rate / full.rate
-    );
-    println!(
-        "  ratio (5)/(3)                      {:.2}",
-        fenced.rate / full.rate
-    );
     println!("  writes per message: (3) 3 (claim create, output, completed); (5) 2 (claim create, one batch of output + completed record); (6) 2 (output, completed create)");
-    println!(
-        "  ratio (2)/(1)                      {:.2}",
-        noop.rate / raw.rate
-    );
-    println!(
-        "  ratio (2)/(2a)                     {:.2}",
-        noop.rate / hand.rate
-    );
-    println!(
-        "  ratio (2)/(2b)                     {:.2}",
-        noop.rate / hand_plain.rate
-    );
-    println!(
-        "  ratio (3)/(1)                      {:.2}",
-        full.rate / raw.rate
-    );
+    let ratios = [
+        ("(2)/(1)", &noop, &raw),
+        ("(2)/(2a)", &noop, &hand_confirmed),
+        ("(2)/(2b)", &noop, &hand_plain),
+        ("(3)/(1)", &full, &raw),
+        ("(3)/(2c)", &full, &hand_output),
+        ("(5)/(3)", &fenced, &full),
+        ("(5)/(5a)", &fenced, &hand_batch),
+        ("(5a)/(5b)", &hand_batch, &hand_batch_memory),
+        ("(6)/(3)", &after, &full),
+    ];
+    println!("  {:<12} {:>10} {:>10}", "ratio", "msg/s", "cpu/msg");
+    for (name, a, b) in ratios {
+        let cpu = match (a.cpu_per_message, b.cpu_per_message) {
+            (Some(a), Some(b)) if !b.is_zero() => {
+                format!("{:.2}", a.as_secs_f64() / b.as_secs_f64())
+            }
+            _ => "-".into(),
+        };
+        println!("  {name:<12} {:>10.2} {cpu:>10}", a.rate / b.rate);
+    }
     println!(
         "  ratio (3) x {WRITES_PER_MESSAGE} writes / (4)          {:.2}",
         full.rate * WRITES_PER_MESSAGE / kv

@@ -8,14 +8,10 @@ use dedup_host_tests::bench;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    // Warnings only by default (RUST_LOG overrides): benchmarks print their own figures.
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    // The host's own log set-up, as `dedup-host run` installs it (warnings only unless
+    // RUST_LOG says otherwise, colours only on a terminal, a background writer), so the
+    // per-message cost of its spans is what a deployment pays.
+    let _logs = dedup_host::logging::init(dedup_host::config::LogFormat::Text);
     let args: Vec<String> = std::env::args().skip(1).collect();
     let which = args.first().map(String::as_str).unwrap_or("all");
     let number = |i: usize, default: usize| -> anyhow::Result<usize> {

@@ -171,6 +171,67 @@ async fn the_server_refuses_a_stale_owners_commit_at_any_time() {
     assert_eq!(sequences, [revision - 3, revision - 2, revision - 1]);
 }
 
+/// A success without outputs is the completed record alone (no batch: at one replica on file
+/// storage the server would stage it in a file store of its own), fenced the same way: the
+/// owner's lands, a stale owner's is refused.
+#[tokio::test]
+async fn a_commit_without_outputs_is_the_record_alone_and_fenced_the_same() {
+    let env = fenced_env().await;
+    let config = env.config(&Timing::default(), &route(0, 0));
+    let setup = dedup_host::setup::ensure(&env.js, &config).await.unwrap();
+    let store = Arc::new(HostClaimStore::new(
+        KvClaimStore::new(setup.claims),
+        env.js.clone(),
+    ));
+    let ttl = Duration::from_millis(300);
+    let stale = Claimer::new(store.clone(), "stale", ttl, Duration::ZERO);
+    let fresh = Claimer::new(store.clone(), "fresh", ttl, Duration::ZERO);
+    let subject = fenced::claim_subject(OUTPUTS, &key::encode("fan", "k0"));
+    let ClaimOutcome::Acquired(old) = stale.claim(&subject, "d").await.unwrap() else {
+        panic!("the first claim wins")
+    };
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let ClaimOutcome::Acquired(new) = fresh.claim(&subject, "d").await.unwrap() else {
+        panic!("a lapsed lease is reclaimed")
+    };
+    let commit = |lease: Box<dedup_host::claim::Lease<HostClaimStore>>| {
+        let (js, subject) = (env.js.clone(), subject.clone());
+        async move {
+            lease
+                .complete_with(0, |record, revision| async move {
+                    fenced::commit::commit(&js, &subject, "fan.k.k0", &record, revision, &[], &[])
+                        .await
+                })
+                .await
+        }
+    };
+    commit(new).await.expect("the owner's record lands");
+    let refused = commit(old).await;
+    assert!(
+        matches!(refused, Err(LeaseLost::Reclaimed)),
+        "a stale owner's record is refused: {refused:?}"
+    );
+    let (record, revision) = env.fenced_claim("fan", "k0").await.unwrap();
+    assert_eq!(
+        (record.state, record.owner.as_str(), record.batch_outputs),
+        (ClaimState::Completed, "fresh", Some(0))
+    );
+    let stored = env
+        .js
+        .get_stream(OUTPUTS)
+        .await
+        .unwrap()
+        .get_raw_message(revision)
+        .await
+        .unwrap();
+    let headers = stored.headers;
+    assert!(
+        headers.get(fenced::commit::headers::BATCH_ID).is_none(),
+        "no batch: {headers:?}"
+    );
+    assert!(env.outputs().await.is_empty());
+}
+
 /// A host process frozen mid-run until another host has reclaimed and completed the key:
 /// when it resumes, nothing of its attempt is stored, whatever the 1 s window says.
 #[tokio::test]

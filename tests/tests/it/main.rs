@@ -1,5 +1,6 @@
 //! dedup-host's integration tests: one binary, one module per capability.
 
+mod acks;
 mod attempts;
 mod auth;
 mod authoring;
