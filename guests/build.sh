@@ -21,7 +21,7 @@ export CARGO_TARGET_DIR="$here/target" DEDUP_CACHE="$here/target" DEDUP_INSTALL=
 # shellcheck source=toolchain.sh
 source "$here/toolchain.sh" --lib
 
-rust_guests=(uppercase ledger flaky hostile conformance)
+rust_guests=(uppercase ledger ledger-next flaky hostile conformance)
 
 # True when $1 is missing or older than any file under the other arguments.
 stale() {
@@ -36,7 +36,7 @@ repo_rust() {
     for g in "${rust_guests[@]}"; do
         local name=$g
         [ "$g" = conformance ] && name=conformance-rust
-        cp "$(rust_artefacts "$here")/$g.wasm" "$out/$name.wasm"
+        cp "$(rust_artefacts "$here")/${g//-/_}.wasm" "$out/$name.wasm"
     done
 }
 

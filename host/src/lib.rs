@@ -17,6 +17,7 @@
 #![warn(missing_docs)]
 
 pub mod bindings;
+pub mod candidate;
 pub mod cases;
 pub mod claim;
 pub mod cli;
@@ -43,6 +44,7 @@ pub mod pipeline;
 pub mod plan;
 pub mod project;
 pub mod provision;
+pub mod rollout_metrics;
 pub mod routes;
 pub mod runtime;
 pub mod scan;

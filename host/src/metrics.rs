@@ -169,6 +169,7 @@ pub struct Metrics {
     spans_dropped: Counter,
     ready: Gauge,
     consumers: Family<ConsumerLabels, Gauge>,
+    rollout: crate::rollout_metrics::RolloutSeries,
     routes: Mutex<HashMap<String, Arc<RouteMetrics>>>,
 }
 
@@ -209,6 +210,7 @@ impl Metrics {
             spans_dropped: Counter::default(),
             ready: Gauge::default(),
             consumers: Family::default(),
+            rollout: Default::default(),
             routes: Mutex::default(),
             registry: Registry::default(),
         };
@@ -235,6 +237,7 @@ impl Metrics {
             "host_ready", "1 while /readyz answers 200 (ready), 0 otherwise", m.ready;
             "consumer_info", "The stream and durable consumer of a route (value 1), labelled as the NATS exporters label theirs", m.consumers;
         }
+        m.rollout.register(&mut registry);
         Self { registry, ..m }
     }
 
@@ -328,6 +331,8 @@ pub struct RouteMetrics {
     /// How many of the route's messages in a row ended in an infrastructure error (not
     /// exported; the outage backoff grows with it, see [`RouteMetrics::outage_streak`]).
     outage_streak: AtomicU64,
+    /// The route's candidate series (shadow and canary runs).
+    pub rollout: crate::rollout_metrics::RouteRollout,
 }
 
 impl std::fmt::Debug for RouteMetrics {
@@ -384,6 +389,7 @@ impl RouteMetrics {
             serving: m.serving.clone(),
             serving_digest: Mutex::new(None),
             outage_streak: AtomicU64::new(0),
+            rollout: m.rollout.route(route),
         }
     }
 

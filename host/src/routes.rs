@@ -9,6 +9,7 @@ use std::time::Duration;
 use tokio::sync::{watch, Semaphore};
 
 use crate::bindings::Event;
+use crate::candidate::Candidate;
 use crate::config::{Config, KeySource, MissingKey, RouteConfig};
 use crate::metrics::{Metrics, RouteMetrics};
 use crate::runtime::{Handler, Invocation, InvokeOptions, Outcome, TrapKind};
@@ -87,6 +88,8 @@ pub struct Route {
     /// Whether the route's component source has decided: a version served or refused, or
     /// none deployed (withdrawn). Until then the host is not ready.
     decided: std::sync::atomic::AtomicBool,
+    /// The candidate version run beside the live one (shadow or canary), if any.
+    candidate: RwLock<Option<Arc<Candidate>>>,
     /// This route's series.
     pub metrics: Arc<RouteMetrics>,
     /// One message per entity at a time, in order (`exclusive_by`), if set.
@@ -164,6 +167,33 @@ impl Route {
     /// Why the last version offered was refused, if it was.
     pub fn refused(&self) -> Option<String> {
         self.refused.lock().expect("refused lock").clone()
+    }
+
+    /// The version that runs the message with idempotency key `key`: a canary candidate's
+    /// for its share of keys, else the live one; `None` while the route is not served.
+    pub fn guest_for(&self, key: &str) -> Option<Guest> {
+        let live = self.guest()?;
+        let candidate = self.candidate.read().expect("candidate lock");
+        match candidate.as_ref().filter(|c| c.runs_key(key)) {
+            Some(c) => Some(Guest::Wasm(c.handler.clone())),
+            None => Some(live),
+        }
+    }
+
+    /// The candidate run beside the live version, if any.
+    pub fn candidate(&self) -> Option<Arc<Candidate>> {
+        self.candidate.read().expect("candidate lock").clone()
+    }
+
+    /// Runs `candidate` beside the live version from now on (`None`: no candidate);
+    /// messages already running keep the version they started with.
+    pub fn set_candidate(&self, candidate: Option<Arc<Candidate>>) {
+        self.metrics
+            .rollout
+            .canary_share(candidate.as_ref().map_or(0, |c| c.share()));
+        *self.candidate.write().expect("candidate lock") = candidate;
+        // Wake status reporters.
+        self.guest.send_modify(|_| {});
     }
 
     /// Follows changes of the served handler.
@@ -327,6 +357,7 @@ impl Routes {
             refused: std::sync::Mutex::new(None),
             contract_refused: std::sync::Mutex::new(None),
             decided: std::sync::atomic::AtomicBool::new(false),
+            candidate: RwLock::new(None),
             metrics: route_metrics,
         })
     }

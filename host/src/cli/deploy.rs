@@ -20,12 +20,18 @@ pub struct DeployArgs {
     /// The route (a `[[routes]]` entry without a `component` file).
     #[arg(long, value_name = "NAME")]
     route: String,
-    /// The component to upload.
-    #[arg(long, value_name = "FILE")]
-    component: PathBuf,
+    /// The component to upload as the live version (or see `--shadow` and `--canary`).
+    #[arg(long, value_name = "FILE", required_unless_present_any = ["shadow", "canary"])]
+    component: Option<PathBuf>,
+    #[command(flatten)]
+    candidate: super::candidate::CandidateArgs,
     /// Upload without checking the component here first (hosts still refuse a broken one).
     #[arg(long)]
     skip_check: bool,
+    /// Then wait (at most this long, e.g. `60s`) until every live host runs the new version
+    /// or candidate; exits 1 naming the hosts that do not.
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    wait: Option<std::time::Duration>,
 }
 
 /// Flags of `dedup-host undeploy`.
@@ -48,28 +54,52 @@ pub struct RoutesArgs {
 /// Checks and uploads a component; prints its digest.
 pub async fn deploy(args: DeployArgs) -> anyhow::Result<ExitCode> {
     let config = args.config.load()?;
-    store_route(&config, &args.route)?;
-    let bytes = std::fs::read(&args.component)
-        .with_context(|| format!("cannot read `{}` (--component)", args.component.display()))?;
+    super::store_route(&config, &args.route)?;
+    let candidate = args.candidate.candidate()?;
+    let (file, flag) = match (&candidate, &args.component) {
+        (Some((file, _)), _) => (file.clone(), "the candidate"),
+        (None, Some(file)) => (file.clone(), "--component"),
+        (None, None) => anyhow::bail!("give --component FILE, --shadow FILE or --canary P% FILE"),
+    };
+    let bytes = std::fs::read(&file)
+        .with_context(|| format!("cannot read `{}` ({flag})", file.display()))?;
     if !args.skip_check {
         let runtime = Runtime::new(&EngineSettings::default())?;
-        runtime.load_bytes(&args.component, &bytes)?;
+        runtime.load_bytes(&file, &bytes)?;
     }
     let js = connect(&config, "deploy").await?;
+    if let Some((_, mode)) = candidate {
+        let what = (file.as_path(), mode);
+        let digest =
+            super::candidate::deploy(&js, &config, &args.route, what, &bytes, &args.candidate)
+                .await?;
+        if let Some(wait) = args.wait {
+            super::candidate::wait_candidate(&js, &config, &args.route, wait, Some(&digest))
+                .await?;
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     let bucket = store::open(&js, &config).await?;
     let digest = store::deploy(&bucket, &args.route, &bytes).await?;
     println!(
         "deployed {} to route `{}`: {digest}",
-        args.component.display(),
+        file.display(),
         args.route
     );
+    if let Some(wait) = args.wait {
+        let what = format!("version {digest}");
+        super::wait::every_host(&js, &config, &args.route, wait, &what, |s| {
+            s.digest.as_deref() == Some(digest.as_str())
+        })
+        .await?;
+    }
     Ok(ExitCode::SUCCESS)
 }
 
 /// Deletes a route's component from the object store.
 pub async fn undeploy(args: UndeployArgs) -> anyhow::Result<ExitCode> {
     let config = args.config.load()?;
-    store_route(&config, &args.route)?;
+    super::store_route(&config, &args.route)?;
     let js = connect(&config, "undeploy").await?;
     let bucket = store::open(&js, &config).await?;
     store::undeploy(&bucket, &args.route).await?;
@@ -105,17 +135,25 @@ pub async fn routes(args: RoutesArgs) -> anyhow::Result<ExitCode> {
             },
         };
         println!("{}  {}  <- {source}", r.name, r.subject);
+        if let Some(spec) = crate::candidate::store::current(&bucket, &r.name).await? {
+            println!("  candidate {}", candidate_line(&spec));
+        }
         for h in &hosts {
             let Some(s) = h.routes.get(&r.name) else {
                 continue;
             };
             let serving = s.digest.as_deref().unwrap_or("not serving");
+            let candidate = s
+                .candidate
+                .as_ref()
+                .map(|c| format!("  candidate {c}"))
+                .unwrap_or_default();
             match &s.refused {
                 Some(reason) => println!(
-                    "    {}  {serving}  (refused a newer version: {reason})",
+                    "    {}  {serving}{candidate}  (refused a newer version: {reason})",
                     h.instance_id
                 ),
-                None => println!("    {}  {serving}", h.instance_id),
+                None => println!("    {}  {serving}{candidate}", h.instance_id),
             }
         }
     }
@@ -130,20 +168,23 @@ pub async fn routes(args: RoutesArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The route must exist and take its component from the store.
-fn store_route(config: &Config, route: &str) -> anyhow::Result<()> {
-    let Some(r) = config.routes.iter().find(|r| r.name == route) else {
-        let names: Vec<&str> = config.routes.iter().map(|r| r.name.as_str()).collect();
-        anyhow::bail!("no route `{route}` in the config (routes: {names:?}); add a [[routes]] entry without `component` first");
+/// How `routes` shows a candidate: digest, mode, since when, state.
+fn candidate_line(spec: &crate::candidate::Spec) -> String {
+    use crate::candidate::spec::{Mode, State};
+    let mode = match spec.mode {
+        Mode::Shadow { .. } => "shadow".to_string(),
+        Mode::Canary { percent } => format!("canary {percent}%"),
     };
-    if let Some(file) = &r.component {
-        anyhow::bail!("route `{route}` is served from the file `{}`: replace that file instead, or remove `component` from the route to serve it from the object store", file.display());
+    let now = crate::claim::record::now_ms();
+    let since = crate::times::when(spec.since_ms, now);
+    match &spec.state {
+        State::Running => format!("{} {mode} since {since}, running", spec.digest),
+        State::RolledBack { reason, by, at_ms } => format!(
+            "{} {mode} since {since}, ROLLED BACK at {} by {by}: {reason}",
+            spec.digest,
+            crate::times::when(*at_ms, now)
+        ),
     }
-    if let Some(dir) = &config.components.dir {
-        let file = config.resolve(dir).join(format!("{route}.wasm"));
-        anyhow::bail!("route `{route}` is served from the component directory (`components.dir`): copy the component to `{}` instead (hosts take it once it stops changing), or remove `components.dir` to serve routes from the object store", file.display());
-    }
-    Ok(())
 }
 
 async fn connect(config: &Config, what: &str) -> anyhow::Result<async_nats::jetstream::Context> {

@@ -202,7 +202,7 @@ const EVENTS: &[DemoEvent] = &[
     ),
 ];
 
-async fn demo(config: Config) -> anyhow::Result<()> {
+async fn demo(mut config: Config) -> anyhow::Result<()> {
     let outputs_streams: Vec<String> = config
         .output_streams
         .iter()
@@ -211,6 +211,7 @@ async fn demo(config: Config) -> anyhow::Result<()> {
     let dead_stream = config.dead_letter.stream.clone();
     let client = crate::connect::connect(&config, "dedup-host demo publisher").await?;
     let js = async_nats::jetstream::new(client);
+    super::demo_shadow::prepare(&js, &mut config).await?;
     let audit_config = config.clone();
     let host = serve::start(config).await?;
 
@@ -272,6 +273,7 @@ async fn demo(config: Config) -> anyhow::Result<()> {
     println!("\nFenced effects: {fenced}");
     super::demo_modes::print_exclusive(&js, &audit_config).await?;
     super::demo_modes::print_contract(&js, &audit_config).await?;
+    super::demo_shadow::print(&js, &audit_config).await?;
     println!("\nForever deduplication: {late}");
     println!("\nDead letters in stream {dead_stream}:");
     print_stream(&js, &dead_stream, |m| {

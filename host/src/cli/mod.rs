@@ -1,7 +1,9 @@
 //! The `dedup-host` command line: flag definitions and dispatch to each subcommand.
 
 mod author;
+mod candidate;
 mod demo_modes;
+mod demo_shadow;
 mod deploy;
 mod dev;
 mod invoke;
@@ -12,6 +14,7 @@ mod reload;
 mod run;
 mod setup;
 mod tail;
+mod wait;
 
 use clap::{Parser, Subcommand};
 
@@ -52,6 +55,12 @@ pub enum Command {
     Undeploy(deploy::UndeployArgs),
     /// List routes with the version deployed and the version each live host serves.
     Routes(deploy::RoutesArgs),
+    /// Make a route's candidate its live version on every host.
+    Promote(candidate::RouteArgs),
+    /// Drop a route's candidate on every host; the live version runs every key.
+    Abort(candidate::RouteArgs),
+    /// Show how a route's shadow candidate differs from the live version.
+    Diff(candidate::DiffArgs),
     /// Create or verify every stream, bucket and consumer the config needs, then exit.
     Setup(setup::SetupArgs),
     /// Ask every host to re-read its config and apply route changes (also: SIGHUP).
@@ -85,6 +94,9 @@ impl Cli {
             Command::Deploy(args) => deploy::deploy(args).await,
             Command::Undeploy(args) => deploy::undeploy(args).await,
             Command::Routes(args) => deploy::routes(args).await,
+            Command::Promote(args) => candidate::promote(args).await,
+            Command::Abort(args) => candidate::abort(args).await,
+            Command::Diff(args) => candidate::diff(args).await,
             Command::Setup(args) => setup::run(args).await,
             Command::Reload(args) => reload::run(args).await,
             Command::Inspect(args) => ops::inspect(args).await,
@@ -102,4 +114,20 @@ pub(crate) fn parse_key_value(s: &str) -> Result<(String, String), String> {
             "`{s}` is not KEY=VALUE (example: --header Content-Type=text/plain)"
         )),
     }
+}
+
+/// The route must exist and take its component from the store.
+pub(crate) fn store_route(config: &crate::config::Config, route: &str) -> anyhow::Result<()> {
+    let Some(r) = config.routes.iter().find(|r| r.name == route) else {
+        let names: Vec<&str> = config.routes.iter().map(|r| r.name.as_str()).collect();
+        anyhow::bail!("no route `{route}` in the config (routes: {names:?}); add a [[routes]] entry without `component` first");
+    };
+    if let Some(file) = &r.component {
+        anyhow::bail!("route `{route}` is served from the file `{}`: replace that file instead, or remove `component` from the route to serve it from the object store", file.display());
+    }
+    if let Some(dir) = &config.components.dir {
+        let file = config.resolve(dir).join(format!("{route}.wasm"));
+        anyhow::bail!("route `{route}` is served from the component directory (`components.dir`): copy the component to `{}` instead (hosts take it once it stops changing), or remove `components.dir` to serve routes from the object store", file.display());
+    }
+    Ok(())
 }

@@ -3,8 +3,13 @@
 
 use std::path::Path;
 
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+
+use crate::candidate::{Action, Candidate, Spec};
 use crate::routes::{Guest, Route};
-use crate::runtime::Runtime;
+use crate::runtime::{Handler, Runtime};
 
 /// What became of a version offered to a route.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,6 +35,31 @@ pub async fn offer(runtime: &Runtime, route: &Route, origin: &str, bytes: Vec<u8
     if current.as_ref().is_some_and(|g| g.digest() == digest) {
         return Installed::Unchanged;
     }
+    let handler = match compile(runtime, route, origin, bytes).await {
+        Ok(handler) => handler,
+        Err(reason) => return refuse(route, current.as_ref(), reason),
+    };
+    let digest = handler.digest().to_string();
+    let previous = route.serve(Some(Guest::Wasm(handler)));
+    tracing::info!(
+        route = %route.name,
+        digest,
+        previous = previous.as_ref().map(|g| g.digest()).unwrap_or("none"),
+        origin,
+        "now serving a new version"
+    );
+    Installed::Swapped { digest }
+}
+
+/// Compiles `bytes` (from `origin`) for `route` off the message path and checks it against the
+/// route's limits; says why not, naming the source and the fix.
+async fn compile(
+    runtime: &Runtime,
+    route: &Route,
+    origin: &str,
+    bytes: Vec<u8>,
+) -> Result<Handler, String> {
+    let digest = crate::runtime::digest(&bytes);
     if bytes.len() > route.max_component_bytes {
         let reason = format!(
             "component `{origin}` is {} bytes, over route `{}`'s max_component_bytes of {}: raise `routes[].max_component_bytes` or ship a smaller component",
@@ -37,7 +67,7 @@ pub async fn offer(runtime: &Runtime, route: &Route, origin: &str, bytes: Vec<u8
             route.name,
             route.max_component_bytes
         );
-        return refuse(route, current.as_ref(), reason);
+        return Err(reason);
     }
     // One compile at a time in this process: the CPU time this process uses meanwhile is then
     // the compile's (plus what guests use beside it), and a second route offered the same
@@ -53,14 +83,8 @@ pub async fn offer(runtime: &Runtime, route: &Route, origin: &str, bytes: Vec<u8
     // one that stays starved far past the bound is refused, as retried later.
     let handler = match bounded(compile, route.compile_timeout, crate::cpu::process_cpu).await {
         Ok(Ok(Ok(handler))) => handler,
-        Ok(Ok(Err(e))) => return refuse(route, current.as_ref(), e.to_string()),
-        Ok(Err(e)) => {
-            return refuse(
-                route,
-                current.as_ref(),
-                format!("`{origin}`: compiler task failed: {e}"),
-            )
-        }
+        Ok(Ok(Err(e))) => return Err(e.to_string()),
+        Ok(Err(e)) => return Err(format!("`{origin}`: compiler task failed: {e}")),
         Err(spent) => {
             let reason = match spent.over_cpu {
                 true => format!(
@@ -72,7 +96,7 @@ pub async fn offer(runtime: &Runtime, route: &Route, origin: &str, bytes: Vec<u8
                     route.name, route.compile_timeout
                 ),
             };
-            return refuse(route, current.as_ref(), reason);
+            return Err(reason);
         }
     };
     if let Err(trap) = handler.probe(&route.options).await {
@@ -80,18 +104,42 @@ pub async fn offer(runtime: &Runtime, route: &Route, origin: &str, bytes: Vec<u8
             "component `{origin}`: cannot be instantiated within route `{}`'s limits: {trap}",
             route.name
         );
-        return refuse(route, current.as_ref(), reason);
+        return Err(reason);
     }
-    let digest = handler.digest().to_string();
-    let previous = route.serve(Some(Guest::Wasm(handler)));
-    tracing::info!(
-        route = %route.name,
-        digest,
-        previous = previous.as_ref().map(|g| g.digest()).unwrap_or("none"),
-        origin,
-        "now serving a new version"
-    );
-    Installed::Swapped { digest }
+    Ok(handler)
+}
+
+/// Offers `bytes` to `route` as its candidate per `spec` (a rolled-back spec, or `None`,
+/// drops the candidate). A candidate that does not compile is refused and logged; the live
+/// version is never touched.
+pub async fn offer_candidate(
+    runtime: &Runtime,
+    route: &Route,
+    origin: &str,
+    candidate: Option<(Vec<u8>, Spec)>,
+    actions: &mpsc::UnboundedSender<Action>,
+) {
+    let Some((bytes, spec)) = candidate.filter(|(_, spec)| spec.running()) else {
+        if let Some(previous) = route.candidate() {
+            tracing::warn!(route = %route.name, candidate = previous.digest(), origin, "candidate dropped");
+            route.set_candidate(None);
+        }
+        return;
+    };
+    if route.candidate().is_some_and(|c| c.spec == spec) {
+        return;
+    }
+    match compile(runtime, route, origin, bytes).await {
+        Ok(handler) => {
+            tracing::info!(route = %route.name, candidate = handler.digest(), mode = spec.mode.label(), origin, "running a candidate beside the live version");
+            let candidate = Candidate::new(&route.name, spec, handler, actions.clone());
+            route.set_candidate(Some(Arc::new(candidate)));
+        }
+        Err(reason) => {
+            tracing::error!(route = %route.name, origin, "refused a candidate: {reason}");
+            route.set_candidate(None);
+        }
+    }
 }
 
 /// Compiles run one at a time (see [`offer`]).

@@ -42,6 +42,7 @@ pub async fn spawn(
             bucket,
             runtime,
             routes.clone(),
+            instance_id.to_string(),
             stopped.clone(),
         )));
     }

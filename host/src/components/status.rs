@@ -46,6 +46,9 @@ pub struct RouteStatus {
     /// contract (absent from hosts older than contracts, which serve it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub contract_refused: Option<String>,
+    /// The candidate this host runs beside the live version (`<digest> <mode>`), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub candidate: Option<String>,
 }
 
 /// Opens (or creates) the `components.status_bucket` KV bucket.
@@ -138,6 +141,10 @@ impl Reporter {
                             digest,
                             refused: r.refused(),
                             contract_refused: r.contract_refused(),
+                            candidate: r
+                                .candidate()
+                                .filter(|c| c.active())
+                                .map(|c| format!("{} {}", c.digest(), c.spec.mode.label())),
                         },
                     )
                 })

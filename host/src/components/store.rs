@@ -5,12 +5,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use async_nats::jetstream::object_store::{self, ObjectMetadata, ObjectStore};
+use async_nats::jetstream::object_store::{self, ObjectInfo, ObjectMetadata, ObjectStore};
 use futures::StreamExt;
 use tokio::io::AsyncReadExt;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 
 use super::install;
+use crate::candidate::{self, Action};
 use crate::config::Config;
 use crate::routes::{Route, Routes};
 use crate::runtime::Runtime;
@@ -103,12 +104,18 @@ pub async fn deployed(store: &ObjectStore, route: &str) -> Option<String> {
 
 /// Follows the bucket (current objects first, then changes) and offers each new version to
 /// its route, until `stopped`. Objects no route of this host serves from the store are ignored.
+///
+/// Objects `<route>.candidate` are candidates ([`crate::candidate`]): offered to their route
+/// as such, and what a host decides about one (roll back, promote) is done on the object here.
 pub async fn watch(
     store: ObjectStore,
     runtime: Runtime,
     routes: Arc<Routes>,
+    instance_id: String,
     mut stopped: watch::Receiver<bool>,
 ) {
+    let (actions, decided) = mpsc::unbounded_channel();
+    tokio::spawn(execute(store.clone(), instance_id, decided));
     // A route with nothing deployed is deliberately not served: that is settled, not loading.
     for route in routes.iter().filter(|r| r.component_file.is_none()) {
         if deployed(&store, &route.name).await.is_none() {
@@ -136,6 +143,12 @@ pub async fn watch(
                 }
                 None => break,
             };
+            if let Some(name) = candidate::store::route_of(&info.name) {
+                if let Some(route) = routes.get(name).filter(|r| r.component_file.is_none()) {
+                    offer_candidate(&store, &runtime, &route, &info, &actions).await;
+                }
+                continue;
+            }
             let Some(route) = routes
                 .iter()
                 .find(|r| r.name == info.name && r.component_file.is_none())
@@ -157,6 +170,83 @@ pub async fn watch(
             }
         }
     }
+}
+
+/// Offers a changed candidate object to its route (a deleted one drops the candidate).
+async fn offer_candidate(
+    store: &ObjectStore,
+    runtime: &Runtime,
+    route: &Route,
+    info: &ObjectInfo,
+    actions: &mpsc::UnboundedSender<Action>,
+) {
+    let origin = format!("{}/{}", info.bucket, info.name);
+    if info.deleted {
+        return install::offer_candidate(runtime, route, &origin, None, actions).await;
+    }
+    let spec = match candidate::store::spec_of(info) {
+        Ok(spec) => spec,
+        Err(e) => {
+            return tracing::error!(route = %route.name, "ignoring candidate `{origin}`: {e:#}")
+        }
+    };
+    let bytes = match spec.running() {
+        true => match fetch(store, &info.name).await {
+            Ok(bytes) => bytes,
+            Err(e) => {
+                return tracing::warn!(route = %route.name, "cannot fetch candidate `{origin}`: {e:#}")
+            }
+        },
+        false => Vec::new(),
+    };
+    install::offer_candidate(runtime, route, &origin, Some((bytes, spec)), actions).await
+}
+
+/// Carries out what this host decided about candidates, on the objects every host watches.
+async fn execute(store: ObjectStore, by: String, mut decided: mpsc::UnboundedReceiver<Action>) {
+    while let Some(action) = decided.recv().await {
+        let done = match &action {
+            Action::RollBack {
+                route,
+                digest,
+                reason,
+            } => candidate::store::roll_back(&store, route, digest, reason, &by)
+                .await
+                .map(|_| ()),
+            Action::Promote { route, digest } => {
+                promote(&store, route, Some(digest)).await.map(|_| ())
+            }
+        };
+        match done {
+            Ok(()) => tracing::warn!(?action, "candidate decision stored for every host"),
+            Err(e) => tracing::error!(?action, "cannot store a candidate decision: {e:#}"),
+        }
+    }
+}
+
+/// Makes `route`'s candidate (`digest`, when given: only that one) its live version on every
+/// host, then removes the candidate. Returns the promoted digest.
+pub async fn promote(
+    store: &ObjectStore,
+    route: &str,
+    digest: Option<&str>,
+) -> anyhow::Result<String> {
+    let Some(spec) = candidate::store::current(store, route).await? else {
+        anyhow::bail!("route `{route}` has no candidate: deploy one with `dedup-host deploy --route {route} --shadow FILE` (or `--canary P% FILE`) first");
+    };
+    if digest.is_some_and(|d| d != spec.digest) {
+        anyhow::bail!(
+            "route `{route}`'s candidate changed to {} meanwhile; not promoted",
+            spec.digest
+        );
+    }
+    if !spec.running() {
+        anyhow::bail!("route `{route}`'s candidate {} was rolled back; deploy a fixed candidate, or `dedup-host abort --route {route}` to drop it", spec.digest);
+    }
+    let bytes = candidate::store::fetch(store, route).await?;
+    let live = deploy(store, route, &bytes).await?;
+    candidate::store::delete(store, route).await?;
+    Ok(live)
 }
 
 async fn fetch(store: &ObjectStore, name: &str) -> anyhow::Result<Vec<u8>> {

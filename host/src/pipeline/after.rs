@@ -185,6 +185,7 @@ impl<S: ClaimStore> Shared<S> {
             key: a.key,
             // One letter per stored copy: a replay (a new sequence) that fails again gets its own.
             id: format!("dl:{}:{}", a.claim_key, a.d.sequence),
+            digest: a.guest.digest(),
         };
         let recorded = match self
             .publish_dead_letter(a.d, letter, &a.route.metrics)

@@ -33,6 +33,9 @@ pub mod headers {
     pub const SUBJECT: &str = "Dedup-Original-Subject";
     /// The message's sequence in the source stream.
     pub const SEQUENCE: &str = "Dedup-Stream-Sequence";
+    /// The digest of the handler version that failed it (a canary candidate's, or the live
+    /// one's); absent when no version ran it.
+    pub const DIGEST: &str = "Dedup-Digest";
     /// Set when the letter's payload was cut to fit the server's max payload: the original
     /// payload's size in bytes (read the whole message at `Dedup-Stream-Sequence`).
     pub const TRUNCATED: &str = "Dedup-Truncated";
@@ -180,6 +183,8 @@ pub struct DeadLetter<'a> {
     pub key: &'a str,
     /// Deduplicates repeats of this dead letter.
     pub id: String,
+    /// The digest of the version that ran it (empty when none did).
+    pub digest: &'a str,
 }
 
 /// Why a dead letter was not stored.
@@ -243,6 +248,9 @@ pub async fn publish_dead_letter(
         text::header_value(&original.subject).as_str(),
     );
     h.insert(headers::SEQUENCE, sequence.to_string().as_str());
+    if !letter.digest.is_empty() {
+        h.insert(headers::DIGEST, letter.digest);
+    }
     h.insert("Nats-Msg-Id", letter.id.as_str());
 
     let max = js.client().server_info().max_payload.max(4096);

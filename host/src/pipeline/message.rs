@@ -207,7 +207,7 @@ impl<S: ClaimStore> Shared<S> {
             },
         };
         // The version now served runs this message to its end, whatever is swapped meanwhile.
-        let Some(guest) = route.guest() else {
+        let Some(guest) = route.guest_for(&key) else {
             // The route stopped being served after this message was pulled (a swap, a reload):
             // not an outage, so no backoff; the loop pulls again only once it is served.
             return self.settle(d, AckKind::Nak(Some(NOT_SERVED_RETRY))).await;
@@ -385,11 +385,32 @@ impl<S: ClaimStore> Shared<S> {
         event: Event,
     ) -> Result<Invocation, tokio::task::JoinError> {
         let (options, slots) = (route.options.clone(), route.slots.clone());
-        let call = async move {
-            let _slot = slots.acquire_owned().await.expect("guest slots open");
-            guest.invoke(event, &options).await
+        let candidate = route.candidate();
+        let shadow = candidate.clone().and_then(|c| {
+            let free = route.slots.available_permits();
+            (self.shadows).prepare(Some(c), free, &event, &route.metrics)
+        });
+        let live = match &guest {
+            Guest::Wasm(h) => Some(h.clone()),
+            Guest::Noop => None,
         };
-        GuestCall(self.guest_runtime.spawn(call.in_current_span())).await
+        let digest = guest.digest().to_string();
+        let call = {
+            let options = options.clone();
+            async move {
+                let _slot = slots.acquire_owned().await.expect("guest slots open");
+                guest.invoke(event, &options).await
+            }
+        };
+        let called = GuestCall(self.guest_runtime.spawn(call.in_current_span())).await;
+        if let (Ok(invocation), Some(c)) = (&called, &candidate) {
+            c.observe(&digest, invocation, &route.metrics.rollout);
+            if let Some(pending) = shadow {
+                let metrics = route.metrics.clone();
+                (self.shadows).run(pending, invocation, live, options, metrics);
+            }
+        }
+        called
     }
 
     /// Whether a coalescing route's message has a newer one of its entity waiting.

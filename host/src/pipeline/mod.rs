@@ -51,6 +51,8 @@ pub(crate) struct Shared<S: ClaimStore> {
     unrouted: Arc<RouteMetrics>,
     /// Starts each delivery's spans, when traces are on ([`crate::telemetry`]).
     tracer: Option<Arc<crate::telemetry::Tracer>>,
+    /// Runs candidates in shadow ([`crate::candidate::shadow`]).
+    shadows: crate::candidate::shadow::Shadows,
 }
 
 impl<S: ClaimStore> Shared<S> {
@@ -63,6 +65,7 @@ impl<S: ClaimStore> Shared<S> {
         markers: async_nats::jetstream::kv::Store,
         guest_runtime: tokio::runtime::Handle,
         tracer: Option<Arc<crate::telemetry::Tracer>>,
+        shadows: crate::candidate::shadow::Shadows,
     ) -> Self {
         let unrouted = routes.metrics().route("");
         Self {
@@ -75,6 +78,7 @@ impl<S: ClaimStore> Shared<S> {
             guest_runtime,
             unrouted,
             tracer,
+            shadows,
         }
     }
 

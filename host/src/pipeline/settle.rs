@@ -168,6 +168,7 @@ impl<S: ClaimStore> Shared<S> {
             key: c.key,
             // One letter per stored copy: a replay (a new sequence) that fails again gets its own.
             id: format!("dl:{}:{}", c.lease.key(), c.d.sequence),
+            digest: c.guest.digest(),
         };
         let recorded = match self
             .publish_dead_letter(c.d, letter, &c.route.metrics)
@@ -224,6 +225,7 @@ impl<S: ClaimStore> Shared<S> {
             route,
             key,
             id: format!("dl:seq:{}", d.sequence),
+            digest: "",
         };
         let metrics = self.metrics(route);
         match self.publish_dead_letter(d, letter, &metrics).await {

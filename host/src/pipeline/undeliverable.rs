@@ -228,6 +228,7 @@ impl<S: ClaimStore> Shared<S> {
             route: route.as_ref().map_or("", |r| r.name.as_str()),
             key: key.as_deref().unwrap_or_default(),
             id: format!("dl:seq:{sequence}"),
+            digest: "",
         };
         tracing::error!(sequence, subject = %message.subject, "dead-lettering: {reason}");
         let subject = &self.config.dead_letter.subject;

@@ -25,7 +25,8 @@ use crate::runtime::{EngineSettings, Runtime};
 
 /// Guests run on their own threads so that CPU-bound guests cannot starve NATS I/O,
 /// heartbeats and acks, which stay on the caller's runtime.
-struct GuestThreads(Option<tokio::runtime::Runtime>);
+/// Candidates' shadow runs have a thread of their own at the lowest CPU priority.
+struct GuestThreads([Option<tokio::runtime::Runtime>; 2]);
 
 impl GuestThreads {
     fn new() -> anyhow::Result<Self> {
@@ -35,11 +36,20 @@ impl GuestThreads {
             .thread_name("guest")
             .enable_time()
             .build()?;
-        Ok(Self(Some(rt)))
+        let shadow = crate::candidate::shadow::low_priority_runtime()?;
+        Ok(Self([Some(rt), Some(shadow)]))
     }
 
     fn handle(&self) -> tokio::runtime::Handle {
-        self.0
+        self.runtime(0)
+    }
+
+    fn shadow_handle(&self) -> tokio::runtime::Handle {
+        self.runtime(1)
+    }
+
+    fn runtime(&self, i: usize) -> tokio::runtime::Handle {
+        self.0[i]
             .as_ref()
             .expect("guest runtime alive")
             .handle()
@@ -49,7 +59,7 @@ impl GuestThreads {
 
 impl Drop for GuestThreads {
     fn drop(&mut self) {
-        if let Some(rt) = self.0.take() {
+        for rt in self.0.iter_mut().filter_map(Option::take) {
             rt.shutdown_background();
         }
     }
@@ -237,6 +247,17 @@ pub async fn start_with_routes(
         &instance_id,
         metrics.spans_dropped(),
     )?;
+    let findings =
+        crate::setup::patiently(|| crate::candidate::record::open(&js, &config.components.bucket))
+            .await?;
+    let (found, finding) = tokio::sync::mpsc::channel(1024);
+    tasks.push(tokio::spawn(crate::candidate::record::run(
+        findings,
+        instance_id.clone(),
+        finding,
+        stopped.clone(),
+    )));
+    let shadows = crate::candidate::shadow::Shadows::new(guest_threads.shadow_handle(), found);
     let shared = Arc::new(Shared::new(
         js.clone(),
         config.clone(),
@@ -245,6 +266,7 @@ pub async fn start_with_routes(
         setup.claims,
         guest_threads.handle(),
         telemetry.as_ref().map(|t| t.tracer()),
+        shadows,
     ));
     let contracts = crate::setup::patiently(|| crate::contract::open(&js, &config)).await?;
     let live = Arc::new(live::Live::new(

@@ -11,6 +11,7 @@ pub mod languages;
 pub mod ops;
 pub mod pipeline;
 pub mod scale;
+pub mod shadow;
 pub mod tracing;
 
 use std::time::{Duration, Instant};

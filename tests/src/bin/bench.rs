@@ -31,6 +31,7 @@ async fn main() -> anyhow::Result<()> {
         "ops" => bench::ops::run(number(1, 20_000)?, number(2, 3)?, number(3, 100_000)?).await,
         "scale" => bench::scale::run(number(1, 20_000)?).await,
         "tracing" => bench::tracing::run(number(1, 20_000)?, number(2, 3)?).await,
+        "shadow" => bench::shadow::run(number(1, 20_000)?, number(2, 3)?).await,
         "deploy" => bench::hotload::deploy_latency(number(1, 10)?).await,
         "load" => {
             let guests: Vec<&str> = args[1..].iter().map(String::as_str).collect();
@@ -42,7 +43,7 @@ async fn main() -> anyhow::Result<()> {
             bench::hotload::load_times(&guests, 5)
         }
         other => anyhow::bail!(
-            "unknown benchmark `{other}`; choose: invoke, pipeline, fenced, fairness, deploy, load, languages, ops, exclusive, scale, tracing"
+            "unknown benchmark `{other}`; choose: invoke, pipeline, fenced, fairness, deploy, load, languages, ops, exclusive, scale, tracing, shadow"
         ),
     }
 }

@@ -98,6 +98,11 @@ fn every_metric_and_outcome_is_in_the_readme_and_nothing_else_is() {
     route.outcome(dedup_host::metrics::MessageOutcome::Processed);
     route.trap("timeout");
     route.serving(Some("sha256:0"));
+    route.rollout.run("candidate", "shadow");
+    route.rollout.shadow("match");
+    route.rollout.difference("payload");
+    route.rollout.rollback();
+    route.rollout.promotion();
     metrics.consumer_info("r", "EVENTS", "hosts-r");
     let exposition = metrics.encode();
     let mut exported = BTreeSet::new();

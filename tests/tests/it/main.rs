@@ -15,6 +15,7 @@ mod contract;
 mod dashboards;
 mod dedup;
 mod deployments;
+mod deploys;
 mod docs_reference;
 mod exclusive;
 mod failures;

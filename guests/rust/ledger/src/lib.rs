@@ -5,6 +5,10 @@
 //! yields one output on `ledger.entries.<account>.<transaction_id>`: the subject carries the
 //! event's identity, so a forever output stream refuses a late re-run's entry. With the route
 //! config `work_ms`, it works that long first and reports when it ran (`ran_ms`, wall clock).
+//!
+//! Built as `ledger-next` (`guests/rust/ledger-next`, this source under another name), it is
+//! the handler's next version, for the safe-deploy workflow: every entry gains a `currency`
+//! field, and odd amounts are refused.
 
 wit_bindgen::generate!({
     path: "../../../wit",
@@ -37,6 +41,14 @@ struct Entry<'a> {
     /// When the work ran (ms since the epoch), with `work_ms` configured.
     #[serde(skip_serializing_if = "Option::is_none")]
     ran_ms: Option<[u64; 2]>,
+    /// The currency (`ledger-next` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    currency: Option<&'static str>,
+}
+
+/// Whether this is the next version (built as `ledger-next`).
+fn next_version() -> bool {
+    env!("CARGO_PKG_NAME") == "ledger-next"
 }
 
 fn valid_token(s: &str) -> bool {
@@ -63,6 +75,9 @@ impl Guest for Ledger {
         if adj.amount == 0 {
             return Err(Failure::Reject("malformed adjustment: amount must not be zero".into()));
         }
+        if next_version() && adj.amount % 2 != 0 {
+            return Err(Failure::Reject("malformed adjustment: amount must be even".into()));
+        }
         let ran_ms = config::get("work_ms").and_then(|ms| ms.parse::<u64>().ok()).map(|ms| {
             let start = now_ms();
             std::thread::sleep(std::time::Duration::from_millis(ms));
@@ -75,6 +90,7 @@ impl Guest for Ledger {
             idempotency_key: &event.key,
             fencing_token: event.fencing_token,
             ran_ms,
+            currency: next_version().then_some("EUR"),
         };
         log(
             Level::Info,

@@ -1,0 +1,580 @@
+//! Safe deploys across `dedup-host run` processes: a shadow candidate compared on every host
+//! with nothing of it stored, a canary rolled back automatically on every host, a healthy
+//! canary promoted through a host killed with -9, and the commands' refusals.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::time::Duration;
+
+use dedup_host::components::status;
+use dedup_host_tests::guests::{guest, host_binary, workspace_root};
+use dedup_host_tests::harness::{
+    signal, stop_gracefully, wait_for, TestEnv, Timing, DEAD, OUTPUTS,
+};
+
+/// The ledger, served from the object store.
+const LEDGER: &str = r#"
+[[routes]]
+name = "ledger"
+subject = "in.ledger.*"
+allowed_outputs = ["ledger.entries.>"]
+"#;
+
+/// Runs `dedup-host ARGS --config CONFIG`; returns whether it succeeded and what it printed.
+fn cli(config: &Path, args: &[&str]) -> (bool, String) {
+    let out = Command::new(host_binary())
+        .args(args)
+        .arg("--config")
+        .arg(config)
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.success(), text)
+}
+
+fn ok(config: &Path, args: &[&str]) -> String {
+    let (success, text) = cli(config, args);
+    assert!(success, "dedup-host {args:?} failed: {text}");
+    text
+}
+
+fn path(name: &str) -> String {
+    guest(name).display().to_string()
+}
+
+/// The digest a deploy printed last on its line.
+fn digest_of(printed: &str) -> String {
+    printed.trim().rsplit(' ').next().unwrap().to_string()
+}
+
+/// Two (or more) host processes serving the ledger from the store, live version deployed.
+struct Deployment {
+    env: TestEnv,
+    timing: Timing,
+    hosts: BTreeMap<String, Child>,
+    config: PathBuf,
+    live: String,
+}
+
+impl Deployment {
+    async fn start(names: &[&str]) -> Self {
+        let env = TestEnv::start().await;
+        let timing = Timing::default();
+        let mut hosts = BTreeMap::new();
+        for name in names {
+            hosts.insert(
+                name.to_string(),
+                env.host_process(&timing, LEDGER, name).await,
+            );
+        }
+        let config = env.path(&format!("{}.toml", names[0]));
+        let live = digest_of(&ok(
+            &config,
+            &[
+                "deploy",
+                "--route",
+                "ledger",
+                "--component",
+                &path("ledger"),
+            ],
+        ));
+        let d = Self {
+            env,
+            timing,
+            hosts,
+            config,
+            live,
+        };
+        d.wait_hosts(
+            |r| r.digest.as_deref() == Some(d.live.as_str()),
+            "serving the live version",
+        )
+        .await;
+        d
+    }
+
+    /// Waits until every running host's status of the route satisfies `check`.
+    async fn wait_hosts(&self, check: impl Fn(&status::RouteStatus) -> bool, what: &str) {
+        let names: Vec<String> = self.hosts.keys().cloned().collect();
+        wait_for(Duration::from_secs(60), what, || async {
+            let kv = self.env.js.get_key_value("dedup-hosts-EVENTS").await.ok()?;
+            let all = status::read_all(&kv).await.ok()?;
+            names
+                .iter()
+                .all(|n| {
+                    all.iter()
+                        .find(|h| &h.instance_id == n)
+                        .and_then(|h| h.routes.get("ledger"))
+                        .is_some_and(&check)
+                })
+                .then_some(())
+        })
+        .await;
+    }
+
+    async fn wait_candidate(&self, digest: &str) {
+        let prefix = format!("{digest} ");
+        self.wait_hosts(
+            |r| {
+                r.candidate
+                    .as_deref()
+                    .is_some_and(|c| c.starts_with(&prefix))
+            },
+            "every host running the candidate",
+        )
+        .await;
+    }
+
+    /// Publishes adjustments `from..to` (key `k-<i>`, amount `amount(i)`).
+    async fn publish(&self, range: std::ops::Range<u32>, amount: impl Fn(u32) -> i64) {
+        for i in range {
+            let payload = format!(
+                r#"{{"account":"acc-{}","amount":{},"transaction_id":"tx-{i}"}}"#,
+                i % 7,
+                amount(i)
+            );
+            self.env
+                .publish(
+                    &format!("in.ledger.{i}"),
+                    &format!("k-{i}"),
+                    &[],
+                    payload.into_bytes(),
+                )
+                .await;
+        }
+    }
+
+    /// Waits until every one of `n` keys has an output or a dead letter and nothing is pending.
+    async fn wait_settled(&self, n: usize) -> (Vec<Entry>, Vec<Letter>) {
+        let settled = wait_for(Duration::from_secs(180), "every key settled", || async {
+            let (outputs, letters) = (entries(&self.env).await, letters(&self.env).await);
+            (outputs.len() + letters.len() >= n).then_some((outputs, letters))
+        })
+        .await;
+        self.env.wait_drained(Duration::from_secs(60)).await;
+        settled
+    }
+
+    fn stop(self) {
+        for (_, child) in self.hosts {
+            stop_gracefully(child);
+        }
+    }
+}
+
+/// An output: its transaction and whether it came from `ledger-next` (it has `currency`).
+#[derive(Debug)]
+struct Entry {
+    tx: String,
+    next: bool,
+}
+
+/// A dead letter: its key and the digest of the version that failed it.
+#[derive(Debug)]
+struct Letter {
+    key: String,
+    digest: String,
+}
+
+async fn entries(env: &TestEnv) -> Vec<Entry> {
+    env.messages(OUTPUTS)
+        .await
+        .iter()
+        .map(|m| {
+            let v: serde_json::Value = serde_json::from_slice(&m.payload).unwrap();
+            Entry {
+                tx: v["transaction_id"].as_str().unwrap().to_string(),
+                next: v.get("currency").is_some(),
+            }
+        })
+        .collect()
+}
+
+async fn letters(env: &TestEnv) -> Vec<Letter> {
+    env.messages(DEAD)
+        .await
+        .iter()
+        .map(|m| {
+            let h = &m.headers;
+            let get = |n: &str| h.get(n).map(|v| v.to_string()).unwrap_or_default();
+            Letter {
+                key: get("Dedup-Key"),
+                digest: get("Dedup-Digest"),
+            }
+        })
+        .collect()
+}
+
+/// `dedup-host diff --json`'s report.
+fn diff(config: &Path) -> serde_json::Value {
+    let text = ok(
+        config,
+        &["diff", "--route", "ledger", "--json", "--samples", "100"],
+    );
+    let start = text
+        .find('{')
+        .unwrap_or_else(|| panic!("no JSON in {text}"));
+    serde_json::from_str(&text[start..text.rfind('}').unwrap() + 1]).unwrap()
+}
+
+/// Waits until the hosts' counts cover `n` shadow decisions (compared or skipped).
+async fn wait_compared(config: &Path, n: u64) -> serde_json::Value {
+    wait_for(Duration::from_secs(60), "the shadow counts", || async {
+        let report = diff(config);
+        let c = &report["report"]["counts"];
+        let done = c["compared"].as_u64().unwrap() + c["skipped"].as_u64().unwrap();
+        (done >= n).then_some(report)
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shadow_candidate_is_compared_on_every_host_and_nothing_of_it_is_stored() {
+    let d = Deployment::start(&["host-a", "host-b"]).await;
+    // The same version in shadow: no difference.
+    let same = digest_of(&ok(
+        &d.config,
+        &["deploy", "--route", "ledger", "--shadow", &path("ledger")],
+    ));
+    d.wait_candidate(&same).await;
+    d.publish(0..1000, |i| 2 * i64::from(i) + 2).await;
+    d.wait_settled(1000).await;
+    let report = wait_compared(&d.config, 1000).await;
+    let counts = &report["report"]["counts"];
+    assert_eq!(counts["differences"], 0, "{report:#}");
+    assert!(counts["compared"].as_u64().unwrap() > 0, "{report:#}");
+    assert_eq!(counts["matches"], counts["compared"], "{report:#}");
+
+    // The next version in shadow: a field added to every entry, odd amounts refused.
+    let next = digest_of(&ok(
+        &d.config,
+        &[
+            "deploy",
+            "--route",
+            "ledger",
+            "--shadow",
+            &path("ledger-next"),
+            "--ignore",
+            "/ran_ms",
+        ],
+    ));
+    d.wait_candidate(&next).await;
+    d.publish(1000..1200, |i| i64::from(i) + 1).await;
+    let (outputs, letters) = d.wait_settled(1200).await;
+    let report = wait_compared(&d.config, 200).await;
+    let counts = &report["report"]["counts"];
+    assert!(
+        counts["kinds"]["payload"].as_u64().unwrap() > 0,
+        "{report:#}"
+    );
+    assert!(
+        counts["kinds"]["outcome"].as_u64().unwrap() > 0,
+        "{report:#}"
+    );
+    assert_eq!(
+        counts["differences"].as_u64().unwrap(),
+        counts["compared"].as_u64().unwrap(),
+        "every entry differs: {report:#}"
+    );
+    let first = &report["report"]["first"];
+    let payload = &first["payload"];
+    assert_eq!(
+        payload["differences"][0], "outputs[0].payload/currency",
+        "{report:#}"
+    );
+    assert!(!payload["live"]["outputs"][0]["payload"]
+        .as_str()
+        .unwrap()
+        .contains("currency"));
+    assert!(payload["candidate"]["outputs"][0]["payload"]
+        .as_str()
+        .unwrap()
+        .contains("\"currency\":\"EUR\""));
+    assert_eq!(
+        first["outcome"]["candidate"]["outcome"], "reject",
+        "{report:#}"
+    );
+    let printed = ok(&d.config, &["diff", "--route", "ledger"]);
+    eprintln!("{printed}");
+    assert!(
+        printed.contains("payload") && printed.contains("currency"),
+        "{printed}"
+    );
+
+    // Nothing of the candidate's is stored: the live outputs are exactly a run without it.
+    assert!(letters.is_empty(), "{letters:?}");
+    assert_eq!(outputs.len(), 1200);
+    assert!(
+        outputs.iter().all(|e| !e.next),
+        "a candidate output was stored"
+    );
+    let txs: BTreeSet<&str> = outputs.iter().map(|e| e.tx.as_str()).collect();
+    assert_eq!(txs.len(), 1200, "one output per key");
+    let listing = ok(&d.config, &["routes"]);
+    assert!(
+        listing.contains(&format!("candidate {next} shadow")),
+        "{listing}"
+    );
+    d.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_canary_that_rejects_half_its_keys_is_rolled_back_on_every_host() {
+    let d = Deployment::start(&["host-a", "host-b"]).await;
+    let next = digest_of(&ok(
+        &d.config,
+        &[
+            "deploy",
+            "--route",
+            "ledger",
+            "--canary",
+            "20%",
+            &path("ledger-next"),
+        ],
+    ));
+    d.wait_candidate(&next).await;
+    d.publish(0..600, |i| i64::from(i) + 1).await;
+    d.wait_settled(600).await;
+    // Rolled back on every host: none runs it any more, and `routes` says why.
+    d.wait_hosts(
+        |r| r.candidate.is_none(),
+        "every host dropping the candidate",
+    )
+    .await;
+    let listing = ok(&d.config, &["routes"]);
+    assert!(
+        listing.contains("ROLLED BACK") && listing.contains("rejects"),
+        "{listing}"
+    );
+    // The live version handles the rest.
+    d.publish(600..800, |i| i64::from(i) + 1).await;
+    let (outputs, letters) = d.wait_settled(800).await;
+    let mut settled: BTreeMap<String, u32> = BTreeMap::new();
+    for e in &outputs {
+        *settled.entry(e.tx.replace("tx-", "k-")).or_default() += 1;
+    }
+    for l in &letters {
+        *settled.entry(l.key.clone()).or_default() += 1;
+        assert_eq!(
+            l.digest, next,
+            "a reject of the candidate's carries its digest: {l:?}"
+        );
+    }
+    assert_eq!(settled.len(), 800, "every key settled");
+    assert!(
+        settled.values().all(|n| *n == 1),
+        "a key with effects from both versions"
+    );
+    let after: Vec<&Entry> = outputs
+        .iter()
+        .filter(|e| e.tx["tx-".len()..].parse::<u32>().unwrap() >= 600)
+        .collect();
+    assert_eq!(after.len(), 200);
+    assert!(
+        after.iter().all(|e| !e.next),
+        "the candidate ran after its rollback"
+    );
+    assert!(!letters.is_empty() && outputs.iter().any(|e| e.next));
+    d.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_healthy_canary_promoted_through_a_killed_host_runs_every_key_once() {
+    let mut d = Deployment::start(&["host-a", "host-b"]).await;
+    let next = digest_of(&ok(
+        &d.config,
+        &[
+            "deploy",
+            "--route",
+            "ledger",
+            "--canary",
+            "30%",
+            &path("ledger-next"),
+        ],
+    ));
+    d.wait_candidate(&next).await;
+    d.publish(0..150, |i| 2 * i64::from(i) + 2).await;
+    signal(&d.hosts["host-a"], "-KILL");
+    d.hosts.remove("host-a").unwrap().wait().unwrap();
+    d.publish(150..300, |i| 2 * i64::from(i) + 2).await;
+    let c = d.env.host_process(&d.timing, LEDGER, "host-c").await;
+    d.hosts.insert("host-c".into(), c);
+    d.wait_settled(300).await;
+    let promoted = ok(&d.config, &["promote", "--route", "ledger"]);
+    assert!(promoted.contains(&next), "{promoted}");
+    d.wait_hosts(
+        |r| r.digest.as_deref() == Some(next.as_str()) && r.candidate.is_none(),
+        "every host serving the promoted version",
+    )
+    .await;
+    d.publish(300..400, |i| 2 * i64::from(i) + 2).await;
+    let (outputs, letters) = d.wait_settled(400).await;
+    assert!(letters.is_empty(), "{letters:?}");
+    let txs: BTreeSet<&str> = outputs.iter().map(|e| e.tx.as_str()).collect();
+    assert_eq!(
+        (outputs.len(), txs.len()),
+        (400, 400),
+        "every key exactly once"
+    );
+    let canary = outputs.iter().take(300).filter(|e| e.next).count();
+    assert!(
+        (30..=150).contains(&canary),
+        "the canary ran {canary} of 300 keys"
+    );
+    let late = outputs
+        .iter()
+        .filter(|e| e.tx["tx-".len()..].parse::<u32>().unwrap() >= 300);
+    assert!(
+        late.clone().all(|e| e.next),
+        "promoted: every later key on it"
+    );
+    let listing = ok(&d.config, &["routes"]);
+    assert!(
+        listing.contains(&format!("ledger {next}")) || listing.contains(&next),
+        "{listing}"
+    );
+    d.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deploy_commands_refuse_bad_input_with_the_reason_and_the_fix() {
+    let env = TestEnv::start().await;
+    let timing = Timing::default();
+    let config = env.path("host.toml");
+    std::fs::write(&config, env.config_text(&timing, LEDGER)).unwrap();
+    let refused = |args: &[&str], expect: &[&str]| {
+        let (success, text) = cli(&config, args);
+        assert!(!success, "dedup-host {args:?} succeeded: {text}");
+        for e in expect {
+            assert!(text.contains(e), "dedup-host {args:?}: `{e}` not in {text}");
+        }
+    };
+    let next = path("ledger-next");
+    refused(
+        &["deploy", "--route", "ledger", "--shadow", &next],
+        &["no live version", "--component FILE"],
+    );
+    ok(
+        &config,
+        &[
+            "deploy",
+            "--route",
+            "ledger",
+            "--component",
+            &path("ledger"),
+        ],
+    );
+    refused(
+        &["diff", "--route", "nope"],
+        &["no route `nope`", "[[routes]]"],
+    );
+    refused(&["promote", "--route", "nope"], &["no route `nope`"]);
+    refused(
+        &["diff", "--route", "ledger"],
+        &["no candidate", "--shadow FILE"],
+    );
+    refused(
+        &["promote", "--route", "ledger"],
+        &["no candidate", "deploy"],
+    );
+    refused(&["abort", "--route", "ledger"], &["no candidate"]);
+    refused(
+        &["deploy", "--route", "ledger", "--canary", "0%", &next],
+        &["1% to 99%"],
+    );
+    refused(
+        &["deploy", "--route", "ledger", "--canary", "100%", &next],
+        &["1% to 99%"],
+    );
+    refused(
+        &[
+            "deploy",
+            "--route",
+            "ledger",
+            "--canary",
+            "20%",
+            &path("ledger"),
+        ],
+        &["serves already"],
+    );
+    let broken = env.path("broken.wasm");
+    std::fs::write(&broken, b"\0asm\x01\0\0\0").unwrap();
+    refused(
+        &[
+            "deploy",
+            "--route",
+            "ledger",
+            "--shadow",
+            &broken.display().to_string(),
+        ],
+        &["broken.wasm"],
+    );
+    refused(
+        &[
+            "deploy", "--route", "ledger", "--shadow", &next, "--ignore", "ran_ms",
+        ],
+        &["JSON pointer", "/field"],
+    );
+    // Abort drops a candidate.
+    ok(&config, &["deploy", "--route", "ledger", "--shadow", &next]);
+    assert!(ok(&config, &["routes"]).contains("candidate sha256:"));
+    ok(&config, &["abort", "--route", "ledger"]);
+    assert!(!ok(&config, &["routes"]).contains("candidate sha256:"));
+}
+
+/// The README's "Changing a handler safely" block, run as a script from a folder holding only
+/// the two versions and the ledger's case file, with `dedup-host` on the PATH.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readme_safe_deploy_section_runs_as_a_script() {
+    let readme = std::fs::read_to_string(workspace_root().join("README.md")).unwrap();
+    let script = readme
+        .split_once("<!-- deploys-script -->\n```sh\n")
+        .and_then(|(_, rest)| rest.split_once("\n```"))
+        .map(|(script, _)| script.to_string())
+        .expect("README.md has the deploys script block");
+    let env = TestEnv::start().await;
+    let work = tempfile::tempdir().unwrap();
+    let (bin, folder) = (work.path().join("bin"), work.path().join("ledger"));
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::create_dir_all(&folder).unwrap();
+    std::os::unix::fs::symlink(host_binary(), bin.join("dedup-host")).unwrap();
+    for name in ["ledger", "ledger-next"] {
+        std::fs::copy(guest(name), folder.join(format!("{name}.wasm"))).unwrap();
+    }
+    let cases = workspace_root().join("guests/rust/ledger/cases.toml");
+    std::fs::copy(cases, folder.join("cases.toml")).unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = Command::new("bash")
+        .args(["-euo", "pipefail", "-c", &script])
+        .current_dir(&folder)
+        .env("PATH", path)
+        .env("DEDUP_HOST_NATS_URL", env.server().url())
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{text}");
+    for expected in [
+        " passed, 0 failed",
+        "as a shadow candidate beside sha256:",
+        "live host(s) have candidate sha256:",
+        "route `ledger`: candidate sha256:",
+        "as a canary 20% candidate",
+        "canary 20% since",
+        "promoted the candidate of route `ledger`",
+        "and no candidate",
+    ] {
+        assert!(text.contains(expected), "`{expected}` not in:\n{text}");
+    }
+    let entries = env.messages("LEDGER").await;
+    assert_eq!(entries.len(), 3, "the live version's outputs, once each");
+    assert!(entries
+        .iter()
+        .all(|m| !String::from_utf8_lossy(&m.payload).contains("currency")));
+}
