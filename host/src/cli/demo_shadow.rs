@@ -19,11 +19,11 @@ const LIVE_RUNS: u64 = 4;
 const WAIT: Duration = Duration::from_secs(3);
 
 /// Serves the ledger route from the object store (its file deployed as the live version)
-/// with `ledger-next.wasm`, found beside it, as a shadow candidate.
-pub(super) async fn prepare(js: &JetStream, config: &mut Config) -> anyhow::Result<()> {
+/// with `ledger-next.wasm`, found beside it, as a shadow candidate. Returns its digest.
+pub(super) async fn prepare(js: &JetStream, config: &mut Config) -> anyhow::Result<Option<String>> {
     let route = config.routes.iter_mut().find(|r| r.name == ROUTE);
     let Some(file) = route.and_then(|r| r.component.take()) else {
-        return Ok(());
+        return Ok(None);
     };
     let live = config.resolve(&file);
     let next = live.with_file_name("ledger-next.wasm");
@@ -43,7 +43,26 @@ pub(super) async fn prepare(js: &JetStream, config: &mut Config) -> anyhow::Resu
         since_ms: crate::claim::record::now_ms(),
         state: State::Running,
     };
-    candidates::put(&bucket, ROUTE, &next, &spec).await
+    candidates::put(&bucket, ROUTE, &next, &spec).await?;
+    Ok(Some(spec.digest))
+}
+
+/// Waits until the host runs the candidate `digest` (compiled beside the live version).
+pub(super) async fn wait_running(
+    js: &JetStream,
+    config: &Config,
+    digest: Option<String>,
+) -> anyhow::Result<()> {
+    let Some(digest) = digest else {
+        return Ok(());
+    };
+    let what = format!("candidate {digest}");
+    super::wait::every_host(js, config, ROUTE, Duration::from_secs(30), &what, |s| {
+        s.candidate
+            .as_deref()
+            .is_some_and(|c| c.starts_with(&digest))
+    })
+    .await
 }
 
 /// Prints the shadow comparisons every host made, once they cover the live runs.
@@ -65,7 +84,7 @@ pub(super) async fn print(js: &JetStream, config: &Config) -> anyhow::Result<()>
     let c = &report.counts;
     println!("\nChanging a handler safely (`dedup-host deploy --route {ROUTE} --shadow ledger-next.wasm`, then `dedup-host diff`):");
     println!(
-        "  ledger-next ran in shadow beside the live ledger: {} compared, {} matches, {} differences, {} skipped; none of its outputs stored",
+        "  ledger-next ran in shadow beside the live ledger: {} compared, {} matches, {} differences, {} skipped (no spare shadow slot); none of its outputs stored",
         c.compared, c.matches, c.differences, c.skipped
     );
     if let Some(sample) = report.first.values().next() {

@@ -211,9 +211,10 @@ async fn demo(mut config: Config) -> anyhow::Result<()> {
     let dead_stream = config.dead_letter.stream.clone();
     let client = crate::connect::connect(&config, "dedup-host demo publisher").await?;
     let js = async_nats::jetstream::new(client);
-    super::demo_shadow::prepare(&js, &mut config).await?;
+    let candidate = super::demo_shadow::prepare(&js, &mut config).await?;
     let audit_config = config.clone();
     let host = serve::start(config).await?;
+    super::demo_shadow::wait_running(&js, &audit_config, candidate).await?;
 
     println!("Publishing {} events:", EVENTS.len());
     let mut stored = 0;
