@@ -279,12 +279,13 @@ impl Live {
                 Some(route) if !report.diff.changed.contains(&r.name) => routes.push(route),
                 current => {
                     let route = self.routes.new_route(&running, r);
-                    let carried = current
-                        .filter(|c| c.component_file == route.component_file)
-                        .and_then(|c| c.guest());
+                    let same_source = current.filter(|c| c.component_file == route.component_file);
+                    let carried = same_source.as_ref().and_then(|c| c.guest());
                     if carried.is_some() {
                         route.serve(carried);
                     }
+                    // A candidate (shadow or canary) keeps running through the reload.
+                    route.set_candidate(same_source.and_then(|c| c.candidate()));
                     start.push((route.clone(), report.diff.added.contains(&r.name)));
                     routes.push(route);
                 }

@@ -56,17 +56,24 @@ struct Deployment {
     hosts: BTreeMap<String, Child>,
     config: PathBuf,
     live: String,
+    routes: &'static str,
 }
 
 impl Deployment {
     async fn start(names: &[&str]) -> Self {
-        let env = TestEnv::start().await;
+        Self::start_with(names, LEDGER, false).await
+    }
+
+    /// Hosts `names` serving `routes`, with fenced output streams if `fenced`.
+    async fn start_with(names: &[&str], routes: &'static str, fenced: bool) -> Self {
+        let mut env = TestEnv::start().await;
+        env.fenced_outputs = fenced;
         let timing = Timing::default();
         let mut hosts = BTreeMap::new();
         for name in names {
             hosts.insert(
                 name.to_string(),
-                env.host_process(&timing, LEDGER, name).await,
+                env.host_process(&timing, routes, name).await,
             );
         }
         let config = env.path(&format!("{}.toml", names[0]));
@@ -86,6 +93,7 @@ impl Deployment {
             hosts,
             config,
             live,
+            routes,
         };
         d.wait_hosts(
             |r| r.digest.as_deref() == Some(d.live.as_str()),
@@ -178,10 +186,12 @@ struct Letter {
     digest: String,
 }
 
+/// The ledger entries, in stream order (a fenced stream's claim records left out).
 async fn entries(env: &TestEnv) -> Vec<Entry> {
     env.messages(OUTPUTS)
         .await
         .iter()
+        .filter(|m| m.subject.starts_with("ledger.entries."))
         .map(|m| {
             let v: serde_json::Value = serde_json::from_slice(&m.payload).unwrap();
             Entry {
@@ -399,7 +409,7 @@ async fn a_healthy_canary_promoted_through_a_killed_host_runs_every_key_once() {
     signal(&d.hosts["host-a"], "-KILL");
     d.hosts.remove("host-a").unwrap().wait().unwrap();
     d.publish(150..300, |i| 2 * i64::from(i) + 2).await;
-    let c = d.env.host_process(&d.timing, LEDGER, "host-c").await;
+    let c = d.env.host_process(&d.timing, d.routes, "host-c").await;
     d.hosts.insert("host-c".into(), c);
     d.wait_settled(300).await;
     let promoted = ok(&d.config, &["promote", "--route", "ledger"]);
@@ -577,4 +587,125 @@ async fn the_readme_safe_deploy_section_runs_as_a_script() {
     assert!(entries
         .iter()
         .all(|m| !String::from_utf8_lossy(&m.payload).contains("currency")));
+}
+
+/// The ledger with fenced effects, one account at a time.
+const FENCED_EXCLUSIVE: &str = r#"
+[[routes]]
+name = "ledger"
+subject = "in.ledger.*"
+allowed_outputs = ["ledger.entries.>"]
+effects = "fenced"
+exclusive_by = { json_pointer = "/account" }
+"#;
+
+/// The ledger claimed after it runs.
+const CLAIM_AFTER: &str = r#"
+[[routes]]
+name = "ledger"
+subject = "in.ledger.*"
+allowed_outputs = ["ledger.entries.>"]
+claim = "after"
+limits = { deadline = "1500ms" }
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_canary_on_a_fenced_exclusive_route_survives_a_reload_and_promotes_in_order() {
+    canary_reload_promote(FENCED_EXCLUSIVE, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_canary_on_a_claim_after_route_survives_a_reload_and_promotes_once() {
+    canary_reload_promote(CLAIM_AFTER, false).await;
+}
+
+/// A healthy canary of half the keys on `routes`, a reload of every host mid-traffic (the
+/// candidate keeps running), then `promote`: every key has exactly one entry, from one version,
+/// and (on an exclusive route) each account's entries are in publish order.
+async fn canary_reload_promote(routes: &'static str, fenced: bool) {
+    let d = Deployment::start_with(&["host-a", "host-b"], routes, fenced).await;
+    let deployed = ok(
+        &d.config,
+        &[
+            "deploy",
+            "--route",
+            "ledger",
+            "--canary",
+            "50%",
+            &path("ledger-next"),
+            "--wait",
+            "60s",
+        ],
+    );
+    assert!(
+        deployed.contains("all 2 live host(s) have candidate"),
+        "{deployed}"
+    );
+    let candidate = status_candidate(&d).await;
+    d.publish(0..200, |i| 2 * i64::from(i) + 2).await;
+    // Reload every host with a changed route (its payload limit) while the batch runs.
+    for name in d.hosts.keys() {
+        let file = d.env.path(&format!("{name}.toml"));
+        let text = std::fs::read_to_string(&file).unwrap().replace(
+            "name = \"ledger\"\n",
+            "name = \"ledger\"\nmax_payload_bytes = \"512KiB\"\n",
+        );
+        std::fs::write(&file, text).unwrap();
+    }
+    let reloaded = ok(&d.config, &["reload"]);
+    assert!(reloaded.contains("of 2 live; 0 refused"), "{reloaded}");
+    d.publish(200..400, |i| 2 * i64::from(i) + 2).await;
+    d.wait_candidate(&candidate).await;
+    d.wait_settled(400).await;
+    let promoted = ok(
+        &d.config,
+        &["promote", "--route", "ledger", "--wait", "60s"],
+    );
+    assert!(promoted.contains(&candidate), "{promoted}");
+    d.publish(400..500, |i| 2 * i64::from(i) + 2).await;
+    let (outputs, letters) = d.wait_settled(500).await;
+    assert!(letters.is_empty(), "{letters:?}");
+    let index = |e: &Entry| e.tx["tx-".len()..].parse::<u32>().unwrap();
+    let txs: BTreeSet<u32> = outputs.iter().map(index).collect();
+    assert_eq!((outputs.len(), txs.len()), (500, 500), "every key once");
+    let after_reload = outputs
+        .iter()
+        .filter(|e| (200..400).contains(&index(e)) && e.next)
+        .count();
+    assert!(
+        after_reload > 20,
+        "the canary ran {after_reload} of 200 keys after the reload"
+    );
+    assert!(
+        outputs.iter().filter(|e| index(e) >= 400).all(|e| e.next),
+        "promoted: every later key on it"
+    );
+    if routes.contains("exclusive_by") {
+        // One account at a time, in publish order: each account's entries ascend.
+        let mut last: BTreeMap<u32, u32> = BTreeMap::new();
+        for e in &outputs {
+            let i = index(e);
+            if let Some(prev) = last.insert(i % 7, i) {
+                assert!(prev < i, "account {} ran tx-{i} after tx-{prev}", i % 7);
+            }
+        }
+    }
+    d.stop();
+}
+
+/// The digest of the candidate every host reports running.
+async fn status_candidate(d: &Deployment) -> String {
+    wait_for(
+        Duration::from_secs(60),
+        "a candidate on the hosts",
+        || async {
+            let kv = d.env.js.get_key_value("dedup-hosts-EVENTS").await.ok()?;
+            let all = status::read_all(&kv).await.ok()?;
+            let c = all
+                .iter()
+                .find_map(|h| h.routes.get("ledger")?.candidate.clone())?;
+            Some(c.split(' ').next()?.to_string())
+        },
+    )
+    .await
 }
