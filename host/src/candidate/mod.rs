@@ -1,7 +1,7 @@
 //! Candidate versions: a new version of a route's handler run beside the live one before it
 //! replaces it. Kept on the server (object `<route>.candidate` of the components bucket, its
 //! [`Spec`] in the object's metadata), so every host serving the route runs the same candidate
-//! the same way.
+//! the same way; for a route served from files, beside its file ([`files`]).
 //!
 //! - [`spec`]: the settings (shadow or canary, ignore paths, rollback margins, state).
 //! - [`compare`]: two runs of one event, compared outcome, subject, headers and payload.
@@ -9,9 +9,11 @@
 //! - [`shadow`]: shadow runs on spare capacity, off the message path.
 //! - [`record`]: counts and samples of differences on the server, for `dedup-host diff`.
 //! - [`store`]: the candidate object and its metadata.
+//! - [`files`]: candidates of routes served from files (`<route>.candidate.wasm`).
 
 pub mod canary;
 pub mod compare;
+pub mod files;
 pub mod record;
 pub mod shadow;
 pub mod spec;

@@ -9,7 +9,7 @@ use clap::Args;
 
 use super::run::ConfigArgs;
 use crate::candidate::spec::{parse_share, Margins, Mode, Spec, State};
-use crate::candidate::{record, store as candidates};
+use crate::candidate::{files, record, store as candidates};
 use crate::components::store;
 use crate::config::Config;
 
@@ -161,9 +161,19 @@ pub struct RouteArgs {
 
 /// Makes a route's candidate its live version on every host.
 pub async fn promote(args: RouteArgs) -> anyhow::Result<ExitCode> {
-    let (config, js) = open(&args.config, &args.route, "promote").await?;
-    let bucket = store::open(&js, &config).await?;
-    let digest = store::promote(&bucket, &args.route, None).await?;
+    let (config, js, file) = open(&args.config, &args.route, "promote").await?;
+    let digest = match &file {
+        Some(live) => {
+            let spec = file_spec(live, &args.route)?;
+            files::promote(live)
+                .with_context(|| format!("cannot move the candidate over `{}`", live.display()))?;
+            spec.digest
+        }
+        None => {
+            let bucket = store::open(&js, &config).await?;
+            store::promote(&bucket, &args.route, None).await?
+        }
+    };
     println!(
         "promoted the candidate of route `{}`: every host now serves {digest}",
         args.route
@@ -180,12 +190,25 @@ pub async fn promote(args: RouteArgs) -> anyhow::Result<ExitCode> {
 
 /// Drops a route's candidate on every host (a rolled-back one too).
 pub async fn abort(args: RouteArgs) -> anyhow::Result<ExitCode> {
-    let (config, js) = open(&args.config, &args.route, "abort").await?;
-    let bucket = store::open(&js, &config).await?;
-    let Some(spec) = candidates::current(&bucket, &args.route).await? else {
-        anyhow::bail!("route `{}` has no candidate to abort", args.route);
+    let (config, js, file) = open(&args.config, &args.route, "abort").await?;
+    let spec = match &file {
+        Some(live) => {
+            let spec = file_spec(live, &args.route)?;
+            let candidate = files::candidate_path(live);
+            std::fs::remove_file(&candidate)
+                .with_context(|| format!("cannot remove `{}`", candidate.display()))?;
+            let _ = std::fs::remove_file(files::settings_path(live));
+            spec
+        }
+        None => {
+            let bucket = store::open(&js, &config).await?;
+            let Some(spec) = candidates::current(&bucket, &args.route).await? else {
+                anyhow::bail!("route `{}` has no candidate to abort", args.route);
+            };
+            candidates::delete(&bucket, &args.route).await?;
+            spec
+        }
     };
-    candidates::delete(&bucket, &args.route).await?;
     println!(
         "dropped the candidate {} of route `{}`; the live version runs every key",
         spec.digest, args.route
@@ -214,10 +237,16 @@ pub struct DiffArgs {
 
 /// Prints what every host found comparing a route's candidate with its live version.
 pub async fn diff(args: DiffArgs) -> anyhow::Result<ExitCode> {
-    let (config, js) = open(&args.config, &args.route, "diff").await?;
-    let bucket = store::open(&js, &config).await?;
-    let Some(spec) = candidates::current(&bucket, &args.route).await? else {
-        anyhow::bail!("route `{}` has no candidate: deploy one with `dedup-host deploy --route {} --shadow FILE`", args.route, args.route);
+    let (config, js, file) = open(&args.config, &args.route, "diff").await?;
+    let spec = match &file {
+        Some(live) => file_spec(live, &args.route)?,
+        None => {
+            let bucket = store::open(&js, &config).await?;
+            let Some(spec) = candidates::current(&bucket, &args.route).await? else {
+                anyhow::bail!("route `{}` has no candidate: deploy one with `dedup-host deploy --route {} --shadow FILE`", args.route, args.route);
+            };
+            spec
+        }
     };
     let findings = record::open(&js, &config.components.bucket).await?;
     let mut report = record::read(&findings, &args.route, &spec.digest).await?;
@@ -293,16 +322,32 @@ fn print_sample(what: &str, s: &record::Sample) {
     }
 }
 
-/// The route must exist and be served from the object store; connects.
+/// Loads the config (the route must exist) and connects; with the route's live component file
+/// when it is served from one.
 async fn open(
     args: &ConfigArgs,
     route: &str,
     what: &str,
-) -> anyhow::Result<(Config, async_nats::jetstream::Context)> {
+) -> anyhow::Result<(Config, async_nats::jetstream::Context, Option<PathBuf>)> {
     let config = args.load()?;
-    super::store_route(&config, route)?;
+    let file = super::route_file(&config, route)?;
     let client = crate::connect::connect(&config, &format!("dedup-host {what}"))
         .await
         .context("cannot connect")?;
-    Ok((config, async_nats::jetstream::new(client)))
+    Ok((config, async_nats::jetstream::new(client), file))
+}
+
+/// The candidate beside a route's live file `live`, as its hosts read it.
+fn file_spec(live: &Path, route: &str) -> anyhow::Result<Spec> {
+    let candidate = files::candidate_path(live);
+    let bytes = std::fs::read(&candidate).map_err(|_| {
+        anyhow::anyhow!(
+            "route `{route}` has no candidate: copy the new version to `{}` (settings in `{}`)",
+            candidate.display(),
+            files::settings_path(live).display()
+        )
+    })?;
+    let modified = std::fs::metadata(&candidate)?.modified()?;
+    let since = modified.duration_since(std::time::UNIX_EPOCH)?.as_millis() as u64;
+    files::spec(live, &bytes, since).map_err(|e| anyhow::anyhow!(e))
 }

@@ -54,8 +54,13 @@ pub struct RoutesArgs {
 /// Checks and uploads a component; prints its digest.
 pub async fn deploy(args: DeployArgs) -> anyhow::Result<ExitCode> {
     let config = args.config.load()?;
-    super::store_route(&config, &args.route)?;
     let candidate = args.candidate.candidate()?;
+    if let (Some(_), Some(live)) = (&candidate, super::route_file(&config, &args.route)?) {
+        let files = crate::candidate::files::candidate_path(&live);
+        let settings = crate::candidate::files::settings_path(&live);
+        anyhow::bail!("route `{}` is served from the file `{}`: copy the candidate to `{}` instead, with its settings in `{}` (`mode = \"canary\"`, `percent = 20`; a shadow without it); every host reading that directory runs it", args.route, live.display(), files.display(), settings.display());
+    }
+    super::store_route(&config, &args.route)?;
     let (file, flag) = match (&candidate, &args.component) {
         (Some((file, _)), _) => (file.clone(), "the candidate"),
         (None, Some(file)) => (file.clone(), "--component"),

@@ -116,12 +116,34 @@ pub(crate) fn parse_key_value(s: &str) -> Result<(String, String), String> {
     }
 }
 
-/// The route must exist and take its component from the store.
-pub(crate) fn store_route(config: &crate::config::Config, route: &str) -> anyhow::Result<()> {
+/// The component file route `route` is served from (its `component`, or its file in
+/// `components.dir`), or `None` when it is served from the object store; the route must exist.
+pub(crate) fn route_file(
+    config: &crate::config::Config,
+    route: &str,
+) -> anyhow::Result<Option<std::path::PathBuf>> {
     let Some(r) = config.routes.iter().find(|r| r.name == route) else {
         let names: Vec<&str> = config.routes.iter().map(|r| r.name.as_str()).collect();
         anyhow::bail!("no route `{route}` in the config (routes: {names:?}); add a [[routes]] entry without `component` first");
     };
+    if let Some(file) = &r.component {
+        return Ok(Some(config.resolve(file)));
+    }
+    Ok(config
+        .components
+        .dir
+        .as_ref()
+        .map(|dir| config.resolve(dir).join(format!("{route}.wasm"))))
+}
+
+/// The route must exist and take its component from the store.
+pub(crate) fn store_route(config: &crate::config::Config, route: &str) -> anyhow::Result<()> {
+    route_file(config, route)?;
+    let r = config
+        .routes
+        .iter()
+        .find(|r| r.name == route)
+        .expect("found above");
     if let Some(file) = &r.component {
         anyhow::bail!("route `{route}` is served from the file `{}`: replace that file instead, or remove `component` from the route to serve it from the object store", file.display());
     }

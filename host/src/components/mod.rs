@@ -56,6 +56,7 @@ pub async fn spawn(
 /// [`store::watch`]; one added by a reload (`added`) is first offered the object stored now.
 pub fn watch_route(
     js: &async_nats::jetstream::Context,
+    instance_id: &str,
     runtime: Runtime,
     config: &Config,
     route: Arc<Route>,
@@ -66,7 +67,37 @@ pub fn watch_route(
     match route.component_file.clone() {
         Some(path) => {
             let interval = config.components.poll_interval;
-            let watcher = file::watch(runtime, route, path, interval, poke, stopped);
+            // The candidate beside the file, and what this host decides about it.
+            let (actions, decided) = tokio::sync::mpsc::unbounded_channel();
+            let by = instance_id.to_string();
+            tokio::spawn(crate::candidate::files::execute(path.clone(), by, decided));
+            let candidate = file::Slot::Candidate {
+                live: path.clone(),
+                actions,
+            };
+            let candidate_path = crate::candidate::files::candidate_path(&path);
+            let (r, rt, p, s) = (
+                route.clone(),
+                runtime.clone(),
+                poke.clone(),
+                stopped.clone(),
+            );
+            tokio::spawn(file::watch(
+                rt,
+                r,
+                (candidate_path, candidate),
+                interval,
+                p,
+                s,
+            ));
+            let watcher = file::watch(
+                runtime,
+                route,
+                (path, file::Slot::Live),
+                interval,
+                poke,
+                stopped,
+            );
             Some(tokio::spawn(watcher))
         }
         None if added => {

@@ -709,3 +709,110 @@ async fn status_candidate(d: &Deployment) -> String {
     )
     .await
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_candidate_file_in_a_shared_component_directory_is_rolled_back_and_promoted_there() {
+    let env = TestEnv::start().await;
+    let timing = Timing::default();
+    let dir = env.path("handlers");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(guest("ledger"), dir.join("ledger.wasm")).unwrap();
+    let routes: &'static str = Box::leak(
+        format!("{LEDGER}\n[components]\ndir = \"{}\"\n", dir.display()).into_boxed_str(),
+    );
+    let mut hosts = BTreeMap::new();
+    for name in ["host-a", "host-b"] {
+        hosts.insert(
+            name.to_string(),
+            env.host_process(&timing, routes, name).await,
+        );
+    }
+    let live = dedup_host::runtime::digest(&std::fs::read(guest("ledger")).unwrap());
+    let next = dedup_host::runtime::digest(&std::fs::read(guest("ledger-next")).unwrap());
+    let d = Deployment {
+        config: env.path("host-a.toml"),
+        env,
+        timing,
+        hosts,
+        live,
+        routes,
+    };
+    d.wait_hosts(
+        |r| r.digest.as_deref() == Some(d.live.as_str()),
+        "serving the live file",
+    )
+    .await;
+    // A canary of a fifth of the keys that rejects odd amounts: rolled back, on the files.
+    std::fs::write(
+        dir.join("ledger.candidate.toml"),
+        "mode = \"canary\"\npercent = 20\n",
+    )
+    .unwrap();
+    std::fs::copy(guest("ledger-next"), dir.join("ledger.candidate.wasm")).unwrap();
+    d.wait_candidate(&next).await;
+    assert!(ok(&d.config, &["routes"]).contains(&format!("candidate {next} canary")));
+    d.publish(0..400, |i| i64::from(i) + 1).await;
+    d.wait_settled(400).await;
+    d.wait_hosts(
+        |r| r.candidate.is_none(),
+        "every host dropping the candidate",
+    )
+    .await;
+    assert!(!dir.join("ledger.candidate.wasm").exists());
+    assert!(dir.join("ledger.candidate.wasm.rolled-back").exists());
+    let why = std::fs::read_to_string(dir.join("ledger.candidate.rolled-back.txt")).unwrap();
+    assert!(why.contains("rejects"), "{why}");
+    // Again in shadow (no settings file), compared, then promoted with the command.
+    std::fs::remove_file(dir.join("ledger.candidate.toml")).unwrap();
+    std::fs::copy(guest("ledger-next"), dir.join("ledger.candidate.wasm")).unwrap();
+    d.wait_candidate(&next).await;
+    d.publish(400..500, |i| 2 * i64::from(i) + 2).await;
+    d.wait_settled(500).await;
+    let report = wait_compared(&d.config, 1).await;
+    assert!(
+        report["report"]["counts"]["kinds"]["payload"]
+            .as_u64()
+            .unwrap_or(0)
+            > 0
+            || report["report"]["counts"]["skipped"].as_u64().unwrap() > 0,
+        "{report:#}"
+    );
+    let promoted = ok(
+        &d.config,
+        &["promote", "--route", "ledger", "--wait", "60s"],
+    );
+    assert!(promoted.contains(&next), "{promoted}");
+    d.publish(500..600, |i| 2 * i64::from(i) + 2).await;
+    let (outputs, letters) = d.wait_settled(600).await;
+    let mut settled: BTreeMap<String, u32> = BTreeMap::new();
+    for e in &outputs {
+        *settled.entry(e.tx.replace("tx-", "k-")).or_default() += 1;
+    }
+    for l in &letters {
+        *settled.entry(l.key.clone()).or_default() += 1;
+        assert_eq!(l.digest, next, "only the candidate rejects: {l:?}");
+    }
+    assert_eq!(settled.len(), 600, "every key settled");
+    assert!(settled.values().all(|n| *n == 1), "a key settled twice");
+    let index = |e: &&Entry| e.tx["tx-".len()..].parse::<u32>().unwrap();
+    assert!(outputs.iter().filter(|e| index(e) >= 500).all(|e| e.next));
+    assert!(outputs
+        .iter()
+        .filter(|e| (400..500).contains(&index(e)))
+        .all(|e| !e.next));
+    // Bad input about file candidates names the file to use.
+    let (success, text) = cli(
+        &d.config,
+        &[
+            "deploy",
+            "--route",
+            "ledger",
+            "--shadow",
+            &path("ledger-next"),
+        ],
+    );
+    assert!(!success && text.contains("ledger.candidate.wasm"), "{text}");
+    let (success, text) = cli(&d.config, &["abort", "--route", "ledger"]);
+    assert!(!success && text.contains("no candidate"), "{text}");
+    d.stop();
+}
