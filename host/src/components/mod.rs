@@ -54,9 +54,10 @@ pub async fn spawn(
 /// Starts serving one route from its source until `stopped`: its file (or
 /// `components.dir/<route>.wasm`) is watched. A route served from the object store follows
 /// [`store::watch`]; one added by a reload (`added`) is first offered the object stored now.
+/// A file-served route also takes the candidate file beside its file
+/// ([`crate::candidate::files`]); this host (`instance_id`) carries out its decisions on it.
 pub fn watch_route(
-    js: &async_nats::jetstream::Context,
-    instance_id: &str,
+    (js, instance_id): (&async_nats::jetstream::Context, &str),
     runtime: Runtime,
     config: &Config,
     route: Arc<Route>,

@@ -130,9 +130,14 @@ pub async fn watch(
                 tokio::select! { _ = tokio::time::sleep(WATCH_RETRY) => continue, _ = stopped.changed() => return }
             }
         };
+        let mut generation = routes.subscribe();
         loop {
             let change = tokio::select! {
                 c = changes.next() => c,
+                _ = generation.changed() => {
+                    offer_stored_candidates(&store, &runtime, &routes, &actions).await;
+                    continue;
+                }
                 _ = stopped.changed() => return,
             };
             let info = match change {
@@ -167,6 +172,27 @@ pub async fn watch(
                 Err(e) => {
                     tracing::warn!(route = %route.name, "cannot fetch component `{origin}`: {e:#}")
                 }
+            }
+        }
+    }
+}
+
+/// Offers every store-served route without a candidate the one stored for it, if any (routes
+/// added by a reload; the watch only reports objects as they change).
+async fn offer_stored_candidates(
+    store: &ObjectStore,
+    runtime: &Runtime,
+    routes: &Routes,
+    actions: &mpsc::UnboundedSender<Action>,
+) {
+    let waiting = routes
+        .iter()
+        .filter(|r| r.component_file.is_none() && r.candidate().is_none());
+    for route in waiting {
+        let name = candidate::store::object_name(&route.name);
+        if let Ok(info) = store.info(&name).await {
+            if !info.deleted {
+                offer_candidate(store, runtime, &route, &info, actions).await;
             }
         }
     }

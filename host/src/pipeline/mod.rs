@@ -56,16 +56,16 @@ pub(crate) struct Shared<S: ClaimStore> {
 }
 
 impl<S: ClaimStore> Shared<S> {
-    /// Everything the message loops of one host share.
+    /// Everything the message loops of one host share; guests run on `guest_runtime`, and
+    /// candidates' shadow runs through `shadows`.
     pub(crate) fn new(
         js: async_nats::jetstream::Context,
         config: Arc<Config>,
         routes: Arc<Routes>,
         claimer: Claimer<S>,
         markers: async_nats::jetstream::kv::Store,
-        guest_runtime: tokio::runtime::Handle,
+        (guest_runtime, shadows): (tokio::runtime::Handle, crate::candidate::shadow::Shadows),
         tracer: Option<Arc<crate::telemetry::Tracer>>,
-        shadows: crate::candidate::shadow::Shadows,
     ) -> Self {
         let unrouted = routes.metrics().route("");
         Self {

@@ -148,8 +148,7 @@ impl Live {
         }
         if let Some(runtime) = &self.runtime {
             let watcher = crate::components::watch_route(
-                &self.js,
-                &self.instance_id,
+                (&self.js, &self.instance_id),
                 runtime.clone(),
                 &config,
                 route.clone(),

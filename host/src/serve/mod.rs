@@ -264,9 +264,8 @@ pub async fn start_with_routes(
         routes.clone(),
         claimer,
         setup.claims,
-        guest_threads.handle(),
+        (guest_threads.handle(), shadows),
         telemetry.as_ref().map(|t| t.tracer()),
-        shadows,
     ));
     let contracts = crate::setup::patiently(|| crate::contract::open(&js, &config)).await?;
     let live = Arc::new(live::Live::new(

@@ -816,3 +816,73 @@ async fn a_candidate_file_in_a_shared_component_directory_is_rolled_back_and_pro
     assert!(!success && text.contains("no candidate"), "{text}");
     d.stop();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_route_added_by_a_reload_runs_the_candidate_stored_for_it() {
+    let d = Deployment::start(&["host-a", "host-b"]).await;
+    let second = LEDGER
+        .replace("\"ledger\"", "\"ledger2\"")
+        .replace("in.ledger.*", "in.ledger2.*");
+    let both = format!("{LEDGER}{second}");
+    let cli_config = d.env.path("cli.toml");
+    std::fs::write(&cli_config, d.env.config_text(&d.timing, &both)).unwrap();
+    ok(
+        &cli_config,
+        &[
+            "deploy",
+            "--route",
+            "ledger2",
+            "--component",
+            &path("ledger"),
+        ],
+    );
+    let next = ok(
+        &cli_config,
+        &[
+            "deploy",
+            "--route",
+            "ledger2",
+            "--canary",
+            "50%",
+            &path("ledger-next"),
+        ],
+    );
+    let next = digest_of(&next);
+    for name in d.hosts.keys() {
+        let file = d.env.path(&format!("{name}.toml"));
+        let text = std::fs::read_to_string(&file).unwrap();
+        std::fs::write(&file, format!("{text}{second}")).unwrap();
+    }
+    let reloaded = ok(&d.config, &["reload"]);
+    assert!(reloaded.contains("of 2 live; 0 refused"), "{reloaded}");
+    wait_for(
+        Duration::from_secs(60),
+        "both hosts running ledger2's candidate",
+        || async {
+            let kv = d.env.js.get_key_value("dedup-hosts-EVENTS").await.ok()?;
+            let all = status::read_all(&kv).await.ok()?;
+            let running = all
+                .iter()
+                .filter(|h| d.hosts.contains_key(&h.instance_id))
+                .filter_map(|h| h.routes.get("ledger2")?.candidate.clone())
+                .filter(|c| c.starts_with(&next))
+                .count();
+            (running == 2).then_some(())
+        },
+    )
+    .await;
+    for i in 0..100 {
+        let payload = format!(r#"{{"account":"b","amount":2,"transaction_id":"tx-{i}"}}"#);
+        let subject = format!("in.ledger2.{i}");
+        d.env
+            .publish(&subject, &format!("k2-{i}"), &[], payload.into_bytes())
+            .await;
+    }
+    let (outputs, _) = d.wait_settled(100).await;
+    assert!(outputs.iter().any(|e| e.next), "the candidate ran no key");
+    assert!(
+        outputs.iter().any(|e| !e.next),
+        "the live version ran no key"
+    );
+    d.stop();
+}
