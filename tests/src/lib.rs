@@ -6,4 +6,5 @@ pub mod guests;
 pub mod harness;
 pub mod nats;
 pub mod proxy;
+pub mod readme;
 pub mod sim;

@@ -200,38 +200,16 @@ readme_script! {
 /// The README's quick start, the newcomer's path, run from an empty folder with only
 /// `dedup-host` added to the PATH, against a real nats-server, with the project in `lang`.
 async fn the_readme_authoring_section_runs_as_a_script(lang: &str) {
-    let readme = std::fs::read_to_string(workspace_root().join("README.md")).unwrap();
-    let script = readme
-        .split_once("<!-- authoring-script -->\n```sh\n")
-        .and_then(|(_, rest)| rest.split_once("\n```"))
-        .map(|(script, _)| script.to_string())
-        .expect("README.md has the authoring script block");
+    let script = dedup_host_tests::readme::block("authoring-script");
     assert!(script.contains("new --lang python greeter"), "{script}");
     let script = script.replace("new --lang python", &format!("new --lang {lang}"));
 
     let env = TestEnv::start().await;
     let work = tempfile::tempdir().unwrap();
-    let bin = work.path().join("bin");
     let folder = work.path().join("empty");
-    std::fs::create_dir_all(&bin).unwrap();
     std::fs::create_dir_all(&folder).unwrap();
-    std::os::unix::fs::symlink(host_binary(), bin.join("dedup-host")).unwrap();
-    let path = format!(
-        "{}:{}",
-        bin.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
-    let out = Command::new("bash")
-        .args(["-euo", "pipefail", "-c", &script])
-        .current_dir(&folder)
-        .env("PATH", path)
-        // The script's host.toml names the usual local URL; this test's server is elsewhere.
-        .env("DEDUP_HOST_NATS_URL", env.server().url())
-        .output()
-        .unwrap();
-    let text =
-        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{text}");
+    let (success, text) = dedup_host_tests::readme::run(&script, &folder, &env.server().url());
+    assert!(success, "{text}");
     assert!(text.contains("3 passed, 0 failed"), "{text}");
     assert!(
         text.contains("deployed greeter.wasm to route `greeter`: sha256:"),

@@ -64,10 +64,29 @@ impl Deployment {
         Self::start_with(names, LEDGER, false).await
     }
 
-    /// Hosts `names` serving `routes`, with fenced output streams if `fenced`.
+    /// Hosts `names` serving `routes`, with fenced output streams if `fenced`, the live
+    /// version deployed to the store.
     async fn start_with(names: &[&str], routes: &'static str, fenced: bool) -> Self {
         let mut env = TestEnv::start().await;
         env.fenced_outputs = fenced;
+        let d = Self::launch(env, names, routes).await;
+        let deployed = ok(
+            &d.config,
+            &[
+                "deploy",
+                "--route",
+                "ledger",
+                "--component",
+                &path("ledger"),
+            ],
+        );
+        assert_eq!(digest_of(&deployed), d.live);
+        d.wait_live().await;
+        d
+    }
+
+    /// Starts host processes `names` serving `routes` on `env`; the live version is `ledger`.
+    async fn launch(env: TestEnv, names: &[&str], routes: &'static str) -> Self {
         let timing = Timing::default();
         let mut hosts = BTreeMap::new();
         for name in names {
@@ -76,31 +95,20 @@ impl Deployment {
                 env.host_process(&timing, routes, name).await,
             );
         }
-        let config = env.path(&format!("{}.toml", names[0]));
-        let live = digest_of(&ok(
-            &config,
-            &[
-                "deploy",
-                "--route",
-                "ledger",
-                "--component",
-                &path("ledger"),
-            ],
-        ));
-        let d = Self {
+        Self {
+            config: env.path(&format!("{}.toml", names[0])),
+            live: dedup_host::runtime::digest(&std::fs::read(guest("ledger")).unwrap()),
             env,
             timing,
             hosts,
-            config,
-            live,
             routes,
-        };
-        d.wait_hosts(
-            |r| r.digest.as_deref() == Some(d.live.as_str()),
-            "serving the live version",
-        )
-        .await;
-        d
+        }
+    }
+
+    /// Waits until every host serves the live version.
+    async fn wait_live(&self) {
+        let live = |r: &status::RouteStatus| r.digest.as_deref() == Some(self.live.as_str());
+        self.wait_hosts(live, "serving the live version").await;
     }
 
     /// Waits until every running host's status of the route satisfies `check`.
@@ -538,38 +546,18 @@ async fn deploy_commands_refuse_bad_input_with_the_reason_and_the_fix() {
 /// the two versions and the ledger's case file, with `dedup-host` on the PATH.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_readme_safe_deploy_section_runs_as_a_script() {
-    let readme = std::fs::read_to_string(workspace_root().join("README.md")).unwrap();
-    let script = readme
-        .split_once("<!-- deploys-script -->\n```sh\n")
-        .and_then(|(_, rest)| rest.split_once("\n```"))
-        .map(|(script, _)| script.to_string())
-        .expect("README.md has the deploys script block");
+    let script = dedup_host_tests::readme::block("deploys-script");
     let env = TestEnv::start().await;
     let work = tempfile::tempdir().unwrap();
-    let (bin, folder) = (work.path().join("bin"), work.path().join("ledger"));
-    std::fs::create_dir_all(&bin).unwrap();
+    let folder = work.path().join("ledger");
     std::fs::create_dir_all(&folder).unwrap();
-    std::os::unix::fs::symlink(host_binary(), bin.join("dedup-host")).unwrap();
     for name in ["ledger", "ledger-next"] {
         std::fs::copy(guest(name), folder.join(format!("{name}.wasm"))).unwrap();
     }
     let cases = workspace_root().join("guests/rust/ledger/cases.toml");
     std::fs::copy(cases, folder.join("cases.toml")).unwrap();
-    let path = format!(
-        "{}:{}",
-        bin.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
-    let out = Command::new("bash")
-        .args(["-euo", "pipefail", "-c", &script])
-        .current_dir(&folder)
-        .env("PATH", path)
-        .env("DEDUP_HOST_NATS_URL", env.server().url())
-        .output()
-        .unwrap();
-    let text =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{text}");
+    let (success, text) = dedup_host_tests::readme::run(&script, &folder, &env.server().url());
+    assert!(success, "{text}");
     for expected in [
         " passed, 0 failed",
         "as a shadow candidate beside sha256:",
@@ -713,35 +701,15 @@ async fn status_candidate(d: &Deployment) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_candidate_file_in_a_shared_component_directory_is_rolled_back_and_promoted_there() {
     let env = TestEnv::start().await;
-    let timing = Timing::default();
     let dir = env.path("handlers");
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::copy(guest("ledger"), dir.join("ledger.wasm")).unwrap();
     let routes: &'static str = Box::leak(
         format!("{LEDGER}\n[components]\ndir = \"{}\"\n", dir.display()).into_boxed_str(),
     );
-    let mut hosts = BTreeMap::new();
-    for name in ["host-a", "host-b"] {
-        hosts.insert(
-            name.to_string(),
-            env.host_process(&timing, routes, name).await,
-        );
-    }
-    let live = dedup_host::runtime::digest(&std::fs::read(guest("ledger")).unwrap());
+    let d = Deployment::launch(env, &["host-a", "host-b"], routes).await;
+    d.wait_live().await;
     let next = dedup_host::runtime::digest(&std::fs::read(guest("ledger-next")).unwrap());
-    let d = Deployment {
-        config: env.path("host-a.toml"),
-        env,
-        timing,
-        hosts,
-        live,
-        routes,
-    };
-    d.wait_hosts(
-        |r| r.digest.as_deref() == Some(d.live.as_str()),
-        "serving the live file",
-    )
-    .await;
     // A canary of a fifth of the keys that rejects odd amounts: rolled back, on the files.
     std::fs::write(
         dir.join("ledger.candidate.toml"),
