@@ -130,6 +130,16 @@ impl Deployment {
         .await;
     }
 
+    /// Publishes `n` adjustments, half with odd amounts (a candidate `ledger-next` rejects
+    /// them), waits until they settle and every host has dropped the candidate.
+    async fn reject_until_rolled_back(&self, n: u32) {
+        self.publish(0..n, |i| i64::from(i) + 1).await;
+        self.wait_settled(n as usize).await;
+        let dropped = |r: &status::RouteStatus| r.candidate.is_none();
+        self.wait_hosts(dropped, "every host dropping the candidate")
+            .await;
+    }
+
     async fn wait_candidate(&self, digest: &str) {
         let prefix = format!("{digest} ");
         self.wait_hosts(
@@ -353,14 +363,8 @@ async fn a_canary_that_rejects_half_its_keys_is_rolled_back_on_every_host() {
         ],
     ));
     d.wait_candidate(&next).await;
-    d.publish(0..600, |i| i64::from(i) + 1).await;
-    d.wait_settled(600).await;
-    // Rolled back on every host: none runs it any more, and `routes` says why.
-    d.wait_hosts(
-        |r| r.candidate.is_none(),
-        "every host dropping the candidate",
-    )
-    .await;
+    // Rolled back on every host: none runs it any more.
+    d.reject_until_rolled_back(600).await;
     let listing = ok(&d.config, &["routes"]);
     assert!(
         listing.contains("ROLLED BACK") && listing.contains("rejects"),
@@ -719,13 +723,8 @@ async fn a_candidate_file_in_a_shared_component_directory_is_rolled_back_and_pro
     std::fs::copy(guest("ledger-next"), dir.join("ledger.candidate.wasm")).unwrap();
     d.wait_candidate(&next).await;
     assert!(ok(&d.config, &["routes"]).contains(&format!("candidate {next} canary")));
-    d.publish(0..400, |i| i64::from(i) + 1).await;
-    d.wait_settled(400).await;
-    d.wait_hosts(
-        |r| r.candidate.is_none(),
-        "every host dropping the candidate",
-    )
-    .await;
+    // Rolled back on every host: none runs it any more.
+    d.reject_until_rolled_back(400).await;
     assert!(!dir.join("ledger.candidate.wasm").exists());
     assert!(dir.join("ledger.candidate.wasm.rolled-back").exists());
     let why = std::fs::read_to_string(dir.join("ledger.candidate.rolled-back.txt")).unwrap();
