@@ -30,9 +30,22 @@ pub enum Ended {
     Trap,
 }
 
+/// Runs of a version whose time is not counted: a new version's first runs instantiate cold
+/// (fresh instance slots, first-touch pages) and took milliseconds where warm runs take
+/// microseconds, which rolled back healthy candidates.
+const WARM_UP_RUNS: usize = 20;
+/// Timed runs each version needs before p99 times are compared: with fewer, the "p99" is
+/// the slowest run, one scheduling hiccup.
+const MIN_TIMED_RUNS: usize = 100;
+/// Differences of p99 below this never decide: microsecond jitter on a busy machine.
+const P99_FLOOR: Duration = Duration::from_millis(5);
+
 #[derive(Debug, Default)]
 struct Window {
-    runs: VecDeque<(Ended, Duration)>,
+    /// Outcomes and times (`None` during the warm-up) of the last runs.
+    runs: VecDeque<(Ended, Option<Duration>)>,
+    /// Runs seen in all.
+    seen: usize,
 }
 
 impl Window {
@@ -40,7 +53,13 @@ impl Window {
         if self.runs.len() == size {
             self.runs.pop_front();
         }
-        self.runs.push_back((ended, time));
+        self.seen += 1;
+        let timed = (self.seen > WARM_UP_RUNS).then_some(time);
+        self.runs.push_back((ended, timed));
+    }
+
+    fn timed(&self) -> usize {
+        self.runs.iter().filter(|(_, t)| t.is_some()).count()
     }
 
     fn rate(&self, ended: Ended) -> f64 {
@@ -49,7 +68,7 @@ impl Window {
     }
 
     fn p99(&self) -> Duration {
-        let mut times: Vec<Duration> = self.runs.iter().map(|(_, t)| *t).collect();
+        let mut times: Vec<Duration> = self.runs.iter().filter_map(|(_, t)| *t).collect();
         times.sort();
         let i = (times.len() * 99).div_ceil(100).saturating_sub(1);
         times.get(i).copied().unwrap_or_default()
@@ -95,10 +114,10 @@ impl Health {
                 ));
             }
         }
-        if live.runs.len() >= margins.min_runs {
+        let timed = MIN_TIMED_RUNS.min(margins.window);
+        if live.timed() >= timed && cand.timed() >= timed {
             let (c, l) = (cand.p99(), live.p99());
-            // A floor of 1 ms keeps microsecond jitter from deciding.
-            if c > l.max(Duration::from_millis(1)).mul_f64(margins.p99_ratio) {
+            if c > l.max(P99_FLOOR).mul_f64(margins.p99_ratio) {
                 return Some(format!(
                     "the candidate's p99 guest time {c:?} is over {}x the live version's {l:?}",
                     margins.p99_ratio
@@ -151,10 +170,21 @@ mod tests {
         assert!(verdict.unwrap().contains("rejects 50%"));
         let slow = Health::default();
         let mut verdict = None;
-        for _ in 0..50 {
+        for _ in 0..150 {
             slow.record(false, Ended::Success, ms, &margins);
-            verdict = verdict.or(slow.record(true, Ended::Success, ms * 10, &margins));
+            verdict = verdict.or(slow.record(true, Ended::Success, ms * 20, &margins));
         }
         assert!(verdict.unwrap().contains("p99"));
+        // A cold start, then a few hiccups, never decide; nor does jitter under the floor.
+        let cold = Health::default();
+        for i in 0..300 {
+            let cand = match i {
+                0..20 => ms * 50,
+                150 => ms * 40,
+                _ => ms * 4,
+            };
+            assert_eq!(cold.record(false, Ended::Success, ms / 2, &margins), None);
+            assert_eq!(cold.record(true, Ended::Success, cand, &margins), None, "{i}");
+        }
     }
 }
