@@ -184,7 +184,11 @@ mod tests {
                 _ => ms * 4,
             };
             assert_eq!(cold.record(false, Ended::Success, ms / 2, &margins), None);
-            assert_eq!(cold.record(true, Ended::Success, cand, &margins), None, "{i}");
+            assert_eq!(
+                cold.record(true, Ended::Success, cand, &margins),
+                None,
+                "{i}"
+            );
         }
     }
 }

@@ -5,6 +5,7 @@
 //! counts once a second; samples are written as found, at most [`SAMPLES_PER_SECOND`].
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -14,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, watch};
 
 use super::compare::{Kind, Summary};
+use crate::config::Config;
 
 /// How many recent samples are kept per route and candidate.
 pub const LAST_SAMPLES: u64 = 100;
@@ -23,6 +25,8 @@ const SAMPLES_PER_SECOND: u32 = 20;
 const MAX_AGE: Duration = Duration::from_secs(7 * 24 * 3600);
 /// How often a host writes its counts.
 const FLUSH: Duration = Duration::from_secs(1);
+/// How long a host waits to try opening the findings bucket again.
+const OPEN_RETRY: Duration = Duration::from_secs(5);
 
 /// One host's (or, summed, every host's) shadow counts for one candidate.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -103,12 +107,9 @@ pub fn bucket_name(components_bucket: &str) -> String {
     format!("{components_bucket}-diffs")
 }
 
-/// Opens (or creates) the findings bucket.
-pub async fn open(
-    js: &async_nats::jetstream::Context,
-    components_bucket: &str,
-) -> anyhow::Result<Store> {
-    let bucket = bucket_name(components_bucket);
+/// Opens (or creates, with the components bucket's replicas) the findings bucket.
+pub async fn open(js: &async_nats::jetstream::Context, config: &Config) -> anyhow::Result<Store> {
+    let bucket = bucket_name(&config.components.bucket);
     if let Ok(store) = js.get_key_value(&bucket).await {
         return Ok(store);
     }
@@ -117,6 +118,7 @@ pub async fn open(
         description: "dedup-host shadow differences: counts per host, samples".into(),
         history: 1,
         max_age: MAX_AGE,
+        num_replicas: config.components.replicas,
         ..Default::default()
     })
     .await
@@ -142,13 +144,30 @@ fn token(s: &str) -> String {
         .collect()
 }
 
-/// Aggregates findings and writes them until `stopped`.
+/// Opens the findings bucket (retrying every [`OPEN_RETRY`]: a host never waits for it to
+/// serve), then aggregates findings and writes them until `stopped`. Findings made while the
+/// bucket cannot be opened wait in the channel, and beyond its bound are dropped.
 pub async fn run(
-    store: Store,
+    js: async_nats::jetstream::Context,
+    config: Arc<Config>,
     instance: String,
     mut findings: mpsc::Receiver<Finding>,
     mut stopped: watch::Receiver<bool>,
 ) {
+    let store = loop {
+        match open(&js, &config).await {
+            Ok(store) => break store,
+            Err(e) => {
+                tracing::warn!(
+                    "shadow findings are not stored yet: {e:#}; retrying in {OPEN_RETRY:?}"
+                );
+                tokio::select! {
+                    _ = tokio::time::sleep(OPEN_RETRY) => {}
+                    _ = stopped.changed() => return,
+                }
+            }
+        }
+    };
     let host = token(&instance);
     let mut counts: HashMap<(String, String), Counts> = HashMap::new();
     let mut dirty = false;

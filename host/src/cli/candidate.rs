@@ -248,7 +248,7 @@ pub async fn diff(args: DiffArgs) -> anyhow::Result<ExitCode> {
             spec
         }
     };
-    let findings = record::open(&js, &config.components.bucket).await?;
+    let findings = record::open(&js, &config).await?;
     let mut report = record::read(&findings, &args.route, &spec.digest).await?;
     let skip = report.last.len().saturating_sub(args.samples);
     report.last.drain(..skip);

@@ -71,7 +71,7 @@ pub(super) async fn print(js: &JetStream, config: &Config) -> anyhow::Result<()>
     let Some(spec) = candidates::current(&bucket, ROUTE).await? else {
         return Ok(());
     };
-    let findings = record::open(js, &config.components.bucket).await?;
+    let findings = record::open(js, config).await?;
     let started = Instant::now();
     let report = loop {
         let report = record::read(&findings, ROUTE, &spec.digest).await?;

@@ -247,12 +247,10 @@ pub async fn start_with_routes(
         &instance_id,
         metrics.spans_dropped(),
     )?;
-    let findings =
-        crate::setup::patiently(|| crate::candidate::record::open(&js, &config.components.bucket))
-            .await?;
     let (found, finding) = tokio::sync::mpsc::channel(1024);
     tasks.push(tokio::spawn(crate::candidate::record::run(
-        findings,
+        js.clone(),
+        config.clone(),
         instance_id.clone(),
         finding,
         stopped.clone(),
