@@ -325,3 +325,87 @@ async fn the_readme_safe_deploy_section_runs_as_a_script() {
         .iter()
         .all(|m| !String::from_utf8_lossy(&m.payload).contains("currency")));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secondary_live_run_tells_noise_from_the_candidates_own_differences() {
+    // With `work_ms`, every entry carries when it ran: different on every run.
+    let timed: &'static str =
+        Box::leak(format!("{LEDGER}config = {{ work_ms = \"1\" }}\n").into_boxed_str());
+    let d = Deployment::start_with(&["host-a", "host-b"], timed, false).await;
+    let shadow = |file: &str| {
+        let args = [
+            "deploy",
+            "--route",
+            "ledger",
+            "--shadow",
+            file,
+            "--secondary",
+        ];
+        let printed = ok(&d.config, &[&args[..], &["--wait", "60s"]].concat());
+        assert!(printed.contains("live host(s) have candidate"), "{printed}");
+    };
+    // The live version against itself: its only differences are the run times, noise.
+    shadow(&path("ledger"));
+    d.publish(0..100, |i| 2 * i64::from(i) + 2).await;
+    d.wait_settled(100).await;
+    let report = wait_compared(&d.config, 100).await;
+    let counts = &report["report"]["counts"];
+    assert_eq!(counts["differences"], 0, "{report:#}");
+    assert!(counts["noise"].as_u64().unwrap() > 0, "{report:#}");
+    // The next version: its own difference is reported, the run times are not.
+    shadow(&path("ledger-next"));
+    d.publish(100..200, |i| 2 * i64::from(i) + 2).await;
+    d.wait_settled(200).await;
+    let report = wait_compared(&d.config, 100).await;
+    let counts = &report["report"]["counts"];
+    assert!(counts["differences"].as_u64().unwrap() > 0, "{report:#}");
+    let first = &report["report"]["first"]["payload"]["differences"];
+    assert_eq!(
+        first,
+        &serde_json::json!(["outputs[0].payload/currency"]),
+        "{report:#}"
+    );
+    d.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_canary_without_regressions_is_promoted_automatically_on_every_host() {
+    let d = Deployment::start(&["host-a", "host-b"]).await;
+    let args = [
+        "deploy",
+        "--route",
+        "ledger",
+        "--canary",
+        "50%",
+        &path("ledger-next"),
+        "--auto-promote",
+        "20",
+        "--wait",
+        "60s",
+    ];
+    let printed = ok(&d.config, &args);
+    let next = printed
+        .lines()
+        .find(|l| l.starts_with("deployed"))
+        .map(digest_of)
+        .unwrap();
+    d.publish(0..200, |i| 2 * i64::from(i) + 2).await;
+    d.wait_hosts(
+        |r| r.digest.as_deref() == Some(next.as_str()) && r.candidate.is_none(),
+        "every host serving the promoted version",
+    )
+    .await;
+    d.publish(200..300, |i| 2 * i64::from(i) + 2).await;
+    let (outputs, letters) = d.wait_settled(300).await;
+    assert!(letters.is_empty(), "{letters:?}");
+    let txs: BTreeSet<&str> = outputs.iter().map(|e| e.tx.as_str()).collect();
+    assert_eq!((outputs.len(), txs.len()), (300, 300), "every key once");
+    let late = |e: &&Entry| e.tx["tx-".len()..].parse::<u32>().unwrap() >= 200;
+    assert!(outputs.iter().filter(late).all(|e| e.next));
+    let listing = ok(&d.config, &["routes"]);
+    assert!(
+        listing.contains(&format!("/ledger {next}")),
+        "deployed: {listing}"
+    );
+    d.stop();
+}
