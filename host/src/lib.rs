@@ -12,10 +12,12 @@
 //! - [`claim`]: the claim protocol on NATS KV; [`setup`]: streams, consumers and buckets.
 //! - [`metrics`], [`health`], [`logging`]: what a running host tells operators; [`ops`]: the
 //!   endpoints that serve it and the commands that read a deployment (inspect, dead letters,
-//!   audit).
+//!   audit); [`console`]: the web console over a whole deployment, fed by each host's
+//!   [`feed`], its changes recorded in [`activity`].
 
 #![warn(missing_docs)]
 
+pub mod activity;
 pub mod bindings;
 pub mod candidate;
 pub mod cases;
@@ -24,12 +26,14 @@ pub mod cli;
 pub mod components;
 pub mod config;
 pub mod connect;
+pub mod console;
 pub mod contract;
 pub mod contract_change;
 pub mod cpu;
 pub mod dev;
 pub mod durations;
 pub mod exclusive;
+pub mod feed;
 pub mod fenced;
 pub mod forever;
 pub mod health;

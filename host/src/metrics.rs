@@ -3,7 +3,7 @@
 //! these). Labels are bounded: `route`, `outcome`, `trap`, `layer`, and `digest` only on the
 //! `dedup_serving_info` gauge. Never a subject or a key.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -515,6 +515,26 @@ impl RouteMetrics {
     pub fn refusal(&self) {
         self.refusals.inc();
     }
+
+    /// The route's counters and gauges now (free slots are the caller's to fill in).
+    pub fn counts(&self) -> RouteCounts {
+        let gauge = |g: &Gauge| u64::try_from(g.get()).unwrap_or(0);
+        RouteCounts {
+            outcomes: MessageOutcome::ALL
+                .iter()
+                .map(|o| (o.label().to_string(), self.outcomes[*o as usize].get()))
+                .collect(),
+            hits: DedupLayer::ALL
+                .iter()
+                .map(|l| (l.label().to_string(), self.hits[*l as usize].get()))
+                .collect(),
+            outputs: self.outputs.get(),
+            in_flight: gauge(&self.in_flight),
+            free_slots: gauge(&self.free_slots),
+            pending: gauge(&self.pending),
+            ack_pending: gauge(&self.ack_pending),
+        }
+    }
 }
 
 /// Holds one in-flight message of a route; dropping it counts the message as finished.
@@ -524,6 +544,33 @@ impl Drop for InFlight {
     fn drop(&mut self) {
         self.0.in_flight.dec();
     }
+}
+
+/// One route's cumulative counters and current gauges: what a host publishes for the console
+/// ([`crate::feed`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RouteCounts {
+    /// Deliveries by `outcome` label.
+    #[serde(default)]
+    pub outcomes: BTreeMap<String, u64>,
+    /// Repeats caught, by `layer` label.
+    #[serde(default)]
+    pub hits: BTreeMap<String, u64>,
+    /// Outputs published.
+    #[serde(default)]
+    pub outputs: u64,
+    /// Messages being handled now.
+    #[serde(default)]
+    pub in_flight: u64,
+    /// Free guest slots now.
+    #[serde(default)]
+    pub free_slots: u64,
+    /// Messages the route's consumer has not delivered yet (last read).
+    #[serde(default)]
+    pub pending: u64,
+    /// Messages delivered and not acknowledged yet (last read).
+    #[serde(default)]
+    pub ack_pending: u64,
 }
 
 /// A copy of the host's counters summed over routes (the demo summary, tests).

@@ -181,7 +181,8 @@ async fn scan(
     Ok(out)
 }
 
-fn offset(t: SystemTime) -> time::OffsetDateTime {
+/// `t` as the time type JetStream consumers take.
+pub fn offset(t: SystemTime) -> time::OffsetDateTime {
     let nanos = t
         .duration_since(SystemTime::UNIX_EPOCH)
         .unwrap_or_default()

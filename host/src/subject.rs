@@ -29,7 +29,7 @@ pub fn filter_error(filter: &str) -> String {
 
 /// Subject prefixes of the server's own APIs and internals (JetStream, KV, object store,
 /// system account, Raft groups, reply inboxes). No guest output may ever land there.
-pub const RESERVED_PREFIXES: [&str; 9] = [
+pub const RESERVED_PREFIXES: [&str; 11] = [
     "$JS.",
     "$KV.",
     "$O.",
@@ -39,6 +39,8 @@ pub const RESERVED_PREFIXES: [&str; 9] = [
     CONTROL_PREFIX,
     EXCLUSIVE_PREFIX,
     FENCED_CLAIMS_PREFIX,
+    FEED_PREFIX,
+    ACTIVITY_PREFIX,
 ];
 
 /// Where hosts take orders (`dedup-host reload`): never reachable by a guest.
@@ -51,6 +53,13 @@ pub const EXCLUSIVE_PREFIX: &str = "dedup.exclusive.";
 /// Where fenced output streams hold claim records (`crate::fenced`): a guest output there
 /// would forge one.
 pub const FENCED_CLAIMS_PREFIX: &str = "_dedup.claims.";
+
+/// Where hosts publish their counters for the console (`crate::feed`): a guest output there
+/// would forge them.
+pub const FEED_PREFIX: &str = "_dedup.feed.";
+
+/// Where changes are recorded (`crate::activity`): a guest output there would forge an entry.
+pub const ACTIVITY_PREFIX: &str = "_dedup.activity.";
 
 /// The subject every host of a deployment (named by its source stream) listens on for
 /// `dedup-host reload`.
@@ -165,6 +174,16 @@ mod tests {
         assert_eq!(reserved_prefix("$js.api.x"), Some("$JS."));
         assert_eq!(reserved_prefix("_INBOX.abc"), Some("_INBOX."));
         assert_eq!(reserved_prefix("orders.js"), None);
+        // The console's feed and activity log: a guest must not forge them.
+        assert_eq!(
+            reserved_prefix("_dedup.feed.dedup-hosts.h1"),
+            Some(FEED_PREFIX)
+        );
+        assert_eq!(
+            reserved_prefix("_dedup.activity.dedup-hosts"),
+            Some(ACTIVITY_PREFIX)
+        );
+        assert!(reaches_reserved("_dedup.>"));
         assert!(reaches_reserved(">"));
         assert!(reaches_reserved("$KV.>"));
         assert!(reaches_reserved("*.API.>"));

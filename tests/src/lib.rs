@@ -2,6 +2,8 @@
 //! test on a free port, and the paths of the example guests built by `guests/build.sh`.
 
 pub mod bench;
+pub mod browser;
+pub mod console;
 pub mod guests;
 pub mod harness;
 pub mod nats;

@@ -178,6 +178,8 @@ pub async fn promote(args: RouteArgs) -> anyhow::Result<ExitCode> {
         "promoted the candidate of route `{}`: every host now serves {digest}",
         args.route
     );
+    let result = "now the live version".to_string();
+    crate::activity::record_cli(&js, &config, "promote", &args.route, &digest, result).await;
     if let Some(wait) = args.wait {
         let what = format!("version {digest} and no candidate");
         super::wait::every_host(&js, &config, &args.route, wait, &what, |s| {
@@ -213,6 +215,8 @@ pub async fn abort(args: RouteArgs) -> anyhow::Result<ExitCode> {
         "dropped the candidate {} of route `{}`; the live version runs every key",
         spec.digest, args.route
     );
+    let result = "dropped".to_string();
+    crate::activity::record_cli(&js, &config, "abort", &args.route, &spec.digest, result).await;
     if let Some(wait) = args.wait {
         wait_candidate(&js, &config, &args.route, wait, None).await?;
     }

@@ -74,10 +74,13 @@ pub async fn deploy(args: DeployArgs) -> anyhow::Result<ExitCode> {
     }
     let js = connect(&config, "deploy").await?;
     if let Some((_, mode)) = candidate {
+        let label = mode.label();
         let what = (file.as_path(), mode);
         let digest =
             super::candidate::deploy(&js, &config, &args.route, what, &bytes, &args.candidate)
                 .await?;
+        let result = format!("{label} candidate");
+        crate::activity::record_cli(&js, &config, "deploy", &args.route, &digest, result).await;
         if let Some(wait) = args.wait {
             super::candidate::wait_candidate(&js, &config, &args.route, wait, Some(&digest))
                 .await?;
@@ -86,6 +89,8 @@ pub async fn deploy(args: DeployArgs) -> anyhow::Result<ExitCode> {
     }
     let bucket = store::open(&js, &config).await?;
     let digest = store::deploy(&bucket, &args.route, &bytes).await?;
+    let result = "live version".to_string();
+    crate::activity::record_cli(&js, &config, "deploy", &args.route, &digest, result).await;
     println!(
         "deployed {} to route `{}`: {digest}",
         file.display(),
@@ -108,6 +113,8 @@ pub async fn undeploy(args: UndeployArgs) -> anyhow::Result<ExitCode> {
     let js = connect(&config, "undeploy").await?;
     let bucket = store::open(&js, &config).await?;
     store::undeploy(&bucket, &args.route).await?;
+    let result = "withdrawn".to_string();
+    crate::activity::record_cli(&js, &config, "undeploy", &args.route, "", result).await;
     println!("withdrew the component of route `{}`", args.route);
     Ok(ExitCode::SUCCESS)
 }

@@ -248,6 +248,7 @@ async fn demo(mut config: Config) -> anyhow::Result<()> {
     }
     let late = super::demo_modes::late_rerun(&js, &audit_config).await?;
     let fenced = super::demo_modes::stale_commit(&js, &audit_config).await?;
+    let console = super::demo_console::check(&audit_config).await?;
     let hits = dedup_hits(&host.metrics().encode());
     let stats = host.shutdown().await?;
 
@@ -267,6 +268,7 @@ async fn demo(mut config: Config) -> anyhow::Result<()> {
     println!("  metric dedup_hits    {hits} (scrape it with `dev --metrics-addr 127.0.0.1:9464`)");
     println!("  dashboard and alerts deploy/grafana/dedup-host.json, deploy/prometheus/dedup-host-rules.yml");
     println!("  traces               off; [telemetry] traces = \"otlp\" sends them to a collector (README, Traces)");
+    println!("  web console          {console}");
     for name in &outputs_streams {
         println!("\nOutputs in stream {name}:");
         print_stream(&js, name, show_output).await?;

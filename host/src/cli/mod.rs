@@ -2,6 +2,8 @@
 
 mod author;
 mod candidate;
+mod console;
+mod demo_console;
 mod demo_modes;
 mod demo_shadow;
 mod deploy;
@@ -71,6 +73,8 @@ pub enum Command {
     DeadLetters(ops::LettersArgs),
     /// Reconcile source, claims, outputs and dead letters; exit 1 on any anomaly.
     Audit(ops::AuditArgs),
+    /// Serve the web console of the config's deployment (every host of its source stream).
+    Console(console::ConsoleArgs),
 }
 
 impl Cli {
@@ -102,6 +106,7 @@ impl Cli {
             Command::Inspect(args) => ops::inspect(args).await,
             Command::DeadLetters(args) => ops::dead_letters(args).await,
             Command::Audit(args) => ops::audit(args).await,
+            Command::Console(args) => console::console(args).await,
         }
     }
 }
@@ -126,14 +131,7 @@ pub(crate) fn route_file(
         let names: Vec<&str> = config.routes.iter().map(|r| r.name.as_str()).collect();
         anyhow::bail!("no route `{route}` in the config (routes: {names:?}); add a [[routes]] entry without `component` first");
     };
-    if let Some(file) = &r.component {
-        return Ok(Some(config.resolve(file)));
-    }
-    Ok(config
-        .components
-        .dir
-        .as_ref()
-        .map(|dir| config.resolve(dir).join(format!("{route}.wasm"))))
+    Ok(config.component_file(r))
 }
 
 /// The route must exist and take its component from the store.

@@ -7,6 +7,7 @@ use std::time::{Duration, SystemTime};
 use clap::{Args, Subcommand};
 
 use super::run::ConfigArgs;
+use crate::activity::{self, Entry};
 use crate::ops::letters::{self, Action, Selection};
 use crate::ops::story::{self, Target};
 use crate::times;
@@ -130,6 +131,9 @@ pub enum LettersCommand {
         /// Only letters newer than this (1h, 7d).
         #[arg(long, value_parser = since)]
         since: Option<Duration>,
+        /// Only letters whose reason contains this text (in any case).
+        #[arg(long, value_name = "TEXT")]
+        reason: Option<String>,
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
@@ -172,14 +176,37 @@ pub struct Which {
     /// Only this route's letters.
     #[arg(long)]
     route: Option<String>,
+    /// Only letters whose reason contains this text (in any case).
+    #[arg(long, value_name = "TEXT")]
+    reason: Option<String>,
 }
 
 impl Which {
     fn selection(&self) -> Selection {
         Selection {
             route: self.route.clone(),
-            since: None,
+            reason: self.reason.clone(),
             sequences: self.sequence.clone(),
+            ..Selection::default()
+        }
+    }
+
+    /// The letters asked for, in words (for the activity log).
+    fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        if let Some(r) = &self.route {
+            parts.push(format!("route {r:?}"));
+        }
+        if let Some(r) = &self.reason {
+            parts.push(format!("reason contains {r:?}"));
+        }
+        if !self.sequence.is_empty() {
+            parts.push(format!("sequences {:?}", self.sequence));
+        }
+        if parts.is_empty() {
+            "every dead letter".into()
+        } else {
+            parts.join(", ")
         }
     }
 }
@@ -189,11 +216,17 @@ pub async fn dead_letters(args: LettersArgs) -> anyhow::Result<ExitCode> {
     let config = args.config.load()?;
     let js = jetstream(&config, "dead-letters").await?;
     let (actions, json) = match args.command {
-        LettersCommand::List { route, since, json } => {
+        LettersCommand::List {
+            route,
+            since,
+            reason,
+            json,
+        } => {
             let selection = Selection {
                 route,
                 since: ago(since),
-                sequences: Vec::new(),
+                reason,
+                ..Selection::default()
             };
             let list = letters::list(&js, &config, &selection).await?;
             if json {
@@ -215,7 +248,11 @@ pub async fn dead_letters(args: LettersArgs) -> anyhow::Result<ExitCode> {
             json,
         } => {
             let list = letters::list(&js, &config, &which.selection()).await?;
-            (letters::replay(&js, &config, list, dry_run).await?, json)
+            let actions = letters::replay(&js, &config, list, dry_run).await?;
+            if !dry_run {
+                record(&js, &config, "replay", &which, &actions).await;
+            }
+            (actions, json)
         }
         LettersCommand::Purge {
             which,
@@ -224,15 +261,31 @@ pub async fn dead_letters(args: LettersArgs) -> anyhow::Result<ExitCode> {
         } => {
             let list = letters::list(&js, &config, &which.selection()).await?;
             let named = !which.sequence.is_empty();
-            (
-                letters::purge(&js, &config, list, named, dry_run).await?,
-                json,
-            )
+            let actions = letters::purge(&js, &config, list, named, dry_run).await?;
+            if !dry_run {
+                record(&js, &config, "purge", &which, &actions).await;
+            }
+            (actions, json)
         }
     };
     js.client().flush().await?;
     print_actions(&actions, json)?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Records a replay or purge in the activity stream, as the console does.
+async fn record(
+    js: &async_nats::jetstream::Context,
+    config: &crate::config::Config,
+    action: &str,
+    which: &Which,
+    actions: &[Action],
+) {
+    let route = which.route.as_deref().unwrap_or_default();
+    let mut entry = Entry::now(&activity::cli_user(), action, route, which.describe());
+    entry.count = actions.len() as u64;
+    entry.result = letters::summary(actions);
+    activity::record(js, config, &entry).await;
 }
 
 fn print_actions(actions: &[Action], json: bool) -> anyhow::Result<()> {

@@ -42,7 +42,7 @@ pub async fn spawn(
             bucket,
             runtime,
             routes.clone(),
-            instance_id.to_string(),
+            (instance_id.to_string(), js.clone(), config.clone()),
             stopped.clone(),
         )));
     }

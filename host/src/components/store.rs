@@ -102,20 +102,43 @@ pub async fn deployed(store: &ObjectStore, route: &str) -> Option<String> {
     })
 }
 
+/// The digest of route `route`'s deployed component and when it was uploaded (Unix
+/// milliseconds, when the server says), if one is deployed.
+pub async fn live_version(store: &ObjectStore, route: &str) -> Option<(String, Option<u64>)> {
+    let info = store.info(route).await.ok()?;
+    if info.deleted {
+        return None;
+    }
+    let digest = info
+        .metadata
+        .get(DIGEST_METADATA)
+        .cloned()
+        .unwrap_or_default();
+    let since = info
+        .modified
+        .map(|t| (t.unix_timestamp_nanos() / 1_000_000) as u64);
+    Some((digest, since))
+}
+
 /// Follows the bucket (current objects first, then changes) and offers each new version to
 /// its route, until `stopped`. Objects no route of this host serves from the store are ignored.
 ///
 /// Objects `<route>.candidate` are candidates ([`crate::candidate`]): offered to their route
-/// as such, and what a host decides about one (roll back, promote) is done on the object here.
+/// as such, and what a host decides about one (roll back, promote) is done on the object here
+/// and recorded in the deployment's activity stream ([`crate::activity`]).
 pub async fn watch(
     store: ObjectStore,
     runtime: Runtime,
     routes: Arc<Routes>,
-    instance_id: String,
+    (instance_id, js, config): (
+        String,
+        async_nats::jetstream::Context,
+        crate::config::Config,
+    ),
     mut stopped: watch::Receiver<bool>,
 ) {
     let (actions, decided) = mpsc::unbounded_channel();
-    tokio::spawn(execute(store.clone(), instance_id, decided));
+    tokio::spawn(execute(store.clone(), (instance_id, js, config), decided));
     // A route with nothing deployed is deliberately not served: that is settled, not loading.
     for route in routes.iter().filter(|r| r.component_file.is_none()) {
         if deployed(&store, &route.name).await.is_none() {
@@ -229,7 +252,15 @@ async fn offer_candidate(
 }
 
 /// Carries out what this host decided about candidates, on the objects every host watches.
-async fn execute(store: ObjectStore, by: String, mut decided: mpsc::UnboundedReceiver<Action>) {
+async fn execute(
+    store: ObjectStore,
+    (by, js, config): (
+        String,
+        async_nats::jetstream::Context,
+        crate::config::Config,
+    ),
+    mut decided: mpsc::UnboundedReceiver<Action>,
+) {
     while let Some(action) = decided.recv().await {
         let done = match &action {
             Action::RollBack {
@@ -243,8 +274,23 @@ async fn execute(store: ObjectStore, by: String, mut decided: mpsc::UnboundedRec
                 promote(&store, route, Some(digest)).await.map(|_| ())
             }
         };
+        let (verb, route, digest, why) = match &action {
+            Action::RollBack {
+                route,
+                digest,
+                reason,
+            } => ("rollback", route, digest, reason.as_str()),
+            Action::Promote { route, digest } => ("promote", route, digest, "auto-promoted"),
+        };
+        let mut entry =
+            crate::activity::Entry::now(&format!("host {by}"), verb, route, digest.clone());
+        entry.count = 1;
         match done {
-            Ok(()) => tracing::warn!(?action, "candidate decision stored for every host"),
+            Ok(()) => {
+                tracing::warn!(?action, "candidate decision stored for every host");
+                entry.result = why.to_string();
+                crate::activity::record(&js, &config, &entry).await;
+            }
             Err(e) => tracing::error!(?action, "cannot store a candidate decision: {e:#}"),
         }
     }

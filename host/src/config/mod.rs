@@ -2,6 +2,7 @@
 //! leases, dead letters, output streams and routes. [`Config::load`] parses and validates in
 //! one go and reports every problem with its field path.
 
+mod console;
 mod derived;
 pub mod diff;
 mod effects;
@@ -11,6 +12,7 @@ mod route;
 pub mod telemetry;
 mod validate;
 
+pub use console::ConsoleConfig;
 pub use derived::RERUN_GAP_TERMS;
 pub use modes::{AckMode, ClaimMode, DedupMode, EffectsMode};
 pub use route::{
@@ -95,6 +97,9 @@ pub struct Config {
     /// Where OpenTelemetry spans go (off by default).
     #[serde(default)]
     pub telemetry: telemetry::TelemetryConfig,
+    /// Where `dedup-host console` listens and who may log in.
+    #[serde(default)]
+    pub console: ConsoleConfig,
     /// Directory that relative paths (components, creds, certificates) are resolved against;
     /// set by [`Config::load`] to the config file's directory.
     #[serde(skip)]
@@ -501,6 +506,18 @@ impl Config {
         } else {
             self.base_dir.join(path)
         }
+    }
+
+    /// The component file route `r` is served from (its `component`, or its file in
+    /// `components.dir`), or `None` when it is served from the object store.
+    pub fn component_file(&self, r: &RouteConfig) -> Option<PathBuf> {
+        if let Some(file) = &r.component {
+            return Some(self.resolve(file));
+        }
+        self.components
+            .dir
+            .as_ref()
+            .map(|dir| self.resolve(dir).join(format!("{}.wasm", r.name)))
     }
 
     /// Every subject the host consumes: the source stream's subjects, or the route filters

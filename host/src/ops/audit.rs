@@ -195,7 +195,11 @@ pub async fn run(
                 anomaly("stuck_claim", claim_key, format!("in progress by `{}` with a lease that lapsed {} ms ago, and no delivery left to retry it", r.owner, now - r.lease_expires_ms));
             }
             Some(_) => pending += 1,
-            None if letter_keys.contains(claim_key) => dead_lettered += 1,
+            // A message dead-lettered before its key was read (an oversized payload) has a
+            // letter without a key: its source sequence says it was handled.
+            None if letter_keys.contains(claim_key) || lettered_seqs.contains(seq) => {
+                dead_lettered += 1
+            }
             None if acked => {
                 anomaly("lost", claim_key, format!("source message {seq} was acknowledged, but the key has no claim record and no dead letter"));
             }

@@ -69,6 +69,26 @@ impl Letter {
         }
     }
 
+    /// The letter's headers as stored (the host's `Dedup-*` ones and the original's), in order.
+    pub fn headers(&self) -> Vec<(String, String)> {
+        let Some(headers) = self.stored.as_ref().and_then(|m| m.headers.as_ref()) else {
+            return Vec::new();
+        };
+        headers
+            .iter()
+            .flat_map(|(name, values)| {
+                values
+                    .iter()
+                    .map(move |v| (name.to_string(), v.as_str().to_string()))
+            })
+            .collect()
+    }
+
+    /// The letter's payload (cut short when [`Letter::truncated`] says so).
+    pub fn payload(&self) -> &[u8] {
+        self.stored.as_ref().map_or(&[], |m| &m.payload[..])
+    }
+
     /// The claim key of a letter that had a route and a key: the one the host recorded, or
     /// for letters older than that header, rebuilt from the shown key (exact unless the key
     /// was escaped or cut for display).
@@ -98,6 +118,10 @@ pub struct Selection {
     pub route: Option<String>,
     /// Only letters stored at or after this time.
     pub since: Option<SystemTime>,
+    /// Only letters stored before this time.
+    pub until: Option<SystemTime>,
+    /// Only letters whose reason contains this text (in any case).
+    pub reason: Option<String>,
     /// Only these letter sequences (all when empty).
     pub sequences: Vec<u64>,
 }
@@ -116,12 +140,19 @@ pub async fn list(
         );
     }
     let stored = scan::stream(js, &config.dead_letter.stream, "", selection.since).await?;
+    let reason = selection.reason.as_ref().map(|r| r.to_lowercase());
     let letters: Vec<Letter> = stored
         .into_iter()
         .map(Letter::from_stored)
         .filter(|l| is_ours(config, l))
         .filter(|l| selection.route.as_ref().is_none_or(|r| *r == l.route))
         .filter(|l| selection.sequences.is_empty() || selection.sequences.contains(&l.sequence))
+        .filter(|l| selection.until.is_none_or(|t| l.time_ms < millis(t)))
+        .filter(|l| {
+            reason
+                .as_ref()
+                .is_none_or(|r| l.reason.to_lowercase().contains(r))
+        })
         .collect();
     let unknown: Vec<u64> = selection
         .sequences
@@ -163,6 +194,22 @@ pub struct Action {
     pub action: &'static str,
     /// Details: why skipped, or what was written.
     pub detail: String,
+}
+
+/// What a replay or purge did, in one line: `3 replayed, 1 skipped`.
+pub fn summary(actions: &[Action]) -> String {
+    let mut counts: std::collections::BTreeMap<&str, usize> = Default::default();
+    for a in actions {
+        *counts.entry(a.action).or_default() += 1;
+    }
+    if counts.is_empty() {
+        return "nothing matched".into();
+    }
+    counts
+        .iter()
+        .map(|(a, n)| format!("{n} {a}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Replays each letter (see the module documentation). With `dry_run`, only says what it

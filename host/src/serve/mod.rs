@@ -234,14 +234,21 @@ pub async fn start_with_routes(
     let config = Arc::new(config);
     let metrics_addr = endpoints.as_ref().map(|(addr, _)| *addr);
     let mut tasks: Vec<JoinHandle<()>> = endpoints.into_iter().map(|(_, task)| task).collect();
-    if metrics_addr.is_some() {
-        tasks.push(crate::ops::endpoints::poll_consumers(
-            js.clone(),
-            config.clone(),
-            routes.clone(),
-            stopped.clone(),
-        ));
-    }
+    // Pending counts feed `/metrics` and the console alike.
+    tasks.push(crate::ops::endpoints::poll_consumers(
+        js.clone(),
+        config.clone(),
+        routes.clone(),
+        stopped.clone(),
+    ));
+    tasks.push(tokio::spawn(crate::feed::run(
+        client.clone(),
+        config.clone(),
+        instance_id.clone(),
+        routes.clone(),
+        health.clone(),
+        stopped.clone(),
+    )));
     let telemetry = crate::telemetry::Telemetry::start(
         &config.telemetry,
         &instance_id,

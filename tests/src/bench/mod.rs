@@ -1,6 +1,7 @@
 //! Benchmarks (not tests): each reports figures and ratios against a baseline measured in the
 //! same run, because these machines are noisy.
 
+pub mod console;
 pub mod exclusive;
 pub mod fairness;
 pub mod fenced;

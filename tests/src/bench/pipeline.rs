@@ -21,7 +21,7 @@ use dedup_host::serve::{self, RunningHost};
 use futures::StreamExt;
 
 use super::handguard::{self, Ack, Guard};
-use super::{bench_config, percentiles, us, Percentiles};
+use super::{percentiles, us, Percentiles};
 use crate::guests::guest;
 use crate::nats::NatsServer;
 
@@ -206,23 +206,33 @@ pub(super) enum Effects {
     ClaimAfter,
 }
 
-pub(super) fn guarded_config(
-    server: &NatsServer,
-    name: &str,
-    effects: Option<Effects>,
-) -> anyhow::Result<Config> {
+/// The config text of [`guarded_config`] with window effects (a console reads it too).
+pub(super) fn guarded_config_text(server: &NatsServer, name: &str) -> String {
     let routes = format!(
         "[[routes]]\nname = \"bench\"\nsubject = \"g{name}.in.*\"\ncomponent = \"{}\"\nallowed_outputs = [\"g{name}.in.*.done\"]",
         guest("uppercase").display()
     );
     let host = format!("concurrency = {CONCURRENCY}");
-    let mut config = bench_config(
+    super::bench_config_text(
         server,
         name,
         &format!("g{name}.in.*"),
         &format!("g{name}.in.*.done"),
         &host,
         &routes,
+    )
+}
+
+pub(super) fn guarded_config(
+    server: &NatsServer,
+    name: &str,
+    effects: Option<Effects>,
+) -> anyhow::Result<Config> {
+    let text = guarded_config_text(server, name);
+    let mut config = Config::parse(
+        &text,
+        std::path::Path::new("bench.toml"),
+        std::env::temp_dir(),
     )?;
     if effects == Some(Effects::Fenced) {
         config.output_streams[0].effects = EffectsMode::Fenced;

@@ -52,7 +52,7 @@ pub async fn run(messages: usize, rounds: usize) -> anyhow::Result<()> {
 }
 
 /// The median throughput and CPU per message of `runs`.
-fn medians(runs: &[Figures]) -> (f64, Duration) {
+pub(super) fn medians(runs: &[Figures]) -> (f64, Duration) {
     let mut rates: Vec<f64> = runs.iter().map(|f| f.rate).collect();
     rates.sort_by(f64::total_cmp);
     let mut cpus: Vec<Duration> = runs.iter().filter_map(|f| f.cpu_per_message).collect();

@@ -2,7 +2,8 @@
 //! `dedup-bench invoke [ITERATIONS]`, `dedup-bench pipeline [MESSAGES] [LATENCY_SAMPLES]`, `dedup-bench fairness [MESSAGES]`,
 //! `dedup-bench deploy [DEPLOYS]`, `dedup-bench load [GUEST...]`,
 //! `dedup-bench languages [ITERATIONS] [LANGUAGE...]`, `dedup-bench ops [MESSAGES] [ROUNDS] [AUDITED]`,
-//! `dedup-bench exclusive [MESSAGES] [ROUNDS]`, `dedup-bench scale [MESSAGES]`.
+//! `dedup-bench exclusive [MESSAGES] [ROUNDS]`, `dedup-bench scale [MESSAGES]`,
+//! `dedup-bench tracing|shadow|console [MESSAGES] [ROUNDS]`.
 
 use dedup_host_tests::bench;
 
@@ -32,6 +33,7 @@ async fn main() -> anyhow::Result<()> {
         "scale" => bench::scale::run(number(1, 20_000)?).await,
         "tracing" => bench::tracing::run(number(1, 20_000)?, number(2, 3)?).await,
         "shadow" => bench::shadow::run(number(1, 20_000)?, number(2, 3)?).await,
+        "console" => bench::console::run(number(1, 20_000)?, number(2, 3)?).await,
         "deploy" => bench::hotload::deploy_latency(number(1, 10)?).await,
         "load" => {
             let guests: Vec<&str> = args[1..].iter().map(String::as_str).collect();
@@ -43,7 +45,7 @@ async fn main() -> anyhow::Result<()> {
             bench::hotload::load_times(&guests, 5)
         }
         other => anyhow::bail!(
-            "unknown benchmark `{other}`; choose: invoke, pipeline, fenced, fairness, deploy, load, languages, ops, exclusive, scale, tracing, shadow"
+            "unknown benchmark `{other}`; choose: invoke, pipeline, fenced, fairness, deploy, load, languages, ops, exclusive, scale, tracing, shadow, console"
         ),
     }
 }

@@ -60,6 +60,7 @@ fn every_config_key_is_documented_and_every_documented_key_exists() {
         ("[[output_streams]]", "## `[[output_streams]]`"),
         ("[components]", "## `[components]`"),
         ("[telemetry]", "## `[telemetry]`"),
+        ("[console]", "## `[console]`"),
         ("[[routes]]", "## `[[routes]]`"),
         ("[[routes]]\n[routes.limits]", "## `[routes.limits]`"),
     ];

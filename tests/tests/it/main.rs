@@ -11,6 +11,7 @@ mod cli_invoke;
 mod cluster;
 mod config;
 mod conformance;
+mod console;
 mod contract;
 mod dashboards;
 mod dedup;

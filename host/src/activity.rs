@@ -1,0 +1,149 @@
+//! What people and hosts changed: every replay, purge, deploy, promotion, abort and automatic
+//! rollback, with who, when, what and how many, in a stream `dedup-host` creates
+//! (`ACTIVITY_<status bucket>`, subject `_dedup.activity.<status bucket>`). The console's
+//! Activity page and a route's deploy history read it back. Recording never fails the action
+//! it records: the action has happened; a lost entry is logged.
+
+use std::time::Duration;
+
+use async_nats::jetstream::stream::{self, StorageType};
+use async_nats::jetstream::Context;
+use serde::{Deserialize, Serialize};
+
+use crate::claim::record::now_ms;
+use crate::config::Config;
+use crate::subject::ACTIVITY_PREFIX;
+
+/// How long entries are kept.
+const KEEP: Duration = Duration::from_secs(365 * 24 * 3600);
+/// At most this many entries are kept (the oldest go first).
+const MAX_ENTRIES: i64 = 100_000;
+
+/// One recorded action.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Entry {
+    /// When, in Unix milliseconds.
+    pub at_ms: u64,
+    /// Who: `console <user>@<address>`, `cli <user>`, or `host <instance id>`.
+    pub who: String,
+    /// What: `replay`, `purge`, `deploy`, `undeploy`, `promote`, `abort`, `rollback`.
+    pub action: String,
+    /// The route it touched, when one.
+    #[serde(default)]
+    pub route: String,
+    /// What it was asked to touch, in words (a filter, a file, a digest).
+    #[serde(default)]
+    pub target: String,
+    /// How many items it touched.
+    pub count: u64,
+    /// The result in one line (`12 replayed, 1 skipped`).
+    #[serde(default)]
+    pub result: String,
+}
+
+impl Entry {
+    /// An entry stamped now.
+    pub fn now(who: &str, action: &str, route: &str, target: String) -> Self {
+        Self {
+            at_ms: now_ms(),
+            who: who.to_string(),
+            action: action.to_string(),
+            route: route.to_string(),
+            target,
+            ..Default::default()
+        }
+    }
+
+    /// Whether the entry changed which version a route runs.
+    pub fn is_deploy(&self) -> bool {
+        matches!(
+            self.action.as_str(),
+            "deploy" | "undeploy" | "promote" | "abort" | "rollback"
+        )
+    }
+}
+
+/// The activity stream of this deployment.
+pub fn stream_name(config: &Config) -> String {
+    format!("ACTIVITY_{}", config.components.status_bucket)
+}
+
+fn subject(config: &Config) -> String {
+    format!("{ACTIVITY_PREFIX}{}", config.components.status_bucket)
+}
+
+/// Who runs this process, for CLI entries: `cli <user>`.
+pub fn cli_user() -> String {
+    let user = std::env::var("USER")
+        .or_else(|_| std::env::var("LOGNAME"))
+        .unwrap_or_else(|_| "unknown".into());
+    format!("cli {user}")
+}
+
+async fn open(js: &Context, config: &Config) -> anyhow::Result<stream::Stream> {
+    let name = stream_name(config);
+    if let Ok(stream) = js.get_stream(&name).await {
+        return Ok(stream);
+    }
+    js.get_or_create_stream(stream::Config {
+        name: name.clone(),
+        subjects: vec![subject(config)],
+        storage: StorageType::File,
+        max_age: KEEP,
+        max_messages: MAX_ENTRIES,
+        num_replicas: config.components.replicas,
+        ..Default::default()
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("cannot create the activity stream `{name}`: {e}"))
+}
+
+/// Stores `entry`; a failure is logged, never returned (see the module documentation).
+pub async fn record(js: &Context, config: &Config, entry: &Entry) {
+    let stored = async {
+        open(js, config).await?;
+        let bytes = serde_json::to_vec(entry)?;
+        js.publish(subject(config), bytes.into())
+            .await?
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        anyhow::Ok(())
+    };
+    if let Err(e) = stored.await {
+        tracing::warn!(
+            action = entry.action,
+            route = entry.route,
+            "cannot record activity: {e:#}"
+        );
+    }
+}
+
+/// Records one change to one route made by this command-line process (`cli <user>`).
+pub async fn record_cli(
+    js: &Context,
+    config: &Config,
+    action: &str,
+    route: &str,
+    target: &str,
+    result: String,
+) {
+    let mut entry = Entry::now(&cli_user(), action, route, target.to_string());
+    entry.count = 1;
+    entry.result = result;
+    record(js, config, &entry).await;
+}
+
+/// The entries, newest first (at most `limit`); none when the stream does not exist yet.
+pub async fn list(js: &Context, config: &Config, limit: usize) -> anyhow::Result<Vec<Entry>> {
+    let name = stream_name(config);
+    if js.get_stream(&name).await.is_err() {
+        return Ok(Vec::new());
+    }
+    let stored = crate::scan::stream(js, &name, "", None).await?;
+    Ok(stored
+        .iter()
+        .rev()
+        .filter_map(|m| serde_json::from_slice(&m.payload).ok())
+        .take(limit)
+        .collect())
+}

@@ -1,0 +1,210 @@
+//! `dedup-host console`: a web console for a whole deployment (every host of one source
+//! stream), served by the binary itself with its assets embedded. It reads what it shows from
+//! NATS: the hosts' feed ([`crate::feed`], followed into a [`window::Window`]), the status
+//! bucket, the streams and the claims; it needs no list of hosts. Its changes (replay, purge,
+//! promote, abort) run the same code as the CLI's and are recorded in [`crate::activity`].
+//!
+//! Pages: [`overview`] (routes, hosts, live charts; a route's own page), [`keys`] (a key's
+//! story), [`letters`] (dead letters, bulk replay and purge), [`manage`] (audit, deploys,
+//! activity, login). Who may do what: [`auth`].
+
+pub mod auth;
+pub mod html;
+pub mod keys;
+pub mod letters;
+pub mod manage;
+pub mod overview;
+pub mod window;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use axum::Router;
+
+use crate::config::Config;
+use auth::Access;
+use html::Viewer;
+use window::Window;
+
+/// What every handler shares.
+pub struct Console {
+    /// JetStream on the deployment's server.
+    pub js: async_nats::jetstream::Context,
+    /// The deployment's config.
+    pub config: Arc<Config>,
+    /// Who may log in.
+    pub access: Access,
+    /// The hosts' last 15 minutes.
+    pub window: Arc<Window>,
+}
+
+/// The console shared by the handlers.
+pub type Shared = Arc<Console>;
+
+impl Console {
+    /// Who is logged in (from the request's cookie or bearer token).
+    pub fn who(&self, headers: &HeaderMap) -> Option<String> {
+        self.access.who(headers)
+    }
+
+    /// Lets a read through, or sends the browser to the login page when reads need a login.
+    pub fn gate(&self, headers: &HeaderMap) -> Result<Option<String>, Response> {
+        let who = self.who(headers);
+        if who.is_none() && !self.access.reads_open() {
+            return Err(Redirect::to("/login").into_response());
+        }
+        Ok(who)
+    }
+
+    /// Lets a change through (returns who made it), or answers why not: 401 without a
+    /// login, 403 without the right CSRF value or from another site.
+    pub fn allow_change(
+        &self,
+        headers: &HeaderMap,
+        csrf: Option<&str>,
+    ) -> Result<String, Response> {
+        match self.access.refuse_change(headers, csrf) {
+            None => Ok(self.who(headers).unwrap_or_default()),
+            Some(refusal) => {
+                let status = match refusal {
+                    auth::Refusal::NotLoggedIn => StatusCode::UNAUTHORIZED,
+                    _ => StatusCode::FORBIDDEN,
+                };
+                Err((status, format!("refused: {}\n", refusal.message())).into_response())
+            }
+        }
+    }
+
+    /// The page frame's view of who is looking.
+    pub fn viewer<'a>(&self, who: &'a Option<String>, csrf: &'a str) -> Viewer<'a> {
+        Viewer {
+            who: who.as_deref(),
+            csrf: if who.is_some() { csrf } else { "" },
+        }
+    }
+}
+
+/// An error shown as a page (escaped) with status 500.
+pub struct Failure(anyhow::Error);
+
+impl<E: Into<anyhow::Error>> From<E> for Failure {
+    fn from(e: E) -> Self {
+        Self(e.into())
+    }
+}
+
+impl IntoResponse for Failure {
+    fn into_response(self) -> Response {
+        let viewer = Viewer {
+            who: None,
+            csrf: "",
+        };
+        let body = html::page(
+            "Something went wrong",
+            &viewer,
+            html::notice("error", &format!("{:#}", self.0)),
+        );
+        (StatusCode::INTERNAL_SERVER_ERROR, maud_response(body)).into_response()
+    }
+}
+
+/// A page as an HTML response.
+pub fn maud_response(markup: maud::Markup) -> Response {
+    axum::response::Html(markup.into_string()).into_response()
+}
+
+/// Every page and asset.
+pub fn router(console: Shared) -> Router {
+    Router::new()
+        .route("/", get(overview::page))
+        .route("/api/overview", get(overview::api))
+        .route("/routes/{name}", get(overview::route_page))
+        .route("/keys", get(keys::page))
+        .route("/letters", get(letters::list))
+        .route("/letters/replay", post(letters::replay))
+        .route("/letters/purge", post(letters::purge))
+        .route("/letters/{sequence}", get(letters::one))
+        .route("/audit", get(manage::audit))
+        .route("/deploys", get(manage::deploys))
+        .route("/deploys/promote", post(manage::promote))
+        .route("/deploys/abort", post(manage::abort))
+        .route("/activity", get(manage::activity))
+        .route("/login", get(manage::login_page).post(manage::login))
+        .route("/assets/console.js", get(script))
+        .route("/assets/console.css", get(style))
+        .layer(axum::middleware::map_response(protect))
+        .with_state(console)
+}
+
+/// Headers on every answer: no inline script or style may run (so even text that slipped
+/// through escaping could not), no framing, nothing cached, no referrer to other sites (a
+/// same-origin policy keeps the `Origin` header of our own forms, which [`auth`] checks).
+async fn protect(mut response: Response) -> Response {
+    let h = response.headers_mut();
+    let csp = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(csp),
+    );
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("same-origin"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}
+
+async fn script() -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "text/javascript; charset=utf-8")],
+        include_str!("assets/console.js"),
+    )
+}
+
+async fn style() -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "text/css; charset=utf-8")],
+        include_str!("assets/console.css"),
+    )
+}
+
+/// Serves the console on `addr` until the process is stopped; `ready` gets the bound address
+/// (port 0 picks a free one).
+pub async fn serve(
+    config: Config,
+    addr: SocketAddr,
+    access: Access,
+    ready: impl FnOnce(SocketAddr, &Access),
+) -> anyhow::Result<()> {
+    let client = crate::connect::connect(&config, "dedup-host console").await?;
+    let js = async_nats::jetstream::new(client);
+    let config = Arc::new(config);
+    let window = Arc::new(Window::default());
+    tokio::spawn(window::follow(js.clone(), config.clone(), window.clone()));
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| anyhow::anyhow!("the console cannot listen on {addr}: {e}"))?;
+    let bound = listener.local_addr()?;
+    ready(bound, &access);
+    let console = Arc::new(Console {
+        js,
+        config,
+        access,
+        window,
+    });
+    let app = router(console).into_make_service_with_connect_info::<SocketAddr>();
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+        .await?;
+    Ok(())
+}

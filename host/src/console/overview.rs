@@ -1,0 +1,360 @@
+//! The overview (every route with its versions and last 15 minutes, every host) and a route's
+//! own page (the same in detail, its config, recent dead letters, its deploy history). The
+//! numbers and charts come from [`super::window`]; `/api/overview` serves them as JSON, which
+//! the page's script reads every few seconds to update them in place.
+
+use std::collections::BTreeMap;
+
+use axum::extract::{Path, State};
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use maud::{html, Markup};
+use serde::Serialize;
+
+use super::html::{self, key_link, shown, when};
+use super::window::{HostView, RouteView};
+use super::{maud_response, Failure, Shared};
+use crate::candidate::spec::Spec;
+use crate::components::status::{self, HostStatus};
+use crate::config::RouteConfig;
+
+/// The outcomes the tables show in columns of their own, in order.
+pub const OUTCOMES: [&str; 5] = [
+    "processed",
+    "duplicate",
+    "retried",
+    "dead_lettered",
+    "error",
+];
+/// The outcomes summed in the tables' "other" column (each is on the route's page).
+pub const OTHER: [&str; 3] = ["busy", "lost_claim", "coalesced"];
+/// The outcomes drawn as charts.
+const CHARTED: [&str; 3] = ["processed", "retried", "dead_lettered"];
+
+/// What `/api/overview` answers.
+#[derive(Debug, Serialize)]
+pub struct Overview {
+    /// The hosts seen in the last 15 minutes.
+    pub hosts: Vec<HostView>,
+    /// Each route's numbers over the window.
+    pub routes: BTreeMap<String, RouteView>,
+}
+
+/// One route's versions: what is deployed, since when, who serves what.
+struct Versions {
+    live: Option<(String, Option<u64>)>,
+    file: Option<String>,
+    candidate: Option<Spec>,
+    hosts: Vec<(String, Option<String>, Option<String>)>,
+}
+
+async fn versions(console: &Shared, statuses: &[HostStatus]) -> BTreeMap<String, Versions> {
+    // Read only: a console never creates a deployment's buckets.
+    let bucket = console
+        .js
+        .get_object_store(&console.config.components.bucket)
+        .await
+        .ok();
+    let mut out = BTreeMap::new();
+    for r in &console.config.routes {
+        let file = console
+            .config
+            .component_file(r)
+            .map(|p| p.display().to_string());
+        let (live, candidate) = match (&bucket, &file) {
+            (Some(b), None) => (
+                crate::components::store::live_version(b, &r.name).await,
+                crate::candidate::store::current(b, &r.name)
+                    .await
+                    .ok()
+                    .flatten(),
+            ),
+            _ => (None, None),
+        };
+        let hosts = statuses
+            .iter()
+            .filter_map(|h| {
+                let s = h.routes.get(&r.name)?;
+                let why = s.refused.clone().or_else(|| s.contract_refused.clone());
+                Some((h.instance_id.clone(), s.digest.clone(), why))
+            })
+            .collect();
+        out.insert(
+            r.name.clone(),
+            Versions {
+                live,
+                file,
+                candidate,
+                hosts,
+            },
+        );
+    }
+    out
+}
+
+async fn statuses(console: &Shared) -> Vec<HostStatus> {
+    let bucket = &console.config.components.status_bucket;
+    match console.js.get_key_value(bucket).await {
+        Ok(store) => status::read_all(&store).await.unwrap_or_default(),
+        Err(_) => Vec::new(),
+    }
+}
+
+/// `GET /api/overview`.
+pub async fn api(State(console): State<Shared>, headers: HeaderMap) -> Response {
+    if let Err(login) = console.gate(&headers) {
+        return login;
+    }
+    Json(Overview {
+        hosts: console.window.hosts(),
+        routes: console.window.routes(),
+    })
+    .into_response()
+}
+
+/// `GET /`.
+pub async fn page(State(console): State<Shared>, headers: HeaderMap) -> Result<Response, Failure> {
+    let who = match console.gate(&headers) {
+        Ok(who) => who,
+        Err(login) => return Ok(login),
+    };
+    let statuses = statuses(&console).await;
+    let versions = versions(&console, &statuses).await;
+    let numbers = console.window.routes();
+    let hosts = console.window.hosts();
+    let csrf = console.access.csrf();
+    let viewer = console.viewer(&who, &csrf);
+    let body = html! {
+        section {
+            h2 { "Routes" }
+            p.meta { "Counts over the last 15 minutes, summed over every host; they update every few seconds." }
+            table #routes {
+                (route_head())
+                tbody {
+                    @for r in &console.config.routes {
+                        (route_row(r, versions.get(&r.name), numbers.get(&r.name)))
+                    }
+                }
+            }
+        }
+        section {
+            h2 { "Hosts" }
+            (hosts_table(&hosts))
+        }
+    };
+    Ok(maud_response(html::page("Overview", &viewer, body)))
+}
+
+/// The routes table's header row.
+fn route_head() -> Markup {
+    html! {
+        thead { tr {
+            th { "route" } th { "live version" } th { "served by" } th { "candidate" }
+            @for o in OUTCOMES { th { (o.replace('_', " ")) } }
+            th title="busy, lost claim, coalesced" { "other" }
+            th { "dedup hits" } th { "in flight" } th { "pending" } th { "last 15 min" }
+        } }
+    }
+}
+
+fn live_cell(v: Option<&Versions>) -> Markup {
+    html! {
+        @match v {
+            Some(Versions { file: Some(file), .. }) => {
+                "file " code title=(shown(file)) { (shown(file.rsplit('/').next().unwrap_or(file))) }
+            }
+            Some(Versions { live: Some((digest, since)), .. }) => {
+                code title=(digest) { (short(digest)) }
+                @if let Some(since) = since { br; span.meta { "since " (when(*since)) } }
+            }
+            _ => { span.warn { "none deployed" } }
+        }
+    }
+}
+
+fn route_row(r: &RouteConfig, v: Option<&Versions>, n: Option<&RouteView>) -> Markup {
+    let empty = RouteView::default();
+    let n = n.unwrap_or(&empty);
+    let name = &r.name;
+    let cell = |group: &str, key: &str, value: u64| {
+        html! { td.num data-live=(format!("{name}|{group}|{key}")) { (value) } }
+    };
+    html! {
+        tr data-route=(name) {
+            td { a href=(format!("/routes/{}", html::encode(name))) { (name) } br; span.meta { (r.subject) } }
+            td { (live_cell(v)) }
+            td {
+                @for (host, digest, why) in v.map(|v| v.hosts.as_slice()).unwrap_or_default() {
+                    div title=(digest.clone().unwrap_or_default()) {
+                        (host) ": " (digest.as_deref().map_or("not served".into(), short))
+                        @if let Some(why) = why { " " span.warn { (shown(why)) } }
+                    }
+                }
+            }
+            td {
+                @match v.and_then(|v| v.candidate.as_ref()) {
+                    Some(c) => { a href="/deploys" { code { (short(&c.digest)) } " " (c.mode.label()) } " " (format!("{:?}", c.state).to_lowercase()) }
+                    None => { "—" }
+                }
+            }
+            @for o in OUTCOMES { (cell("outcomes", o, n.outcomes.get(o).copied().unwrap_or(0))) }
+            (cell("other", "", OTHER.iter().map(|o| n.outcomes.get(*o).copied().unwrap_or(0)).sum()))
+            td.num data-live=(format!("{name}|hits|all")) { (n.hits.values().sum::<u64>()) }
+            (cell("gauge", "in_flight", n.in_flight))
+            (cell("gauge", "pending", n.pending))
+            td { @for o in CHARTED { (chart(name, o, n.series.get(o))) } }
+        }
+    }
+}
+
+/// A sparkline the page's script redraws from `/api/overview`.
+fn chart(route: &str, outcome: &str, series: Option<&Vec<u64>>) -> Markup {
+    let points = series.map(|s| polyline(s)).unwrap_or_default();
+    html! {
+        svg.chart viewBox="0 0 60 20" preserveAspectRatio="none" data-series=(format!("{route}|{outcome}")) {
+            title { (outcome.replace('_', " ")) " per 15 s" }
+            polyline class=(format!("line {outcome}")) points=(points) {}
+        }
+    }
+}
+
+/// The points of a sparkline 60 wide and 20 high, scaled to the series' maximum.
+pub fn polyline(series: &[u64]) -> String {
+    let max = series.iter().copied().max().unwrap_or(0).max(1) as f64;
+    series
+        .iter()
+        .enumerate()
+        .map(|(i, v)| format!("{i},{:.1}", 20.0 - 19.0 * (*v as f64) / max))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn hosts_table(hosts: &[HostView]) -> Markup {
+    html! {
+        @if hosts.is_empty() {
+            (html::notice("warn", "No host has reported in the last 15 minutes (hosts publish every 3 s while they run)."))
+        } @else {
+            table #hosts {
+                thead { tr { th { "host" } th { "version" } th { "up" } th { "ready" } th { "why not ready" } } }
+                tbody {
+                    @for h in hosts {
+                        tr data-host=(h.instance_id) {
+                            td { (h.instance_id) }
+                            td { (h.version) }
+                            td { (humantime::format_duration(std::time::Duration::from_secs(h.uptime_s))) }
+                            td {
+                                @if h.gone { span.warn { "gone (last seen " (h.seen_s) " s ago)" } }
+                                @else if h.ready { span.ok { "ready" } }
+                                @else { span.warn { "not ready" } }
+                            }
+                            td { @for m in h.missing.iter().chain(&h.warnings) { div { (shown(m)) } } }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn short(digest: &str) -> String {
+    let d = digest.strip_prefix("sha256:").unwrap_or(digest);
+    d.chars().take(12).collect()
+}
+
+/// `GET /routes/{name}`.
+pub async fn route_page(
+    State(console): State<Shared>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, Failure> {
+    let who = match console.gate(&headers) {
+        Ok(who) => who,
+        Err(login) => return Ok(login),
+    };
+    let Some(r) = console.config.routes.iter().find(|r| r.name == name) else {
+        return Err(anyhow::anyhow!("no route `{name}` in this console's config").into());
+    };
+    let statuses = statuses(&console).await;
+    let versions = versions(&console, &statuses).await;
+    let numbers = console.window.routes();
+    let selection = crate::ops::letters::Selection {
+        route: Some(name.clone()),
+        ..Default::default()
+    };
+    let mut letters = crate::ops::letters::list(&console.js, &console.config, &selection).await?;
+    letters.reverse();
+    letters.truncate(20);
+    let history: Vec<_> = crate::activity::list(&console.js, &console.config, 1000)
+        .await?
+        .into_iter()
+        .filter(|e| e.route == name && e.is_deploy())
+        .take(50)
+        .collect();
+    let csrf = console.access.csrf();
+    let viewer = console.viewer(&who, &csrf);
+    let n = numbers.get(&name).cloned().unwrap_or_default();
+    let body = html! {
+        table #routes {
+            (route_head())
+            tbody { (route_row(r, versions.get(&name), Some(&n))) }
+        }
+        h2 { "Messages by outcome (15 min)" }
+        table { tbody { @for (outcome, count) in &n.outcomes { tr { td { (outcome.replace('_', " ")) } td.num { (count) } } } } }
+        h2 { "Dedup hits by layer (15 min)" }
+        table { tbody { @for (layer, count) in &n.hits { tr { td { (layer) } td.num { (count) } } } } }
+        p { "outputs published: " (n.outputs) ", unacknowledged: " (n.ack_pending) ", free guest slots: " (n.free_slots) }
+        h2 { "Config" }
+        (config_table(r))
+        h2 { "Recent dead letters" }
+        @if letters.is_empty() { p { "None." } } @else {
+            table { thead { tr { th { "letter" } th { "stored" } th { "key" } th { "reason" } } }
+                tbody { @for l in &letters { tr {
+                    td { a href=(format!("/letters/{}", l.sequence)) { (l.sequence) } }
+                    td { (when(l.time_ms)) }
+                    td { (key_link(&l.route, &l.key)) }
+                    td { (shown(&l.reason)) }
+                } } } }
+            p { a href=(format!("/letters?route={}", html::encode(&name))) { "all of this route's dead letters" } }
+        }
+        h2 { "Deploy history" }
+        @if history.is_empty() { p { "No deploys recorded yet." } } @else {
+            table { thead { tr { th { "when" } th { "who" } th { "what" } th { "version" } th { "result" } } }
+                tbody { @for e in &history { tr {
+                    td { (when(e.at_ms)) } td { (shown(&e.who)) } td { (e.action) } td { (shown(&e.target)) } td { (shown(&e.result)) }
+                } } } }
+        }
+    };
+    Ok(maud_response(html::page(
+        &format!("Route {name}"),
+        &viewer,
+        body,
+    )))
+}
+
+fn config_table(r: &RouteConfig) -> Markup {
+    let rows: Vec<(&str, String)> = vec![
+        ("subject", r.subject.clone()),
+        ("key", format!("{:?}", r.key)),
+        ("missing key", format!("{:?}", r.missing_key)),
+        ("claim", format!("{:?}", r.claim)),
+        ("effects", format!("{:?}", r.effects)),
+        ("exclusive by", format!("{:?}", r.exclusive_by)),
+        ("coalesce", r.coalesce.to_string()),
+        ("partitions", r.partitions().to_string()),
+        ("ack", format!("{:?}", r.ack)),
+        ("concurrency", format!("{:?}", r.concurrency)),
+        ("max in flight", format!("{:?}", r.max_in_flight)),
+        ("max payload bytes", r.max_payload_bytes.to_string()),
+        ("limits", format!("{:?}", r.limits)),
+        ("permanent traps", format!("{:?}", r.permanent_traps)),
+        ("allowed outputs", r.allowed_outputs.join(", ")),
+        (
+            "guest config keys (values not shown)",
+            r.config.keys().cloned().collect::<Vec<_>>().join(", "),
+        ),
+    ];
+    html! {
+        table.config { tbody { @for (k, v) in rows { tr { th { (k) } td { code { (shown(&v)) } } } } } }
+    }
+}
