@@ -3,7 +3,7 @@
 
 use axum::extract::{Query, State};
 use axum::http::HeaderMap;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use maud::{html, Markup};
 use serde::Deserialize;
 
@@ -30,7 +30,7 @@ pub async fn page(
 ) -> Result<Response, Failure> {
     let who = match console.gate(&headers) {
         Ok(who) => who,
-        Err(login) => return Ok(login),
+        Err(denied) => return Ok(denied.into_response()),
     };
     let csrf = console.access.csrf();
     let viewer = console.viewer(&who, &csrf);

@@ -9,7 +9,7 @@ use std::time::SystemTime;
 
 use axum::extract::{ConnectInfo, Path, Query, State};
 use axum::http::HeaderMap;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use axum::Form;
 use maud::{html, Markup};
 use serde::Deserialize;
@@ -163,7 +163,7 @@ pub async fn list(
 ) -> Result<Response, Failure> {
     let who = match console.gate(&headers) {
         Ok(who) => who,
-        Err(login) => return Ok(login),
+        Err(denied) => return Ok(denied.into_response()),
     };
     let csrf_value = console.access.csrf();
     let viewer = console.viewer(&who, &csrf_value);
@@ -233,7 +233,7 @@ pub async fn one(
 ) -> Result<Response, Failure> {
     let who = match console.gate(&headers) {
         Ok(who) => who,
-        Err(login) => return Ok(login),
+        Err(denied) => return Ok(denied.into_response()),
     };
     let csrf_value = console.access.csrf();
     let viewer = console.viewer(&who, &csrf_value);
@@ -303,7 +303,7 @@ async fn act(
 ) -> Result<Response, Failure> {
     let who = match console.allow_change(&headers, form.csrf.as_deref()) {
         Ok(who) => who,
-        Err(refused) => return Ok(refused),
+        Err(denied) => return Ok(denied.into_response()),
     };
     let logged_in = Some(who.clone());
     let csrf_value = console.access.csrf();

@@ -36,7 +36,7 @@ pub async fn audit(
 ) -> Result<Response, Failure> {
     let who = match console.gate(&headers) {
         Ok(who) => who,
-        Err(login) => return Ok(login),
+        Err(denied) => return Ok(denied.into_response()),
     };
     let csrf_value = console.access.csrf();
     let viewer = console.viewer(&who, &csrf_value);
@@ -101,7 +101,7 @@ pub async fn deploys(
 ) -> Result<Response, Failure> {
     let who = match console.gate(&headers) {
         Ok(who) => who,
-        Err(login) => return Ok(login),
+        Err(denied) => return Ok(denied.into_response()),
     };
     let csrf_value = console.access.csrf();
     let viewer = console.viewer(&who, &csrf_value);
@@ -223,7 +223,7 @@ async fn decide(
 ) -> Result<Response, Failure> {
     let who = match console.allow_change(&headers, form.csrf.as_deref()) {
         Ok(who) => who,
-        Err(refused) => return Ok(refused),
+        Err(denied) => return Ok(denied.into_response()),
     };
     let logged_in = Some(who.clone());
     let csrf_value = console.access.csrf();
@@ -297,7 +297,7 @@ pub async fn activity(
 ) -> Result<Response, Failure> {
     let who = match console.gate(&headers) {
         Ok(who) => who,
-        Err(login) => return Ok(login),
+        Err(denied) => return Ok(denied.into_response()),
     };
     let csrf_value = console.access.csrf();
     let viewer = console.viewer(&who, &csrf_value);

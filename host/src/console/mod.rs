@@ -51,30 +51,20 @@ impl Console {
     }
 
     /// Lets a read through, or sends the browser to the login page when reads need a login.
-    pub fn gate(&self, headers: &HeaderMap) -> Result<Option<String>, Response> {
+    pub fn gate(&self, headers: &HeaderMap) -> Result<Option<String>, Denied> {
         let who = self.who(headers);
         if who.is_none() && !self.access.reads_open() {
-            return Err(Redirect::to("/login").into_response());
+            return Err(Denied::Login);
         }
         Ok(who)
     }
 
-    /// Lets a change through (returns who made it), or answers why not: 401 without a
-    /// login, 403 without the right CSRF value or from another site.
-    pub fn allow_change(
-        &self,
-        headers: &HeaderMap,
-        csrf: Option<&str>,
-    ) -> Result<String, Response> {
+    /// Lets a change through (returns who made it), or says why not: 401 without a login,
+    /// 403 without the right CSRF value or from another site.
+    pub fn allow_change(&self, headers: &HeaderMap, csrf: Option<&str>) -> Result<String, Denied> {
         match self.access.refuse_change(headers, csrf) {
             None => Ok(self.who(headers).unwrap_or_default()),
-            Some(refusal) => {
-                let status = match refusal {
-                    auth::Refusal::NotLoggedIn => StatusCode::UNAUTHORIZED,
-                    _ => StatusCode::FORBIDDEN,
-                };
-                Err((status, format!("refused: {}\n", refusal.message())).into_response())
-            }
+            Some(refusal) => Err(Denied::Change(refusal)),
         }
     }
 
@@ -83,6 +73,30 @@ impl Console {
         Viewer {
             who: who.as_deref(),
             csrf: if who.is_some() { csrf } else { "" },
+        }
+    }
+}
+
+/// Why a request was not let through.
+#[derive(Debug, Clone, Copy)]
+pub enum Denied {
+    /// Reads need a login: the browser is sent to the login page.
+    Login,
+    /// A change was refused.
+    Change(auth::Refusal),
+}
+
+impl IntoResponse for Denied {
+    fn into_response(self) -> Response {
+        match self {
+            Self::Login => Redirect::to("/login").into_response(),
+            Self::Change(refusal) => {
+                let status = match refusal {
+                    auth::Refusal::NotLoggedIn => StatusCode::UNAUTHORIZED,
+                    _ => StatusCode::FORBIDDEN,
+                };
+                (status, format!("refused: {}\n", refusal.message())).into_response()
+            }
         }
     }
 }

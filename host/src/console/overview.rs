@@ -103,8 +103,8 @@ async fn statuses(console: &Shared) -> Vec<HostStatus> {
 
 /// `GET /api/overview`.
 pub async fn api(State(console): State<Shared>, headers: HeaderMap) -> Response {
-    if let Err(login) = console.gate(&headers) {
-        return login;
+    if let Err(denied) = console.gate(&headers) {
+        return denied.into_response();
     }
     Json(Overview {
         hosts: console.window.hosts(),
@@ -117,7 +117,7 @@ pub async fn api(State(console): State<Shared>, headers: HeaderMap) -> Response 
 pub async fn page(State(console): State<Shared>, headers: HeaderMap) -> Result<Response, Failure> {
     let who = match console.gate(&headers) {
         Ok(who) => who,
-        Err(login) => return Ok(login),
+        Err(denied) => return Ok(denied.into_response()),
     };
     let statuses = statuses(&console).await;
     let versions = versions(&console, &statuses).await;
@@ -270,7 +270,7 @@ pub async fn route_page(
 ) -> Result<Response, Failure> {
     let who = match console.gate(&headers) {
         Ok(who) => who,
-        Err(login) => return Ok(login),
+        Err(denied) => return Ok(denied.into_response()),
     };
     let Some(r) = console.config.routes.iter().find(|r| r.name == name) else {
         return Err(anyhow::anyhow!("no route `{name}` in this console's config").into());
