@@ -2,12 +2,13 @@
 //! ChromeDriver (WebDriver) with `fantoccini`. Each browser gets its own ChromeDriver on a
 //! free port and its own empty profile.
 
-use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use fantoccini::{Client, ClientBuilder};
+
+use crate::nats::free_port;
 
 /// A ChromeDriver process and the session it drives; both end when dropped.
 pub struct Browser {
@@ -15,14 +16,6 @@ pub struct Browser {
     pub client: Client,
     driver: Child,
     _profile: tempfile::TempDir,
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port()
 }
 
 impl Browser {

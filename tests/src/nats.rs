@@ -175,7 +175,8 @@ impl NatsCluster {
     }
 }
 
-fn free_port() -> u16 {
+/// A port nothing listens on now (bound, then released).
+pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .expect("bind")
         .local_addr()

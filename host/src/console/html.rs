@@ -11,15 +11,16 @@ use crate::claim::record::now_ms;
 pub const SHOWN_BYTES: usize = 64 * 1024;
 
 /// Who is looking and the CSRF value their forms carry.
-pub struct Viewer<'a> {
+#[derive(Debug, Clone, Default)]
+pub struct Viewer {
     /// The logged-in name, if any.
-    pub who: Option<&'a str>,
+    pub who: Option<String>,
     /// The CSRF value of the forms on the page (empty when not logged in).
-    pub csrf: &'a str,
+    pub csrf: String,
 }
 
 /// A whole page: the navigation, a search box, then `body`.
-pub fn page(title: &str, viewer: &Viewer<'_>, body: Markup) -> Markup {
+pub fn page(title: &str, viewer: &Viewer, body: Markup) -> Markup {
     html! {
         (DOCTYPE)
         html lang="en" {
@@ -43,7 +44,7 @@ pub fn page(title: &str, viewer: &Viewer<'_>, body: Markup) -> Markup {
                         button type="submit" { "Find" }
                     }
                     span.who {
-                        @match viewer.who {
+                        @match &viewer.who {
                             Some(who) => { "logged in: " (who) }
                             None => { a href="/login" { "log in" } }
                         }
@@ -135,7 +136,7 @@ pub fn notice(kind: &str, text: &str) -> Markup {
 }
 
 /// The hidden CSRF field of a changing form.
-pub fn csrf(viewer: &Viewer<'_>) -> Markup {
+pub fn csrf(viewer: &Viewer) -> Markup {
     html! { input type="hidden" name="csrf" value=(viewer.csrf); }
 }
 

@@ -2,13 +2,12 @@
 //! search box (a key, or a source stream sequence) and by every link on a key.
 
 use axum::extract::{Query, State};
-use axum::http::HeaderMap;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use maud::{html, Markup};
 use serde::Deserialize;
 
 use super::html::{self, shown, when};
-use super::{maud_response, Failure, Shared};
+use super::{maud_response, Failure, Reader, Shared};
 use crate::ops::story::{self, Story, Target};
 
 /// The search.
@@ -25,15 +24,9 @@ pub struct Search {
 /// `GET /keys?q=..&route=..`.
 pub async fn page(
     State(console): State<Shared>,
-    headers: HeaderMap,
+    Reader(viewer): Reader,
     Query(search): Query<Search>,
 ) -> Result<Response, Failure> {
-    let who = match console.gate(&headers) {
-        Ok(who) => who,
-        Err(denied) => return Ok(denied.into_response()),
-    };
-    let csrf = console.access.csrf();
-    let viewer = console.viewer(&who, &csrf);
     let q = search.q.trim();
     let routes: Vec<&str> = console
         .config

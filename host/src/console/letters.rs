@@ -8,14 +8,14 @@ use std::net::SocketAddr;
 use std::time::SystemTime;
 
 use axum::extract::{ConnectInfo, Path, Query, State};
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Form;
 use maud::{html, Markup};
 use serde::Deserialize;
 
 use super::html::{self, csrf, key_link, shown, when, Viewer};
-use super::{maud_response, Failure, Shared};
+use super::{maud_response, Failure, Reader, Shared};
 use crate::activity::Entry;
 use crate::ops::letters::{self, Action, Letter, Selection};
 
@@ -158,15 +158,9 @@ impl Filter {
 /// `GET /letters`.
 pub async fn list(
     State(console): State<Shared>,
-    headers: HeaderMap,
+    Reader(viewer): Reader,
     Query(filter): Query<Filter>,
 ) -> Result<Response, Failure> {
-    let who = match console.gate(&headers) {
-        Ok(who) => who,
-        Err(denied) => return Ok(denied.into_response()),
-    };
-    let csrf_value = console.access.csrf();
-    let viewer = console.viewer(&who, &csrf_value);
     let mut matching = letters::list(&console.js, &console.config, &filter.selection()?).await?;
     matching.reverse();
     let pages = matching.len().div_ceil(PAGE).max(1);
@@ -228,15 +222,9 @@ fn letter_row(l: &Letter) -> Markup {
 /// `GET /letters/{sequence}`: one letter whole.
 pub async fn one(
     State(console): State<Shared>,
-    headers: HeaderMap,
+    Reader(viewer): Reader,
     Path(sequence): Path<u64>,
 ) -> Result<Response, Failure> {
-    let who = match console.gate(&headers) {
-        Ok(who) => who,
-        Err(denied) => return Ok(denied.into_response()),
-    };
-    let csrf_value = console.access.csrf();
-    let viewer = console.viewer(&who, &csrf_value);
     let selection = Selection {
         sequences: vec![sequence],
         ..Default::default()
@@ -274,40 +262,24 @@ pub async fn one(
     )))
 }
 
-/// `POST /letters/replay`.
-pub async fn replay(
+/// `POST /letters/replay` and `POST /letters/purge`.
+pub async fn act(
     State(console): State<Shared>,
+    Path(action): Path<String>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
     Form(form): Form<ActionForm>,
 ) -> Result<Response, Failure> {
-    act(console, peer, headers, form, "replay").await
-}
-
-/// `POST /letters/purge`.
-pub async fn purge(
-    State(console): State<Shared>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
-    Form(form): Form<ActionForm>,
-) -> Result<Response, Failure> {
-    act(console, peer, headers, form, "purge").await
-}
-
-async fn act(
-    console: Shared,
-    peer: SocketAddr,
-    headers: HeaderMap,
-    form: ActionForm,
-    action: &'static str,
-) -> Result<Response, Failure> {
+    let action = match action.as_str() {
+        "replay" => "replay",
+        "purge" => "purge",
+        _ => return Ok(StatusCode::NOT_FOUND.into_response()),
+    };
     let who = match console.allow_change(&headers, form.csrf.as_deref()) {
         Ok(who) => who,
         Err(denied) => return Ok(denied.into_response()),
     };
-    let logged_in = Some(who.clone());
-    let csrf_value = console.access.csrf();
-    let viewer = console.viewer(&logged_in, &csrf_value);
+    let viewer = console.viewer(Some(who.clone()));
     let filter = form.filter();
     let selection = filter.selection()?;
     let matching = letters::list(&console.js, &console.config, &selection).await?;
@@ -359,7 +331,7 @@ async fn act(
     )))
 }
 
-fn confirm(viewer: &Viewer<'_>, filter: &Filter, action: &str, count: usize, what: &str) -> Markup {
+fn confirm(viewer: &Viewer, filter: &Filter, action: &str, count: usize, what: &str) -> Markup {
     let body = html! {
         p #confirm data-count=(count) {
             (action) " " strong { (count) } " dead letter(s): " (what) "?"

@@ -3,7 +3,7 @@
 
 use std::net::SocketAddr;
 
-use axum::extract::{ConnectInfo, Query, State};
+use axum::extract::{ConnectInfo, Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::Form;
@@ -11,7 +11,7 @@ use maud::{html, Markup};
 use serde::Deserialize;
 
 use super::html::{self, csrf, key_link, shown, when, Viewer};
-use super::{maud_response, Failure, Shared};
+use super::{maud_response, Failure, Reader, Shared};
 use crate::activity::Entry;
 use crate::candidate::record::{self, Sample};
 use crate::candidate::store as candidates;
@@ -31,15 +31,9 @@ pub struct AuditQuery {
 /// `GET /audit`.
 pub async fn audit(
     State(console): State<Shared>,
-    headers: HeaderMap,
+    Reader(viewer): Reader,
     Query(q): Query<AuditQuery>,
 ) -> Result<Response, Failure> {
-    let who = match console.gate(&headers) {
-        Ok(who) => who,
-        Err(denied) => return Ok(denied.into_response()),
-    };
-    let csrf_value = console.access.csrf();
-    let viewer = console.viewer(&who, &csrf_value);
     let since = match q.since.trim() {
         "" => None,
         s => Some(
@@ -97,14 +91,8 @@ fn anomaly_key(claim_key: &str) -> Markup {
 /// `GET /deploys`.
 pub async fn deploys(
     State(console): State<Shared>,
-    headers: HeaderMap,
+    Reader(viewer): Reader,
 ) -> Result<Response, Failure> {
-    let who = match console.gate(&headers) {
-        Ok(who) => who,
-        Err(denied) => return Ok(denied.into_response()),
-    };
-    let csrf_value = console.access.csrf();
-    let viewer = console.viewer(&who, &csrf_value);
     let Ok(bucket) = console
         .js
         .get_object_store(&console.config.components.bucket)
@@ -194,40 +182,24 @@ pub struct CandidateForm {
     confirmed: String,
 }
 
-/// `POST /deploys/promote`.
-pub async fn promote(
+/// `POST /deploys/promote` and `POST /deploys/abort`.
+pub async fn decide(
     State(console): State<Shared>,
+    Path(action): Path<String>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
     Form(form): Form<CandidateForm>,
 ) -> Result<Response, Failure> {
-    decide(console, peer, headers, form, "promote").await
-}
-
-/// `POST /deploys/abort`.
-pub async fn abort(
-    State(console): State<Shared>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
-    Form(form): Form<CandidateForm>,
-) -> Result<Response, Failure> {
-    decide(console, peer, headers, form, "abort").await
-}
-
-async fn decide(
-    console: Shared,
-    peer: SocketAddr,
-    headers: HeaderMap,
-    form: CandidateForm,
-    action: &'static str,
-) -> Result<Response, Failure> {
+    let action = match action.as_str() {
+        "promote" => "promote",
+        "abort" => "abort",
+        _ => return Ok(StatusCode::NOT_FOUND.into_response()),
+    };
     let who = match console.allow_change(&headers, form.csrf.as_deref()) {
         Ok(who) => who,
         Err(denied) => return Ok(denied.into_response()),
     };
-    let logged_in = Some(who.clone());
-    let csrf_value = console.access.csrf();
-    let viewer = console.viewer(&logged_in, &csrf_value);
+    let viewer = console.viewer(Some(who.clone()));
     if !console.config.routes.iter().any(|r| r.name == form.route) {
         let e = anyhow::anyhow!("no route `{}` in this console's config", form.route);
         return Err(e.into());
@@ -293,14 +265,8 @@ async fn decide(
 /// `GET /activity`.
 pub async fn activity(
     State(console): State<Shared>,
-    headers: HeaderMap,
+    Reader(viewer): Reader,
 ) -> Result<Response, Failure> {
-    let who = match console.gate(&headers) {
-        Ok(who) => who,
-        Err(denied) => return Ok(denied.into_response()),
-    };
-    let csrf_value = console.access.csrf();
-    let viewer = console.viewer(&who, &csrf_value);
     let entries = crate::activity::list(&console.js, &console.config, 500).await?;
     let body = html! {
         p.meta { "Every change made from the console or the CLI, and every automatic rollback, newest first." }
@@ -332,7 +298,7 @@ pub struct Login {
     pub token: Option<String>,
 }
 
-fn login_form(viewer: &Viewer<'_>, wants_user: bool, failed: bool) -> Markup {
+fn login_form(viewer: &Viewer, wants_user: bool, failed: bool) -> Markup {
     html::page(
         "Log in",
         viewer,
@@ -363,10 +329,7 @@ pub async fn login_page(State(console): State<Shared>, Query(login): Query<Login
             return logged_in(&console);
         }
     }
-    let viewer = Viewer {
-        who: None,
-        csrf: "",
-    };
+    let viewer = Viewer::default();
     maud_response(login_form(
         &viewer,
         console.access.wants_user(),
@@ -380,10 +343,7 @@ pub async fn login(State(console): State<Shared>, Form(login): Form<Login>) -> R
     if console.access.check(login.user.as_deref(), &token) {
         return logged_in(&console);
     }
-    let viewer = Viewer {
-        who: None,
-        csrf: "",
-    };
+    let viewer = Viewer::default();
     let page = login_form(&viewer, console.access.wants_user(), true);
     (StatusCode::UNAUTHORIZED, maud_response(page)).into_response()
 }

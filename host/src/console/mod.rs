@@ -19,6 +19,8 @@ pub mod window;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
@@ -69,11 +71,25 @@ impl Console {
     }
 
     /// The page frame's view of who is looking.
-    pub fn viewer<'a>(&self, who: &'a Option<String>, csrf: &'a str) -> Viewer<'a> {
-        Viewer {
-            who: who.as_deref(),
-            csrf: if who.is_some() { csrf } else { "" },
-        }
+    pub fn viewer(&self, who: Option<String>) -> Viewer {
+        let csrf = match who {
+            Some(_) => self.access.csrf(),
+            None => String::new(),
+        };
+        Viewer { who, csrf }
+    }
+}
+
+/// Who reads a page: taken from each request (its cookie or bearer token); a request that
+/// needs a login and has none is sent to the login page.
+pub struct Reader(pub Viewer);
+
+impl FromRequestParts<Shared> for Reader {
+    type Rejection = Denied;
+
+    async fn from_request_parts(parts: &mut Parts, console: &Shared) -> Result<Self, Denied> {
+        let who = console.gate(&parts.headers)?;
+        Ok(Self(console.viewer(who)))
     }
 }
 
@@ -112,10 +128,7 @@ impl<E: Into<anyhow::Error>> From<E> for Failure {
 
 impl IntoResponse for Failure {
     fn into_response(self) -> Response {
-        let viewer = Viewer {
-            who: None,
-            csrf: "",
-        };
+        let viewer = Viewer::default();
         let body = html::page(
             "Something went wrong",
             &viewer,
@@ -138,13 +151,10 @@ pub fn router(console: Shared) -> Router {
         .route("/routes/{name}", get(overview::route_page))
         .route("/keys", get(keys::page))
         .route("/letters", get(letters::list))
-        .route("/letters/replay", post(letters::replay))
-        .route("/letters/purge", post(letters::purge))
-        .route("/letters/{sequence}", get(letters::one))
+        .route("/letters/{item}", get(letters::one).post(letters::act))
         .route("/audit", get(manage::audit))
         .route("/deploys", get(manage::deploys))
-        .route("/deploys/promote", post(manage::promote))
-        .route("/deploys/abort", post(manage::abort))
+        .route("/deploys/{action}", post(manage::decide))
         .route("/activity", get(manage::activity))
         .route("/login", get(manage::login_page).post(manage::login))
         .route("/assets/console.js", get(script))

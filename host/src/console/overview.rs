@@ -6,7 +6,6 @@
 use std::collections::BTreeMap;
 
 use axum::extract::{Path, State};
-use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use maud::{html, Markup};
@@ -14,7 +13,7 @@ use serde::Serialize;
 
 use super::html::{self, key_link, shown, when};
 use super::window::{HostView, RouteView};
-use super::{maud_response, Failure, Shared};
+use super::{maud_response, Failure, Reader, Shared};
 use crate::candidate::spec::Spec;
 use crate::components::status::{self, HostStatus};
 use crate::config::RouteConfig;
@@ -102,10 +101,7 @@ async fn statuses(console: &Shared) -> Vec<HostStatus> {
 }
 
 /// `GET /api/overview`.
-pub async fn api(State(console): State<Shared>, headers: HeaderMap) -> Response {
-    if let Err(denied) = console.gate(&headers) {
-        return denied.into_response();
-    }
+pub async fn api(State(console): State<Shared>, _reader: Reader) -> Response {
     Json(Overview {
         hosts: console.window.hosts(),
         routes: console.window.routes(),
@@ -114,17 +110,14 @@ pub async fn api(State(console): State<Shared>, headers: HeaderMap) -> Response 
 }
 
 /// `GET /`.
-pub async fn page(State(console): State<Shared>, headers: HeaderMap) -> Result<Response, Failure> {
-    let who = match console.gate(&headers) {
-        Ok(who) => who,
-        Err(denied) => return Ok(denied.into_response()),
-    };
+pub async fn page(
+    State(console): State<Shared>,
+    Reader(viewer): Reader,
+) -> Result<Response, Failure> {
     let statuses = statuses(&console).await;
     let versions = versions(&console, &statuses).await;
     let numbers = console.window.routes();
     let hosts = console.window.hosts();
-    let csrf = console.access.csrf();
-    let viewer = console.viewer(&who, &csrf);
     let body = html! {
         section {
             h2 { "Routes" }
@@ -266,12 +259,8 @@ fn short(digest: &str) -> String {
 pub async fn route_page(
     State(console): State<Shared>,
     Path(name): Path<String>,
-    headers: HeaderMap,
+    Reader(viewer): Reader,
 ) -> Result<Response, Failure> {
-    let who = match console.gate(&headers) {
-        Ok(who) => who,
-        Err(denied) => return Ok(denied.into_response()),
-    };
     let Some(r) = console.config.routes.iter().find(|r| r.name == name) else {
         return Err(anyhow::anyhow!("no route `{name}` in this console's config").into());
     };
@@ -291,8 +280,6 @@ pub async fn route_page(
         .filter(|e| e.route == name && e.is_deploy())
         .take(50)
         .collect();
-    let csrf = console.access.csrf();
-    let viewer = console.viewer(&who, &csrf);
     let n = numbers.get(&name).cloned().unwrap_or_default();
     let body = html! {
         table #routes {

@@ -4,8 +4,7 @@
 //! once, the activity log, hostile text rendered as text, and changes refused without the
 //! token or the CSRF value. Screenshots of each page go to `target/test-output/console/`.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
@@ -13,7 +12,7 @@ use std::time::Duration;
 use dedup_host::config::ConsoleConfig;
 use dedup_host::console::auth::Access;
 use dedup_host_tests::browser::Browser;
-use dedup_host_tests::console::ConsoleProcess;
+use dedup_host_tests::console::{request, ConsoleProcess};
 use dedup_host_tests::guests::{guest, host_binary};
 use dedup_host_tests::harness::{stop_gracefully, wait_for, TestEnv, Timing, DEAD};
 use fantoccini::Locator;
@@ -31,24 +30,10 @@ fn shots() -> PathBuf {
     target.join("test-output/console")
 }
 
-/// One POST over plain HTTP/1.1: the status.
+/// One POST: the status.
 fn post(addr: SocketAddr, path: &str, cookie: Option<&str>, body: &str) -> u16 {
-    let mut s = TcpStream::connect(addr).expect("connect");
-    let cookie = cookie
-        .map(|c| format!("Cookie: {c}\r\n"))
-        .unwrap_or_default();
-    write!(
-        s,
-        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n{cookie}Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    )
-    .expect("write");
-    let mut text = String::new();
-    s.read_to_string(&mut text).expect("read");
-    text.split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0)
+    let headers: Vec<(&str, &str)> = cookie.map(|c| ("Cookie", c)).into_iter().collect();
+    request(addr, "POST", path, &headers, body).0
 }
 
 async fn text_of(b: &Browser, css: &str) -> String {

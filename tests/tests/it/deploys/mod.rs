@@ -3,8 +3,10 @@
 //! canary promoted through a host killed with -9, and the commands' refusals
 //! ([`workflow`]); candidates where they meet the other modes and changes: fenced, exclusive
 //! and claim-after routes, reloads, routes added by a reload, component directories
-//! ([`seams`]). This file holds the deployment the tests share.
+//! ([`seams`]); candidates seen and decided from the web console ([`console`]). This file
+//! holds the deployment the tests share.
 
+mod console;
 mod seams;
 mod workflow;
 
@@ -144,6 +146,25 @@ impl Deployment {
         let dropped = |r: &status::RouteStatus| r.candidate.is_none();
         self.wait_hosts(dropped, "every host dropping the candidate")
             .await;
+    }
+
+    /// Deploys `ledger-next` in shadow (run times ignored) and waits until every host runs it;
+    /// returns its digest.
+    async fn shadow_next(&self) -> String {
+        let next = digest_of(&ok(
+            &self.config,
+            &[
+                "deploy",
+                "--route",
+                "ledger",
+                "--shadow",
+                &path("ledger-next"),
+                "--ignore",
+                "/ran_ms",
+            ],
+        ));
+        self.wait_candidate(&next).await;
+        next
     }
 
     async fn wait_candidate(&self, digest: &str) {

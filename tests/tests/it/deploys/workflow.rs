@@ -21,19 +21,7 @@ async fn a_shadow_candidate_is_compared_on_every_host_and_nothing_of_it_is_store
     assert_eq!(counts["matches"], counts["compared"], "{report:#}");
 
     // The next version in shadow: a field added to every entry, odd amounts refused.
-    let next = digest_of(&ok(
-        &d.config,
-        &[
-            "deploy",
-            "--route",
-            "ledger",
-            "--shadow",
-            &path("ledger-next"),
-            "--ignore",
-            "/ran_ms",
-        ],
-    ));
-    d.wait_candidate(&next).await;
+    let next = d.shadow_next().await;
     d.publish(1000..1200, |i| i64::from(i) + 1).await;
     let (outputs, letters) = d.wait_settled(1200).await;
     let report = wait_compared(&d.config, 200).await;
