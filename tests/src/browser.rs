@@ -44,7 +44,8 @@ impl Browser {
         caps.insert("goog:chromeOptions".into(), options);
         let url = format!("http://127.0.0.1:{port}");
         let mut last = String::new();
-        for _ in 0..100 {
+        // Chromedriver takes a while to listen on a busy machine: up to a minute.
+        for _ in 0..300 {
             let connector = hyper_util::client::legacy::connect::HttpConnector::new();
             match ClientBuilder::new(connector)
                 .capabilities(caps.clone())

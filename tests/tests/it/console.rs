@@ -41,7 +41,7 @@ async fn text_of(b: &Browser, css: &str) -> String {
     let found = b
         .client
         .wait()
-        .at_most(Duration::from_secs(60))
+        .at_most(Duration::from_secs(120))
         .for_element(Locator::Css(css));
     match found.await {
         Ok(el) => el.text().await.expect("text"),
@@ -64,7 +64,7 @@ async fn text_of(b: &Browser, css: &str) -> String {
 /// Waits until the element's text is `want` (the overview updates itself every few seconds).
 async fn wait_text(b: &Browser, css: &str, want: &str) {
     wait_for(
-        Duration::from_secs(60),
+        Duration::from_secs(120),
         &format!("`{css}` to read {want}"),
         || async {
             let el = b.client.find(Locator::Css(css)).await.ok()?;
@@ -132,7 +132,7 @@ max_payload_bytes = 65536
     .await;
     let big = format!("<script>window.__pwned=4</script>{}", "x".repeat(1_000_000));
     env.publish("in.fixme.big", "big", &[], big).await;
-    wait_for(Duration::from_secs(30), "five dead letters", || async {
+    wait_for(Duration::from_secs(120), "five dead letters", || async {
         (env.messages(DEAD).await.len() == 5).then_some(())
     })
     .await;
@@ -294,7 +294,7 @@ max_payload_bytes = 65536
         .await
         .unwrap();
     wait_for(
-        Duration::from_secs(30),
+        Duration::from_secs(120),
         "both hosts serve the fix",
         || async {
             let hosts = dedup_host::components::status::read_all(&status)
@@ -362,7 +362,7 @@ max_payload_bytes = 65536
     env.wait_completed(
         "fixme",
         &["f0", "f1", "f2", HOSTILE_KEY],
-        Duration::from_secs(30),
+        Duration::from_secs(120),
     )
     .await;
     // Exactly one output per replayed key.
