@@ -133,13 +133,13 @@ pub async fn record_cli(
     record(js, config, &entry).await;
 }
 
-/// The entries, newest first (at most `limit`); none when the stream does not exist yet.
+/// The newest `limit` entries, newest first; none when the stream does not exist yet.
 pub async fn list(js: &Context, config: &Config, limit: usize) -> anyhow::Result<Vec<Entry>> {
     let name = stream_name(config);
     if js.get_stream(&name).await.is_err() {
         return Ok(Vec::new());
     }
-    let stored = crate::scan::stream(js, &name, "", None).await?;
+    let stored = crate::scan::tail(js, &name, limit as u64).await?;
     Ok(stored
         .iter()
         .rev()

@@ -58,6 +58,24 @@ pub async fn stream(
     scan(js, stream, filter, deliver_policy, false).await
 }
 
+/// The last `n` messages of `stream` (fewer when it holds fewer), in order.
+pub async fn tail(js: &Context, stream: &str, n: u64) -> anyhow::Result<Vec<Stored>> {
+    let mut s = js
+        .get_stream(stream)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot read stream `{stream}`: {e}"))?;
+    let last = s.info().await?.state.last_sequence;
+    let start_sequence = last.saturating_sub(n.saturating_sub(1)).max(1);
+    scan(
+        js,
+        stream,
+        "",
+        DeliverPolicy::ByStartSequence { start_sequence },
+        false,
+    )
+    .await
+}
+
 /// The last value of every key in the claim bucket: claim key → (record, revision). Values
 /// that do not parse are skipped (the pipeline dead-letters what meets them), and so are the
 /// host's own markers (`crate::stranded`), which are not claims.
