@@ -24,10 +24,12 @@ pub const STEP: Duration = Duration::from_secs(15);
 /// A host whose last snapshot is older than this is shown as gone.
 const GONE_AFTER: Duration = Duration::from_secs(15);
 
-/// Every host's snapshots inside the window, oldest first.
+/// Every host process's snapshots inside the window, oldest first, by (instance id, start):
+/// a host restarted under the same instance id counts from zero again, so each of its
+/// processes is summed on its own.
 #[derive(Debug, Default)]
 pub struct Window {
-    hosts: Mutex<HashMap<String, VecDeque<HostStats>>>,
+    hosts: Mutex<HashMap<(String, u64), VecDeque<HostStats>>>,
 }
 
 /// One host as the overview lists it.
@@ -77,7 +79,8 @@ impl Window {
     pub fn add(&self, stats: HostStats) {
         let mut hosts = self.hosts.lock().expect("window lock");
         let horizon = now_ms().saturating_sub(SPAN.as_millis() as u64);
-        let snapshots = hosts.entry(stats.instance_id.clone()).or_default();
+        let process = (stats.instance_id.clone(), stats.started_ms);
+        let snapshots = hosts.entry(process).or_default();
         snapshots.push_back(stats);
         while snapshots.front().is_some_and(|s| s.at_ms < horizon) && snapshots.len() > 1 {
             snapshots.pop_front();
@@ -85,13 +88,19 @@ impl Window {
         hosts.retain(|_, s| s.back().is_some_and(|last| last.at_ms >= horizon));
     }
 
-    /// The hosts seen in the window, live ones first.
+    /// The hosts seen in the window (each instance id's newest process), live ones first.
     pub fn hosts(&self) -> Vec<HostView> {
         let now = now_ms();
         let hosts = self.hosts.lock().expect("window lock");
-        let mut out: Vec<HostView> = hosts
-            .values()
-            .filter_map(|s| s.back())
+        let mut newest: HashMap<&str, &HostStats> = HashMap::new();
+        for last in hosts.values().filter_map(|s| s.back()) {
+            let kept = newest.entry(&last.instance_id).or_insert(last);
+            if last.started_ms > kept.started_ms {
+                *kept = last;
+            }
+        }
+        let mut out: Vec<HostView> = newest
+            .into_values()
             .map(|last| {
                 let seen = now.saturating_sub(last.at_ms);
                 HostView {
@@ -247,5 +256,22 @@ mod tests {
         let hosts = w.hosts();
         assert_eq!(hosts.len(), 2);
         assert!(hosts.iter().all(|h| !h.gone));
+    }
+
+    #[test]
+    fn a_host_restarted_under_the_same_id_adds_its_new_process_to_the_old_ones_counts() {
+        let now = now_ms();
+        let w = Window::default();
+        w.add(stats("a", now - 60_000, now - 50_000, 10));
+        w.add(stats("a", now - 60_000, now - 40_000, 30));
+        // Restarted: counts from zero again.
+        w.add(stats("a", now - 20_000, now - 10_000, 4));
+        w.add(stats("a", now - 20_000, now - 2_000, 6));
+        let r = &w.routes()["r"];
+        assert_eq!(r.outcomes["processed"], 30 + 6);
+        assert_eq!(r.series["processed"].iter().sum::<u64>(), 30 + 6);
+        let hosts = w.hosts();
+        assert_eq!(hosts.len(), 1, "one host, its newest process");
+        assert_eq!(hosts[0].uptime_s, 20);
     }
 }

@@ -189,6 +189,31 @@ max_payload_bytes = 65536
         assert!(row.contains("ready"), "{host}: {row}");
     }
     browser.screenshot(&shots().join("overview.png")).await;
+    // The page updates itself: more work shows up without a reload.
+    b.client
+        .execute("window.__same_page = true;", vec![])
+        .await
+        .unwrap();
+    for i in 5..8 {
+        env.publish(&format!("in.upper.u{i}"), &format!("u{i}"), &[], "hi")
+            .await;
+    }
+    wait_text(b, "[data-live='upper|outcomes|processed']", "8").await;
+    let same = b
+        .client
+        .execute("return window.__same_page === true;", vec![])
+        .await
+        .unwrap();
+    assert_eq!(same, serde_json::Value::Bool(true), "no reload happened");
+    let refreshed = b
+        .client
+        .execute("return document.body.dataset.refreshed || '';", vec![])
+        .await
+        .unwrap();
+    assert!(
+        !refreshed.as_str().unwrap_or_default().is_empty(),
+        "the script refreshed the page in place"
+    );
 
     // A key's story from the search box.
     let search = b
