@@ -428,6 +428,21 @@ max_payload_bytes = 65536
         );
     }
     browser.screenshot(&shots().join("audit.png")).await;
+    // The route's own page and the deploys page (routes served from files: no candidates here,
+    // see deploys::console for them).
+    b.client
+        .goto(&format!("{base}/routes/fixme"))
+        .await
+        .unwrap();
+    let history = text_of(b, "main").await;
+    assert!(
+        history.contains("Recent dead letters") && history.contains("Config"),
+        "{history}"
+    );
+    browser.screenshot(&shots().join("route.png")).await;
+    b.client.goto(&format!("{base}/deploys")).await.unwrap();
+    assert!(text_of(b, "main").await.contains("Served from the file"));
+    browser.screenshot(&shots().join("deploys.png")).await;
     browser.close().await;
     drop(console_process);
     stop_gracefully(a);
