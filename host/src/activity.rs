@@ -82,9 +82,6 @@ pub fn cli_user() -> String {
 
 async fn open(js: &Context, config: &Config) -> anyhow::Result<stream::Stream> {
     let name = stream_name(config);
-    if let Ok(stream) = js.get_stream(&name).await {
-        return Ok(stream);
-    }
     js.get_or_create_stream(stream::Config {
         name: name.clone(),
         subjects: vec![subject(config)],

@@ -79,9 +79,6 @@ pub async fn open(
     config: &Config,
 ) -> anyhow::Result<stream::Stream> {
     let name = stream_name(config);
-    if let Ok(stream) = js.get_stream(&name).await {
-        return Ok(stream);
-    }
     let per_host = (KEEP.as_secs() / EVERY.as_secs()) as i64 * 2;
     js.get_or_create_stream(stream::Config {
         name: name.clone(),

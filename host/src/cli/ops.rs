@@ -190,25 +190,6 @@ impl Which {
             ..Selection::default()
         }
     }
-
-    /// The letters asked for, in words (for the activity log).
-    fn describe(&self) -> String {
-        let mut parts = Vec::new();
-        if let Some(r) = &self.route {
-            parts.push(format!("route {r:?}"));
-        }
-        if let Some(r) = &self.reason {
-            parts.push(format!("reason contains {r:?}"));
-        }
-        if !self.sequence.is_empty() {
-            parts.push(format!("sequences {:?}", self.sequence));
-        }
-        if parts.is_empty() {
-            "every dead letter".into()
-        } else {
-            parts.join(", ")
-        }
-    }
 }
 
 /// Lists, replays or purges dead letters.
@@ -282,7 +263,12 @@ async fn record(
     actions: &[Action],
 ) {
     let route = which.route.as_deref().unwrap_or_default();
-    let mut entry = Entry::now(&activity::cli_user(), action, route, which.describe());
+    let mut entry = Entry::now(
+        &activity::cli_user(),
+        action,
+        route,
+        which.selection().describe(),
+    );
     entry.count = actions.len() as u64;
     entry.result = letters::summary(actions);
     activity::record(js, config, &entry).await;

@@ -93,13 +93,7 @@ pub async fn undeploy(store: &ObjectStore, route: &str) -> anyhow::Result<()> {
 
 /// The digest of route `route`'s deployed component, if one is deployed.
 pub async fn deployed(store: &ObjectStore, route: &str) -> Option<String> {
-    let info = store.info(route).await.ok()?;
-    (!info.deleted).then(|| {
-        info.metadata
-            .get(DIGEST_METADATA)
-            .cloned()
-            .unwrap_or_default()
-    })
+    live_version(store, route).await.map(|(digest, _)| digest)
 }
 
 /// The digest of route `route`'s deployed component and when it was uploaded (Unix

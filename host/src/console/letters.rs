@@ -115,23 +115,8 @@ impl Filter {
 
     /// The filter in words, for confirmations and the activity log.
     fn describe(&self) -> String {
-        let mut parts = Vec::new();
-        for (name, value) in [
-            ("route", &self.route),
-            ("reason contains", &self.reason),
-            ("since", &self.since),
-            ("until", &self.until),
-            ("sequences", &self.sequences),
-        ] {
-            if !value.trim().is_empty() {
-                parts.push(format!("{name} {:?}", value.trim()));
-            }
-        }
-        if parts.is_empty() {
-            "every dead letter".into()
-        } else {
-            parts.join(", ")
-        }
+        self.selection()
+            .map_or_else(|e| e.to_string(), |s| s.describe())
     }
 
     fn query(&self, page: usize) -> String {
@@ -283,7 +268,7 @@ pub async fn act(
     let filter = form.filter();
     let selection = filter.selection()?;
     let matching = letters::list(&console.js, &console.config, &selection).await?;
-    let what = filter.describe();
+    let what = selection.describe();
     if form.confirmed != "yes" {
         return Ok(maud_response(confirm(
             &viewer,

@@ -102,6 +102,7 @@ pub async fn deploys(
         return Ok(maud_response(html::page("Deploys", &viewer, body)));
     };
     let mut sections = Vec::new();
+    let mut findings = None;
     for r in &console.config.routes {
         if let Some(file) = console.config.component_file(r) {
             sections.push(html! { section { h2 { (r.name) } p.meta { "Served from the file " code { (file.display().to_string()) } ": its candidate is a file beside it on each host; use `dedup-host promote` or `abort` there." } } });
@@ -111,8 +112,15 @@ pub async fn deploys(
             continue;
         };
         let live = store::deployed(&bucket, &r.name).await.unwrap_or_default();
-        let findings = record::open(&console.js, &console.config).await?;
-        let report = record::read(&findings, &r.name, &spec.digest).await?;
+        // Read only, once: hosts create the findings bucket when they first compare.
+        if findings.is_none() {
+            let name = record::bucket_name(&console.config.components.bucket);
+            findings = console.js.get_key_value(name).await.ok();
+        }
+        let report = match &findings {
+            Some(store) => record::read(store, &r.name, &spec.digest).await?,
+            None => record::Report::default(),
+        };
         let c = &report.counts;
         sections.push(html! {
             section.candidate data-route=(r.name) {

@@ -134,6 +134,7 @@ impl Window {
             // A host started inside the window counts from zero; others from their first
             // snapshot inside it.
             let zero = HostStats::default();
+            let none = RouteCounts::default();
             let base = if last.started_ms >= start {
                 &zero
             } else {
@@ -141,8 +142,7 @@ impl Window {
             };
             for (name, counts) in &last.routes {
                 let view = out.entry(name.clone()).or_default();
-                let before = base.routes.get(name).cloned().unwrap_or_default();
-                add_differences(view, counts, &before);
+                add_differences(view, counts, base.routes.get(name).unwrap_or(&none));
                 if live {
                     view.in_flight += counts.in_flight;
                     view.free_slots += counts.free_slots;
@@ -154,7 +154,7 @@ impl Window {
             for s in snapshots.iter().filter(|s| s.at_ms >= start) {
                 let slot = ((s.at_ms - start) / STEP.as_millis() as u64) as usize;
                 for (name, counts) in &s.routes {
-                    let before = previous.routes.get(name).cloned().unwrap_or_default();
+                    let before = previous.routes.get(name).unwrap_or(&none);
                     let view = out.entry(name.clone()).or_default();
                     for (outcome, n) in &counts.outcomes {
                         let d =

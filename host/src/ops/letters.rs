@@ -126,6 +126,34 @@ pub struct Selection {
     pub sequences: Vec<u64>,
 }
 
+impl Selection {
+    /// The letters selected, in words (confirmations and the activity log).
+    pub fn describe(&self) -> String {
+        let time = |t: &SystemTime| humantime::format_rfc3339_seconds(*t).to_string();
+        let mut parts = Vec::new();
+        if let Some(r) = &self.route {
+            parts.push(format!("route {r:?}"));
+        }
+        if let Some(r) = &self.reason {
+            parts.push(format!("reason contains {r:?}"));
+        }
+        if let Some(t) = &self.since {
+            parts.push(format!("since {}", time(t)));
+        }
+        if let Some(t) = &self.until {
+            parts.push(format!("until {}", time(t)));
+        }
+        if !self.sequences.is_empty() {
+            parts.push(format!("sequences {:?}", self.sequences));
+        }
+        if parts.is_empty() {
+            "every dead letter".into()
+        } else {
+            parts.join(", ")
+        }
+    }
+}
+
 /// The dead letters the selection names, oldest first.
 pub async fn list(
     js: &Context,
