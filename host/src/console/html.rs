@@ -96,7 +96,7 @@ pub fn payload(bytes: &[u8]) -> Markup {
         @if let Some(json) = json {
             details {
                 summary { "JSON" }
-                pre.payload data-view="json" { (shown(&json[..json.len().min(SHOWN_BYTES)])) }
+                pre.payload data-view="json" { (shown(&json[..json.floor_char_boundary(SHOWN_BYTES)])) }
             }
         }
         details {
@@ -159,5 +159,10 @@ mod tests {
         let shown = payload(&big).into_string();
         assert!(shown.contains(&format!("the first {SHOWN_BYTES} shown")));
         assert!(shown.len() < SHOWN_BYTES * 4, "cut: {}", shown.len());
+        // A JSON payload cut inside a character is cut before it.
+        let wide = format!("[\"{}\"]", "é".repeat(SHOWN_BYTES));
+        assert!(payload(wide.as_bytes())
+            .into_string()
+            .contains("data-view=\"json\""));
     }
 }
