@@ -41,100 +41,146 @@ pub(super) struct Figures {
     pub(super) cpu_per_message: Option<std::time::Duration>,
 }
 
-/// Runs all four scenarios with `messages` each and `samples` sequential latency probes.
+/// The scenarios `run` measures, by label, in the order they run.
+const SCENARIOS: [&str; 11] = ["1", "2a", "2", "2b", "3", "2c", "4", "5", "5a", "5b", "6"];
+
+/// Runs every scenario (or those named in `DEDUP_BENCH_ONLY`, e.g. `2,2b`) with `messages`
+/// each and `samples` sequential latency probes, then prints the ratios inside this run.
 pub async fn run(messages: usize, samples: usize) -> anyhow::Result<()> {
+    let only = std::env::var("DEDUP_BENCH_ONLY").ok();
+    let selected = |label: &str| {
+        only.as_deref()
+            .is_none_or(|o| o.split(',').any(|s| s.trim() == label))
+    };
     let server = NatsServer::start();
     let client = server.connect().await;
     let js = jetstream::new(client.clone());
-
-    let raw = raw_pull_ack(&js, messages, samples).await?;
-    let hand = |name: &'static str, guard: Guard, ack: Ack| {
-        let js = js.clone();
-        async move { handguard::run(&js, name, guard, ack, messages, samples).await }
-    };
-    let hand_confirmed = hand("hand", Guard::Record, Ack::Confirmed).await?;
-    let noop = guarded(&server, &js, "noop", messages, samples, None).await?;
-    let hand_plain = hand("handplain", Guard::Record, Ack::Plain).await?;
-    let full = guarded(
-        &server,
-        &js,
-        "wasm",
-        messages,
-        samples,
-        Some(Effects::Window),
-    )
-    .await?;
-    let hand_output = hand("handout", Guard::Output, Ack::Plain).await?;
-    let kv = kv_create(&js, messages).await?;
     let batches = messages.min(FILE_BATCH_MESSAGES);
-    let fenced = guarded(
-        &server,
-        &js,
-        "fenced",
-        batches,
-        samples,
-        Some(Effects::Fenced),
-    )
-    .await?;
-    let file_batch = Guard::Fenced(StorageType::File);
-    let hand_batch =
-        handguard::run(&js, "handbatch", file_batch, Ack::Plain, batches, samples).await?;
-    let hand_batch_memory = hand("handmem", Guard::Fenced(StorageType::Memory), Ack::Plain).await?;
-    let after = guarded(
-        &server,
-        &js,
-        "after",
-        messages,
-        samples,
-        Some(Effects::ClaimAfter),
-    )
-    .await?;
+    let mut figures = std::collections::HashMap::new();
+    let mut kv = None;
+    for label in SCENARIOS.into_iter().filter(|l| selected(l)) {
+        let hand = |name: &'static str, guard: Guard, n: usize| {
+            handguard::run(&js, name, guard, Ack::Plain, n, samples)
+        };
+        let f = match label {
+            "1" => raw_pull_ack(&js, messages, samples).await?,
+            "2a" => {
+                handguard::run(
+                    &js,
+                    "hand",
+                    Guard::Record,
+                    Ack::Confirmed,
+                    messages,
+                    samples,
+                )
+                .await?
+            }
+            "2" => guarded(&server, &js, "noop", messages, samples, None).await?,
+            "2b" => hand("handplain", Guard::Record, messages).await?,
+            "3" => {
+                guarded(
+                    &server,
+                    &js,
+                    "wasm",
+                    messages,
+                    samples,
+                    Some(Effects::Window),
+                )
+                .await?
+            }
+            "2c" => hand("handout", Guard::Output, messages).await?,
+            "4" => {
+                kv = Some(kv_create(&js, messages).await?);
+                continue;
+            }
+            "5" => {
+                guarded(
+                    &server,
+                    &js,
+                    "fenced",
+                    batches,
+                    samples,
+                    Some(Effects::Fenced),
+                )
+                .await?
+            }
+            "5a" => hand("handbatch", Guard::Fenced(StorageType::File), batches).await?,
+            "5b" => hand("handmem", Guard::Fenced(StorageType::Memory), messages).await?,
+            _ => {
+                guarded(
+                    &server,
+                    &js,
+                    "after",
+                    messages,
+                    samples,
+                    Some(Effects::ClaimAfter),
+                )
+                .await?
+            }
+        };
+        figures.insert(label, f);
+    }
 
     println!("dedup guard vs raw JetStream ({messages} messages each, {batches} for (5) and (5a), {CONCURRENCY} in flight, file storage, one nats-server):");
-    let row = |name: &str, f: &Figures| {
+    let raw_latency = figures.get("1").map(|f| f.latency);
+    let row = |label: &str, name: &str| {
+        let Some(f) = figures.get(label) else { return };
+        let added = |p: fn(&Percentiles) -> std::time::Duration, f: &Figures| {
+            raw_latency
+                .as_ref()
+                .map_or("-".into(), |r| us(p(&f.latency).saturating_sub(p(r))))
+        };
         println!(
-            "  {name:<44} {:>9.0} msg/s   cpu {:>6} us/msg   sequential p50 {:>7} us  p99 {:>7} us   added p50 {:>7} us  p99 {:>7} us",
-            f.rate, f.cpu_per_message.map_or("-".into(), us), us(f.latency.p50), us(f.latency.p99),
-            us(f.latency.p50.saturating_sub(raw.latency.p50)), us(f.latency.p99.saturating_sub(raw.latency.p99))
+            "  {:<44} {:>9.0} msg/s   cpu {:>6} us/msg   sequential p50 {:>7} us  p99 {:>7} us   added p50 {:>7} us  p99 {:>7} us",
+            format!("({label}) {name}"), f.rate, f.cpu_per_message.map_or("-".into(), us), us(f.latency.p50), us(f.latency.p99),
+            added(|p| p.p50, f), added(|p| p.p99, f)
         )
     };
-    row("(1) raw pull + ack", &raw);
-    row("(2) guard, no-op handler", &noop);
-    row("(2a) hand-written guard, double_ack", &hand_confirmed);
-    row("(2b) hand-written guard, plain ack", &hand_plain);
-    row("(2c) hand-written guard + one output, plain", &hand_output);
-    row("(3) full pipeline, uppercase", &full);
-    println!("  {:<44} {:>9.0} creates/s", "(4) raw KV create", kv);
-    row("(5) full pipeline, fenced effects", &fenced);
-    row("(5a) hand-written fenced batch, file", &hand_batch);
-    row("(5b) hand-written fenced batch, memory", &hand_batch_memory);
-    row("(6) full pipeline, claim after", &after);
+    row("1", "raw pull + ack");
+    row("2", "guard, no-op handler");
+    row("2a", "hand-written guard, double_ack");
+    row("2b", "hand-written guard, plain ack");
+    row("2c", "hand-written guard + one output, plain");
+    row("3", "full pipeline, uppercase");
+    if let Some(kv) = kv {
+        println!("  {:<44} {:>9.0} creates/s", "(4) raw KV create", kv);
+    }
+    row("5", "full pipeline, fenced effects");
+    row("5a", "hand-written fenced batch, file");
+    row("5b", "hand-written fenced batch, memory");
+    row("6", "full pipeline, claim after");
     println!("  writes per message: (3) 3 (claim create, output, completed); (5) 2 (claim create, one batch of output + completed record); (6) 2 (output, completed create)");
     let ratios = [
-        ("(2)/(1)", &noop, &raw),
-        ("(2)/(2a)", &noop, &hand_confirmed),
-        ("(2)/(2b)", &noop, &hand_plain),
-        ("(3)/(1)", &full, &raw),
-        ("(3)/(2c)", &full, &hand_output),
-        ("(5)/(3)", &fenced, &full),
-        ("(5)/(5a)", &fenced, &hand_batch),
-        ("(5a)/(5b)", &hand_batch, &hand_batch_memory),
-        ("(6)/(3)", &after, &full),
+        ("2", "1"),
+        ("2", "2a"),
+        ("2", "2b"),
+        ("3", "1"),
+        ("3", "2c"),
+        ("5", "3"),
+        ("5", "5a"),
+        ("5a", "5b"),
+        ("6", "3"),
     ];
     println!("  {:<12} {:>10} {:>10}", "ratio", "msg/s", "cpu/msg");
-    for (name, a, b) in ratios {
-        let cpu = match (a.cpu_per_message, b.cpu_per_message) {
-            (Some(a), Some(b)) if !b.is_zero() => {
-                format!("{:.2}", a.as_secs_f64() / b.as_secs_f64())
+    for (a, b) in ratios {
+        let (Some(fa), Some(fb)) = (figures.get(a), figures.get(b)) else {
+            continue;
+        };
+        let cpu = match (fa.cpu_per_message, fb.cpu_per_message) {
+            (Some(x), Some(y)) if !y.is_zero() => {
+                format!("{:.2}", x.as_secs_f64() / y.as_secs_f64())
             }
             _ => "-".into(),
         };
-        println!("  {name:<12} {:>10.2} {cpu:>10}", a.rate / b.rate);
+        let name = format!("({a})/({b})");
+        println!("  {name:<12} {:>10.2} {cpu:>10}", fa.rate / fb.rate);
     }
-    println!(
-        "  ratio (3) x {WRITES_PER_MESSAGE} writes / (4)          {:.2}",
-        full.rate * WRITES_PER_MESSAGE / kv
-    );
+    if let (Some(full), Some(kv)) = (figures.get("3"), kv) {
+        println!(
+            "  ratio (3) x {WRITES_PER_MESSAGE} writes / (4)          {:.2}",
+            full.rate * WRITES_PER_MESSAGE / kv
+        );
+    }
     Ok(())
 }
 

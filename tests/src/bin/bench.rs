@@ -7,6 +7,11 @@
 
 use dedup_host_tests::bench;
 
+/// The allocator `dedup-host` runs with, so the in-process host (and the hand-written
+/// baselines beside it) pay what a deployment pays.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     // The host's own log set-up, as `dedup-host run` installs it (warnings only unless
