@@ -110,18 +110,17 @@ impl<S: ClaimStore> Shared<S> {
                 attributes
             });
         }
-        // Every line of this message's life carries its fields: these until it is claimed,
-        // then all of them (see `run`). WARN, so that the span is enabled whenever the
-        // warnings inside it are; fields are set at creation, never recorded later (a JSON
-        // formatter re-encodes a span's fields on every record).
-        let span = tracing::warn_span!(
-            "message",
-            route = route
+        // Every line of this message's life carries its fields: route and sequence until it
+        // is claimed, then all of them (see `route_and_run`). Spans are made only where a line
+        // may follow: one with every field for a claimed message, the short one on the other
+        // paths (a span per message was 5 % of the no-op guard's CPU, two of them twice that).
+        let named = route.clone();
+        let route_name = || {
+            named
                 .as_ref()
-                .map_or(crate::metrics::UNROUTED, |r| r.name.as_str()),
-            sequence = d.sequence,
-            trace_id = d.trace_id(),
-        );
+                .map_or(crate::metrics::UNROUTED, |r| r.name.as_str())
+                .to_string()
+        };
         // The server delivers it no more: until it is settled, a marker says so, in case the
         // host dies now and the advisory that would follow reaches no host ([`crate::stranded`]).
         // (The consumer of unrouted subjects acks a routed message at once: not its concern.)
@@ -138,12 +137,13 @@ impl<S: ClaimStore> Shared<S> {
                 .not_before(self.config.source.ack_wait * 2)
         });
         if let Some(marker) = &marker {
-            stranded::mark(&self.markers, marker).await;
+            let span = d.span(&route_name());
+            stranded::mark(&self.markers, marker).instrument(span).await;
         }
         // Boxed, here and below: the work's state machine is kilobytes, and the layers it is
         // wrapped in would otherwise copy it at every step (the copies were 5 % of the host's
         // CPU per message).
-        let work = Box::pin(self.route_and_run(&d, route)).instrument(span);
+        let work = Box::pin(self.route_and_run(&d, route));
         match d.trace.context() {
             // Outcomes are recorded on the delivery's span wherever they are counted.
             Some(cx) => opentelemetry::context::FutureExt::with_context(work, cx).await,
@@ -152,7 +152,10 @@ impl<S: ClaimStore> Shared<S> {
         d.trace.end();
         let ended = d.ended.load(Ordering::Relaxed);
         if let (Some(marker), true) = (&marker, ended) {
-            stranded::forget(&self.markers, &marker.key()).await;
+            let span = d.span(&route_name());
+            stranded::forget(&self.markers, &marker.key())
+                .instrument(span)
+                .await;
         }
         let published_ns = u64::try_from(published.unix_timestamp_nanos()).unwrap_or(0);
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
@@ -165,20 +168,60 @@ impl<S: ClaimStore> Shared<S> {
         drop(in_flight);
     }
 
-    /// Routes, keys, claims and runs one delivery.
+    /// Routes, keys, claims and runs one delivery: a claimed one in a span with all its
+    /// fields, anything else in one with its route and sequence.
     async fn route_and_run(&self, d: &Delivery, route: Option<Arc<Route>>) {
+        let claimed = match self.route_and_claim(d, route).await {
+            Some(claimed) => claimed,
+            None => return,
+        };
+        let (route, guest, key, lease) = claimed;
+        let span = tracing::warn_span!(
+            "message",
+            route = route.name,
+            sequence = d.sequence,
+            key,
+            attempt = lease.attempt(),
+            fencing_token = lease.fencing_token(),
+            digest = guest.digest(),
+            trace_id = d.trace_id(),
+        );
+        let claimed = Claimed {
+            d,
+            route: &route,
+            guest,
+            key: &key,
+            lease: Arc::from(lease),
+        };
+        Box::pin(self.run(&claimed)).instrument(span).await
+    }
+
+    /// Routes, keys and claims one delivery, settling it unless this host now holds its
+    /// claim: then the route, guest version, key and lease to run it with.
+    async fn route_and_claim(
+        &self,
+        d: &Delivery,
+        route: Option<Arc<Route>>,
+    ) -> Option<(Arc<Route>, Guest, String, Box<Lease<S>>)> {
         let Some(route) = route else {
             let subject = &d.message.subject;
+            let span = d.span(crate::metrics::UNROUTED);
             if self.routes.find(subject).is_some() || self.routes.is_parked(subject) {
                 // The route's own consumer has it (a removed route's keeps it for its return).
-                if let Err(e) = d.acker.ack_with(AckKind::Ack).await {
+                if let Err(e) = d.acker.ack_with(AckKind::Ack).instrument(span).await {
                     tracing::warn!(sequence = d.sequence, "ack failed: {e}");
                 }
-                return;
+                return None;
             }
             let reason = format!("no route for subject `{}`", d.message.subject);
-            return self.dead_letter_unclaimed(d, "", "", &reason).await;
+            self.dead_letter_unclaimed(d, "", "", &reason)
+                .instrument(span)
+                .await;
+            return None;
         };
+        // Made only where a line may follow: a span per message was 5 % of the no-op
+        // guard's CPU.
+        let log_span = || d.span(&route.name);
         if d.message.payload.len() > route.max_payload_bytes {
             let reason = format!(
                 "payload of {} bytes exceeds route `{}`'s max_payload_bytes of {}",
@@ -186,9 +229,10 @@ impl<S: ClaimStore> Shared<S> {
                 route.name,
                 route.max_payload_bytes
             );
-            return self
-                .dead_letter_unclaimed(d, &route.name, "", &reason)
+            self.dead_letter_unclaimed(d, &route.name, "", &reason)
+                .instrument(log_span())
                 .await;
+            return None;
         }
         let key = match idempotency::derive(
             &route.key,
@@ -199,9 +243,11 @@ impl<S: ClaimStore> Shared<S> {
             Ok(key) => key,
             Err(missing) => match route.missing_key {
                 MissingKey::DeadLetter => {
-                    return self
-                        .dead_letter_unclaimed(d, &route.name, "", &missing.to_string())
+                    let reason = missing.to_string();
+                    self.dead_letter_unclaimed(d, &route.name, "", &reason)
+                        .instrument(log_span())
                         .await;
+                    return None;
                 }
                 MissingKey::StreamSequence => format!("seq-{}", d.sequence),
             },
@@ -210,12 +256,18 @@ impl<S: ClaimStore> Shared<S> {
         let Some(guest) = route.guest_for(&key) else {
             // The route stopped being served after this message was pulled (a swap, a reload):
             // not an outage, so no backoff; the loop pulls again only once it is served.
-            return self.settle(d, AckKind::Nak(Some(NOT_SERVED_RETRY))).await;
+            self.settle(d, AckKind::Nak(Some(NOT_SERVED_RETRY)))
+                .instrument(log_span())
+                .await;
+            return None;
         };
         let claim_key = route.claim_key(&key);
         if route.claim_after {
             let keys = (key.as_str(), claim_key.as_str());
-            return self.run_after(d, &route, guest, keys).await;
+            self.run_after(d, &route, guest, keys)
+                .instrument(log_span())
+                .await;
+            return None;
         }
         let started = std::time::Instant::now();
         let span = d
@@ -244,55 +296,42 @@ impl<S: ClaimStore> Shared<S> {
                         KeyValue::new("dedup.fencing_token", lease.fencing_token() as i64),
                     ]
                 });
-                let span = tracing::warn_span!(
-                    "message",
-                    route = route.name,
-                    sequence = d.sequence,
-                    key,
-                    attempt = lease.attempt(),
-                    fencing_token = lease.fencing_token(),
-                    digest = guest.digest(),
-                    trace_id = d.trace_id(),
-                );
-                let claimed = Claimed {
-                    d,
-                    route: &route,
-                    guest,
-                    key: &key,
-                    lease: Arc::from(lease),
-                };
-                Box::pin(self.run(&claimed)).instrument(span).await
+                return Some((route, guest, key, lease));
             }
             Ok(ClaimOutcome::Completed) => {
                 route.metrics.outcome(MessageOutcome::Duplicate);
-                self.settle(d, AckKind::Ack).await;
+                self.settle(d, AckKind::Ack).instrument(log_span()).await;
             }
             Ok(ClaimOutcome::DeadLettered) => {
                 route.metrics.outcome(MessageOutcome::Duplicate);
-                self.settle(d, AckKind::Term).await;
+                self.settle(d, AckKind::Term).instrument(log_span()).await;
             }
             Ok(ClaimOutcome::Busy { retry_in }) => {
                 // Never ack: if the owner dies, this delivery may be the only copy left.
                 route.metrics.outcome(MessageOutcome::Busy);
                 self.settle(d, AckKind::Nak(Some(self.busy_delay(retry_in))))
+                    .instrument(log_span())
                     .await;
             }
             Err(e @ ClaimError::Corrupt { .. }) => {
                 // Not a record this host wrote: retrying would loop for as long as it stays.
                 let reason = format!("{e}; delete the key from the claim bucket to run it again");
                 self.dead_letter_unclaimed(d, &route.name, &key, &reason)
+                    .instrument(log_span())
                     .await;
             }
             Err(e) => {
-                tracing::warn!("claim failed, will retry: {e}");
+                log_span().in_scope(|| tracing::warn!("claim failed, will retry: {e}"));
                 route.metrics.outcome(MessageOutcome::Error);
                 self.settle(
                     d,
                     AckKind::Nak(Some(outage_retry(&route.metrics, d.delivered))),
                 )
+                .instrument(log_span())
                 .await;
             }
         }
+        None
     }
 
     /// The nak delay of a busy key ([`busy_delay`] with this host's config).
@@ -520,6 +559,16 @@ impl Delivery {
             .as_ref()
             .and_then(|h| h.get(RESET_REVISION));
         header.and_then(|v| v.as_str().parse().ok()).unwrap_or(0)
+    }
+
+    /// The span of this delivery's lines until it is claimed: its route and sequence.
+    fn span(&self, route: &str) -> tracing::Span {
+        tracing::warn_span!(
+            "message",
+            route,
+            sequence = self.sequence,
+            trace_id = self.trace_id(),
+        )
     }
 
     /// The trace id of the event's W3C `traceparent` header, if it has a valid one.
