@@ -99,6 +99,8 @@ pub struct Route {
     pub fenced: Option<String>,
     /// Runs first and creates the key completed after publishing (`claim = "after"`).
     pub claim_after: bool,
+    /// Whether its next guest call may start on the I/O thread that asks for it.
+    pub inline: crate::runtime::inline::InlineGate,
 }
 
 /// How an exclusive route tells entities apart and queues their messages.
@@ -353,6 +355,7 @@ impl Routes {
             }),
             fenced,
             claim_after: r.claim == crate::config::ClaimMode::After,
+            inline: Default::default(),
             guest: watch::Sender::new(guest),
             refused: std::sync::Mutex::new(None),
             contract_refused: std::sync::Mutex::new(None),

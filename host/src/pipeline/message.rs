@@ -1,11 +1,9 @@
 //! One message through the pipeline: route, key, claim, then run it with heartbeats; what
 //! follows the guest's outcome is in [`super::settle`].
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll};
+
 use std::time::Duration;
 
 use async_nats::jetstream::message::Acker;
@@ -414,44 +412,6 @@ impl<S: ClaimStore> Shared<S> {
 }
 
 impl<S: ClaimStore> Shared<S> {
-    /// Runs `event` on `guest` in one of `route`'s guest slots, on the guest threads. The
-    /// guest's log lines carry the message's fields too. Dropping the returned future aborts
-    /// the call.
-    pub(super) async fn call_guest(
-        &self,
-        route: &Route,
-        guest: Guest,
-        event: Event,
-    ) -> Result<Invocation, tokio::task::JoinError> {
-        let (options, slots) = (route.options.clone(), route.slots.clone());
-        let candidate = route.candidate();
-        let shadow = candidate.clone().and_then(|c| {
-            let free = route.slots.available_permits();
-            (self.shadows).prepare(Some(c), free, &event, &route.metrics)
-        });
-        let live = match &guest {
-            Guest::Wasm(h) => Some(h.clone()),
-            Guest::Noop => None,
-        };
-        let digest = guest.digest().to_string();
-        let call = {
-            let options = options.clone();
-            async move {
-                let _slot = slots.acquire_owned().await.expect("guest slots open");
-                guest.invoke(event, &options).await
-            }
-        };
-        let called = GuestCall(self.guest_runtime.spawn(call.in_current_span())).await;
-        if let (Ok(invocation), Some(c)) = (&called, &candidate) {
-            c.observe(&digest, invocation, &route.metrics.rollout);
-            if let Some(pending) = shadow {
-                let metrics = route.metrics.clone();
-                (self.shadows).run(pending, invocation, live, options, metrics);
-            }
-        }
-        called
-    }
-
     /// Whether a coalescing route's message has a newer one of its entity waiting.
     async fn superseded(&self, c: &Claimed<'_, S>) -> bool {
         let coalesce = c.route.exclusive.as_ref().is_some_and(|e| e.coalesce);
@@ -475,24 +435,6 @@ impl<S: ClaimStore> Shared<S> {
                 false
             }
         }
-    }
-}
-
-/// A guest call running on the guest threads; dropping it aborts the call (at the guest's
-/// next yield), so work dropped because its lease was lost does not run on.
-struct GuestCall(tokio::task::JoinHandle<Invocation>);
-
-impl Future for GuestCall {
-    type Output = Result<Invocation, tokio::task::JoinError>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        Pin::new(&mut self.0).poll(cx)
-    }
-}
-
-impl Drop for GuestCall {
-    fn drop(&mut self) {
-        self.0.abort();
     }
 }
 

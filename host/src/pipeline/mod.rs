@@ -7,6 +7,7 @@
 //! - `consume`: pulling a consumer's messages, re-creating it when it is deleted.
 //! - `queue`: an exclusive route's messages queued per entity, in order.
 //! - `message`: one message, from its key and claim to the guest's outcome.
+//! - `guest_call`: a guest call, on the calling thread or the guest threads.
 //! - `undeliverable`: dead-letters what the server gave up delivering, now or once it can.
 //! - `settle`: what follows the outcome (publish and ack, retry, release, dead-letter).
 //! - [`heartbeat`]: lease renewal plus progress acks while a guest runs.
@@ -16,6 +17,7 @@ mod after;
 mod consume;
 mod delays;
 pub mod effects;
+mod guest_call;
 pub mod heartbeat;
 mod message;
 mod queue;

@@ -3,6 +3,7 @@
 
 pub mod cache;
 pub mod engine;
+pub mod inline;
 mod invoke;
 pub mod load;
 pub mod outcome;
