@@ -8,7 +8,8 @@
 //! - [`cli`]: the `dedup-host` command line.
 //! - [`serve`]: a host's life (connect, set up, start, reload routes, drain, stop), the one module that knows
 //!   both the [`pipeline`] (processing deliveries) and the [`components`] sources (finding and
-//!   installing versions); both work on the routing table in [`routes`].
+//!   installing versions, read from the object store with [`objects`]); both work on the
+//!   routing table in [`routes`].
 //! - [`claim`]: the claim protocol on NATS KV; [`setup`]: streams, consumers and buckets.
 //! - [`metrics`], [`health`], [`logging`]: what a running host tells operators; [`ops`]: the
 //!   endpoints that serve it and the commands that read a deployment (inspect, dead letters,
@@ -43,6 +44,7 @@ pub mod inspect;
 pub mod limits;
 pub mod logging;
 pub mod metrics;
+pub mod objects;
 pub mod ops;
 pub mod pipeline;
 pub mod plan;

@@ -4,7 +4,6 @@
 
 use anyhow::Context as _;
 use async_nats::jetstream::object_store::{ObjectInfo, ObjectMetadata, ObjectStore};
-use tokio::io::AsyncReadExt;
 
 use super::spec::{Spec, State};
 
@@ -73,14 +72,7 @@ pub async fn current(store: &ObjectStore, route: &str) -> anyhow::Result<Option<
 
 /// `route`'s candidate bytes.
 pub async fn fetch(store: &ObjectStore, route: &str) -> anyhow::Result<Vec<u8>> {
-    let name = object_name(route);
-    let mut object = store
-        .get(&name)
-        .await
-        .with_context(|| format!("cannot fetch `{name}`"))?;
-    let mut bytes = Vec::new();
-    object.read_to_end(&mut bytes).await?;
-    Ok(bytes)
+    crate::objects::read(store, &object_name(route)).await
 }
 
 /// Deletes `route`'s candidate (abort, or after a promotion).

@@ -72,9 +72,10 @@ pub struct ClaimRecord {
 impl ClaimRecord {
     /// Serializes to the stored JSON.
     pub fn to_bytes(&self) -> bytes::Bytes {
-        serde_json::to_vec(self)
-            .expect("claim record serializes")
-            .into()
+        // Sized for a record with a few outputs, so it is written without growing.
+        let mut out = Vec::with_capacity(320);
+        serde_json::to_writer(&mut out, self).expect("claim record serializes");
+        out.into()
     }
 
     /// Parses stored JSON.

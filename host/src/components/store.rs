@@ -7,7 +7,6 @@ use std::time::Duration;
 use anyhow::Context as _;
 use async_nats::jetstream::object_store::{self, ObjectInfo, ObjectMetadata, ObjectStore};
 use futures::StreamExt;
-use tokio::io::AsyncReadExt;
 use tokio::sync::{mpsc, watch};
 
 use super::install;
@@ -309,6 +308,12 @@ pub async fn promote(
     if !spec.running() {
         anyhow::bail!("route `{route}`'s candidate {} was rolled back; deploy a fixed candidate, or `dedup-host abort --route {route}` to drop it", spec.digest);
     }
+    // Two hosts may decide to promote at once: the second finds it done and writes nothing
+    // (a second upload would purge the chunks the watchers are reading).
+    if deployed(store, route).await.as_deref() == Some(spec.digest.as_str()) {
+        candidate::store::delete(store, route).await.ok();
+        return Ok(spec.digest);
+    }
     let bytes = candidate::store::fetch(store, route).await?;
     let live = deploy(store, route, &bytes).await?;
     candidate::store::delete(store, route).await?;
@@ -316,8 +321,5 @@ pub async fn promote(
 }
 
 async fn fetch(store: &ObjectStore, name: &str) -> anyhow::Result<Vec<u8>> {
-    let mut object = store.get(name).await?;
-    let mut bytes = Vec::new();
-    object.read_to_end(&mut bytes).await?;
-    Ok(bytes)
+    crate::objects::read(store, name).await
 }
