@@ -59,6 +59,10 @@ pub use crate::claim::key::output_id;
 /// outage to retry (a refused publish would come back forever; a partial fenced batch would be
 /// left behind every time).
 pub fn oversized(js: &Context, claim_key: &str, outputs: &[Output]) -> Option<String> {
+    if outputs.is_empty() {
+        // Nothing to store; the server's info is a copy of all of it per call.
+        return None;
+    }
     let max = js.client().server_info().max_payload;
     let sizes = outputs.iter().map(|o| {
         (
