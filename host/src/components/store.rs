@@ -56,7 +56,7 @@ pub async fn offer_current(
         route.decide();
         return;
     }
-    match fetch(&store, &route.name).await {
+    match crate::objects::read(&store, &route.name).await {
         Ok(bytes) => {
             let origin = format!("{bucket}/{}", route.name);
             install::offer(runtime, route, &origin, bytes).await;
@@ -181,7 +181,7 @@ pub async fn watch(
                 install::remove(&route, &origin);
                 continue;
             }
-            match fetch(&store, &info.name).await {
+            match crate::objects::read(&store, &info.name).await {
                 Ok(bytes) => {
                     install::offer(&runtime, &route, &origin, bytes).await;
                 }
@@ -233,7 +233,7 @@ async fn offer_candidate(
         }
     };
     let bytes = match spec.running() {
-        true => match fetch(store, &info.name).await {
+        true => match crate::objects::read(store, &info.name).await {
             Ok(bytes) => bytes,
             Err(e) => {
                 return tracing::warn!(route = %route.name, "cannot fetch candidate `{origin}`: {e:#}")
@@ -318,8 +318,4 @@ pub async fn promote(
     let live = deploy(store, route, &bytes).await?;
     candidate::store::delete(store, route).await?;
     Ok(live)
-}
-
-async fn fetch(store: &ObjectStore, name: &str) -> anyhow::Result<Vec<u8>> {
-    crate::objects::read(store, name).await
 }

@@ -112,13 +112,6 @@ impl<S: ClaimStore> Shared<S> {
         // is claimed, then all of them (see `route_and_run`). Spans are made only where a line
         // may follow: one with every field for a claimed message, the short one on the other
         // paths (a span per message was 5 % of the no-op guard's CPU, two of them twice that).
-        let named = route.clone();
-        let route_name = || {
-            named
-                .as_ref()
-                .map_or(crate::metrics::UNROUTED, |r| r.name.as_str())
-                .to_string()
-        };
         // The server delivers it no more: until it is settled, a marker says so, in case the
         // host dies now and the advisory that would follow reaches no host ([`crate::stranded`]).
         // (The consumer of unrouted subjects acks a routed message at once: not its concern.)
@@ -134,9 +127,18 @@ impl<S: ClaimStore> Shared<S> {
             Marker::new(&stream, sequence, d.delivered, reason)
                 .not_before(self.config.source.ack_wait * 2)
         });
-        if let Some(marker) = &marker {
-            let span = d.span(&route_name());
-            stranded::mark(&self.markers, marker).instrument(span).await;
+        // The short span, for the marker's lines: made only when there is a marker.
+        let marker_span = marker.as_ref().map(|_| {
+            d.span(
+                route
+                    .as_ref()
+                    .map_or(crate::metrics::UNROUTED, |r| r.name.as_str()),
+            )
+        });
+        if let (Some(marker), Some(span)) = (&marker, &marker_span) {
+            stranded::mark(&self.markers, marker)
+                .instrument(span.clone())
+                .await;
         }
         // Boxed, here and below: the work's state machine is kilobytes, and the layers it is
         // wrapped in would otherwise copy it at every step (the copies were 5 % of the host's
@@ -149,8 +151,7 @@ impl<S: ClaimStore> Shared<S> {
         }
         d.trace.end();
         let ended = d.ended.load(Ordering::Relaxed);
-        if let (Some(marker), true) = (&marker, ended) {
-            let span = d.span(&route_name());
+        if let (Some(marker), Some(span), true) = (&marker, marker_span, ended) {
             stranded::forget(&self.markers, &marker.key())
                 .instrument(span)
                 .await;
