@@ -179,7 +179,7 @@ pub async fn ensure(js: &Context, config: &Config) -> anyhow::Result<Setup> {
         let c = stream.info().await?.config.clone();
         if fenced && c.num_replicas == 1 && c.storage == StorageType::File {
             tracing::warn!(
-                "output stream `{}` is fenced at one replica on file storage: nats-server stages every atomic batch in a file store of its own, which costs milliseconds per commit; give it 3 replicas on a cluster for speed",
+                "output stream `{}` is fenced at one replica on file storage: nats-server stages every atomic batch in a file store of its own, so each commit waits milliseconds (the host sends the commits waiting together, one batch at a time, which keeps throughput up under load but not latency); give it 3 replicas on a cluster for speed",
                 c.name
             );
         }

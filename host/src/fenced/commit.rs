@@ -1,11 +1,15 @@
 //! Sending a fenced route's success as one atomic batch: every output, then the completed
 //! claim record with `Nats-Batch-Commit` and the owner's expected revision.
+//!
+//! [`prepare`] lays out one commit's messages, [`commit`] sends one commit as its own batch;
+//! [`super::group`] sends the prepared commits of several messages as one batch.
 
 use std::error::Error as _;
 use std::time::Duration;
 
 use async_nats::jetstream::context::PublishError;
 use async_nats::jetstream::Context;
+use async_nats::HeaderMap;
 
 use super::OUTPUT_ID;
 use crate::bindings::Output;
@@ -35,10 +39,50 @@ const ATOMIC_DISABLED: u64 = 10174;
 /// How often a batch the server did not take is sent again before giving up for now.
 const ATTEMPTS: u32 = 5;
 
-/// Commits `outputs` (each with [`OUTPUT_ID`] `<claim_key>#<index>`; headers checked at the sandbox boundary, plus the event's `trace`
-/// context where an output sets none) and `record` on `claim_subject`, expecting the claim at
-/// `revision`. Returns the record's new revision (its stream sequence; the outputs are the
-/// sequences right before it).
+/// One message of a batch, before the batch headers.
+pub struct BatchMessage {
+    subject: String,
+    headers: HeaderMap,
+    payload: bytes::Bytes,
+}
+
+/// The messages of one fenced commit, in batch order: `outputs` (each with [`OUTPUT_ID`]
+/// `<claim_key>#<index>`; headers checked at the sandbox boundary, plus the event's `trace`
+/// context where an output sets none), then `record` on `claim_subject`, expecting the claim
+/// at `revision`. The record is last, so its sequence is the commit's.
+pub fn prepare(
+    (claim_subject, claim_key): (&str, &str),
+    record: &ClaimRecord,
+    revision: u64,
+    outputs: &[Output],
+    trace: &[(&str, &str)],
+) -> Vec<BatchMessage> {
+    let mut messages = Vec::with_capacity(outputs.len() + 1);
+    for (i, o) in outputs.iter().enumerate() {
+        let mut headers = header_map(&o.headers);
+        for (name, value) in trace {
+            if headers.get(*name).is_none() {
+                headers.insert(*name, *value);
+            }
+        }
+        headers.insert(OUTPUT_ID, output_id(claim_key, i).as_str());
+        messages.push(BatchMessage {
+            subject: o.subject.clone(),
+            headers,
+            payload: o.payload.clone().into(),
+        });
+    }
+    messages.push(BatchMessage {
+        subject: claim_subject.to_string(),
+        headers: StreamClaimStore::write_headers(revision),
+        payload: record.to_bytes(),
+    });
+    messages
+}
+
+/// Commits `outputs` and `record` on `claim_subject` as one batch of their own ([`prepare`]
+/// lays them out), expecting the claim at `revision`. Returns the record's new revision (its
+/// stream sequence; the outputs are the sequences right before it).
 ///
 /// [`ClaimError::Conflict`]: the claim moved (a stale owner) and nothing was stored.
 /// [`ClaimError::Unavailable`]: no answer, and the batch may or may not have landed; the
@@ -52,65 +96,86 @@ pub async fn commit(
     outputs: &[Output],
     trace: &[(&str, &str)],
 ) -> Result<u64, ClaimError> {
+    let messages = prepare((claim_subject, claim_key), record, revision, outputs, trace);
+    commit_prepared(js, &messages).await
+}
+
+/// Sends prepared messages (one commit's, or several commits' laid end to end) as one batch,
+/// answering like [`commit`].
+pub async fn commit_prepared(js: &Context, messages: &[BatchMessage]) -> Result<u64, ClaimError> {
+    match send_batch(js, messages).await {
+        Ok(sequence) => Ok(sequence),
+        Err(Failure::Refused(e)) if is_cas_conflict(&e) => Err(ClaimError::Conflict),
+        Err(Failure::Refused(e)) if code(&e) == Some(ATOMIC_DISABLED) => {
+            let subject = messages.last().map_or("", |m| m.subject.as_str());
+            Err(ClaimError::Unavailable(format!(
+                "fenced commit refused, the stream of `{subject}` does not accept atomic batches ({e}): mark its [[output_streams]] entry effects = \"fenced\" and restart the hosts, or run `dedup-host setup` to see what differs"
+            )))
+        }
+        Err(e) => Err(ClaimError::Unavailable(e.to_string())),
+    }
+}
+
+/// Why a batch was not stored (or may not have been).
+pub enum Failure {
+    /// The server answered with an error: nothing of the batch was stored.
+    Refused(PublishError),
+    /// The server did not take the batch (incomplete, too many in flight) in [`ATTEMPTS`]
+    /// tries: nothing was stored.
+    NotTaken(String),
+    /// No answer: the batch may or may not have landed.
+    NoAnswer(PublishError),
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failure::Refused(e) | Failure::NoAnswer(e) => write!(f, "fenced commit: {e}"),
+            Failure::NotTaken(e) => write!(f, "fenced commit not taken after {ATTEMPTS} tries: {e}"),
+        }
+    }
+}
+
+/// Sends `messages` as one batch, again (with a new id, after a growing pause) while the
+/// server does not take it, up to [`ATTEMPTS`] times. Returns the last message's sequence.
+pub async fn send_batch(js: &Context, messages: &[BatchMessage]) -> Result<u64, Failure> {
     let mut last = None;
     for attempt in 0..ATTEMPTS {
         if attempt > 0 {
             tokio::time::sleep(Duration::from_millis(10 << attempt)).await;
         }
-        match send(
-            js,
-            (claim_subject, claim_key),
-            record,
-            revision,
-            outputs,
-            trace,
-        )
-        .await
-        {
+        match send(js, messages).await {
             Ok(sequence) => return Ok(sequence),
-            Err(e) if is_cas_conflict(&e) => return Err(ClaimError::Conflict),
             Err(e) if matches!(code(&e), Some(INCOMPLETE_BATCH | TOO_MANY_IN_FLIGHT)) => {
                 tracing::debug!("fenced batch not taken, sending it again: {e}");
                 last = Some(e);
             }
-            Err(e) if code(&e) == Some(ATOMIC_DISABLED) => {
-                return Err(ClaimError::Unavailable(format!(
-                    "fenced commit refused, the stream of `{claim_subject}` does not accept atomic batches ({e}): mark its [[output_streams]] entry effects = \"fenced\" and restart the hosts, or run `dedup-host setup` to see what differs"
-                )));
+            Err(e) if code(&e).is_some() || is_cas_conflict(&e) => {
+                return Err(Failure::Refused(e));
             }
-            Err(e) => return Err(ClaimError::Unavailable(format!("fenced commit: {e}"))),
+            Err(e) => return Err(Failure::NoAnswer(e)),
         }
     }
-    let e = last.map_or_else(String::new, |e| e.to_string());
-    Err(ClaimError::Unavailable(format!(
-        "fenced commit not taken after {ATTEMPTS} tries: {e}"
-    )))
+    Err(Failure::NotTaken(
+        last.map_or_else(String::new, |e| e.to_string()),
+    ))
 }
 
-/// Sends one batch: outputs without replies (the server answers only the commit), then the
-/// record with the commit and the expectation.
-async fn send(
-    js: &Context,
-    (claim_subject, claim_key): (&str, &str),
-    record: &ClaimRecord,
-    revision: u64,
-    outputs: &[Output],
-    trace: &[(&str, &str)],
-) -> Result<u64, PublishError> {
+/// Sends one batch: every message but the last without a reply (the server answers only the
+/// commit), then the last with the commit. The batch headers go on copies, so `messages` can
+/// be sent again, alone or with others.
+async fn send(js: &Context, messages: &[BatchMessage]) -> Result<u64, PublishError> {
+    let Some((last, rest)) = messages.split_last() else {
+        return Ok(0);
+    };
     let id = format!("{:032x}", rand::random::<u128>());
     let client = js.client();
-    for (i, o) in outputs.iter().enumerate() {
-        let mut h = header_map(&o.headers);
-        for (name, value) in trace {
-            if h.get(*name).is_none() {
-                h.insert(*name, *value);
-            }
-        }
-        h.insert(OUTPUT_ID, output_id(claim_key, i).as_str());
+    for (i, m) in rest.iter().enumerate() {
+        let mut h = m.headers.clone();
         h.insert(headers::BATCH_ID, id.as_str());
         h.insert(headers::BATCH_SEQUENCE, (i + 1).to_string().as_str());
         client
-            .publish_with_headers(o.subject.clone(), h, o.payload.clone().into())
+            .publish_with_headers(m.subject.clone(), h, m.payload.clone())
             .await
             .map_err(|e| {
                 PublishError::with_source(
@@ -119,19 +184,16 @@ async fn send(
                 )
             })?;
     }
-    let mut h = StreamClaimStore::write_headers(revision);
-    // Without outputs the record alone is the commit, atomic as one message is: no batch,
-    // which at one replica on file storage would cost the server a file store of its own.
-    if !outputs.is_empty() {
+    let mut h = last.headers.clone();
+    // A lone record is atomic as one message is: no batch, which at one replica on file
+    // storage would cost the server a file store of its own.
+    if !rest.is_empty() {
         h.insert(headers::BATCH_ID, id.as_str());
-        h.insert(
-            headers::BATCH_SEQUENCE,
-            (outputs.len() + 1).to_string().as_str(),
-        );
+        h.insert(headers::BATCH_SEQUENCE, (rest.len() + 1).to_string().as_str());
         h.insert(headers::BATCH_COMMIT, "1");
     }
     let ack = js
-        .publish_with_headers(claim_subject.to_string(), h, record.to_bytes())
+        .publish_with_headers(last.subject.clone(), h, last.payload.clone())
         .await?
         .await?;
     Ok(ack.sequence)

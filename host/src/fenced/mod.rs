@@ -6,9 +6,11 @@
 //! however long it was paused, and no duplicate window plays a part.
 //!
 //! - this module: where fenced claims live;
-//! - [`commit`]: sending the batch.
+//! - [`commit`]: sending the batch;
+//! - [`group`]: the commits of several messages sent as one batch.
 
 pub mod commit;
+pub mod group;
 
 /// On a fenced route's outputs (which carry no `Nats-Msg-Id`): `<claim key>#<index>`, as a
 /// message id would be, so `audit` and `inspect` can tell whose output it is.

@@ -55,6 +55,8 @@ pub(crate) struct Shared<S: ClaimStore> {
     tracer: Option<Arc<crate::telemetry::Tracer>>,
     /// Runs candidates in shadow ([`crate::candidate::shadow`]).
     shadows: crate::candidate::shadow::Shadows,
+    /// Sends fenced routes' commits, several to a batch ([`crate::fenced::group`]).
+    fenced: crate::fenced::group::GroupCommits,
 }
 
 impl<S: ClaimStore> Shared<S> {
@@ -72,6 +74,7 @@ impl<S: ClaimStore> Shared<S> {
         let unrouted = routes.metrics().route("");
         Self {
             client: js.client(),
+            fenced: crate::fenced::group::GroupCommits::new(js.clone()),
             js,
             config,
             routes,

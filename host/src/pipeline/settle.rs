@@ -76,7 +76,7 @@ impl<S: ClaimStore> Shared<S> {
     /// which the server stores only while the claim is still this owner's (no confirmation
     /// write first, no race against the heartbeat: the fence decides), then ack. Refused or not, nothing partial is ever stored.
     async fn commit_fenced(&self, c: &Claimed<'_, S>, outputs: &[Output]) {
-        let (js, subject) = (&self.js, c.lease.key());
+        let (commits, subject) = (&self.fenced, c.lease.key());
         let stream = c.route.fenced.as_deref().unwrap_or_default();
         // One batch, one span: every output carries its context.
         let send = effects::send_span(&c.d.trace, stream, 0);
@@ -90,11 +90,15 @@ impl<S: ClaimStore> Shared<S> {
         let started = std::time::Instant::now();
         let committed = c
             .lease
-            .complete_with(outputs.len() as u32, |record, revision| async move {
-                crate::fenced::commit::commit(
-                    js, subject, claim_key, &record, revision, outputs, &trace,
-                )
-                .await
+            .complete_with(outputs.len() as u32, |record, revision| {
+                let batch = crate::fenced::commit::prepare(
+                    (subject, claim_key),
+                    &record,
+                    revision,
+                    outputs,
+                    &trace,
+                );
+                commits.commit(stream, batch)
             })
             .await;
         match committed {

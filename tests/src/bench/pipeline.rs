@@ -27,7 +27,7 @@ use crate::nats::NatsServer;
 
 /// Messages (and KV creates) in flight at once, in every scenario.
 const CONCURRENCY: usize = 64;
-/// Messages in the scenarios of atomic batches on one replica of file storage, which the
+/// Messages in the hand-written scenario of one atomic batch per message on one replica of file storage, which the
 /// server commits in milliseconds each (a file store per batch): enough for a steady rate.
 const FILE_BATCH_MESSAGES: usize = 2000;
 /// Stream writes per guarded message with one output: claim create, output, completed.
@@ -98,7 +98,7 @@ pub async fn run(messages: usize, samples: usize) -> anyhow::Result<()> {
                     &server,
                     &js,
                     "fenced",
-                    batches,
+                    messages,
                     samples,
                     Some(Effects::Fenced),
                 )
@@ -121,7 +121,7 @@ pub async fn run(messages: usize, samples: usize) -> anyhow::Result<()> {
         figures.insert(label, f);
     }
 
-    println!("dedup guard vs raw JetStream ({messages} messages each, {batches} for (5) and (5a), {CONCURRENCY} in flight, file storage, one nats-server):");
+    println!("dedup guard vs raw JetStream ({messages} messages each, {batches} for (5a), {CONCURRENCY} in flight, file storage, one nats-server):");
     let raw_latency = figures.get("1").map(|f| f.latency);
     let row = |label: &str, name: &str| {
         let Some(f) = figures.get(label) else { return };

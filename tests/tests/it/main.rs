@@ -22,6 +22,7 @@ mod exclusive;
 mod failures;
 mod fairness;
 mod fenced;
+mod fenced_group;
 mod forever;
 mod hotload;
 mod lifecycle;
