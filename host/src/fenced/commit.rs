@@ -131,7 +131,9 @@ impl std::fmt::Display for Failure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Failure::Refused(e) | Failure::NoAnswer(e) => write!(f, "fenced commit: {e}"),
-            Failure::NotTaken(e) => write!(f, "fenced commit not taken after {ATTEMPTS} tries: {e}"),
+            Failure::NotTaken(e) => {
+                write!(f, "fenced commit not taken after {ATTEMPTS} tries: {e}")
+            }
         }
     }
 }
@@ -189,7 +191,10 @@ async fn send(js: &Context, messages: &[BatchMessage]) -> Result<u64, PublishErr
     // storage would cost the server a file store of its own.
     if !rest.is_empty() {
         h.insert(headers::BATCH_ID, id.as_str());
-        h.insert(headers::BATCH_SEQUENCE, (rest.len() + 1).to_string().as_str());
+        h.insert(
+            headers::BATCH_SEQUENCE,
+            (rest.len() + 1).to_string().as_str(),
+        );
         h.insert(headers::BATCH_COMMIT, "1");
     }
     let ack = js

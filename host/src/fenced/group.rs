@@ -67,9 +67,11 @@ impl GroupCommits {
             return commit_prepared(&self.js, &messages).await;
         }
         let (done, answer) = oneshot::channel();
-        self.queue(stream).send(Member { messages, done }).map_err(|_| {
-            ClaimError::Unavailable("fenced commit: the stream's committer stopped".into())
-        })?;
+        self.queue(stream)
+            .send(Member { messages, done })
+            .map_err(|_| {
+                ClaimError::Unavailable("fenced commit: the stream's committer stopped".into())
+            })?;
         answer.await.unwrap_or_else(|_| {
             Err(ClaimError::Unavailable(
                 "fenced commit: the stream's committer stopped".into(),
@@ -148,7 +150,11 @@ pub async fn commit_group(
     let total = messages.len();
     match send_batch(js, &messages).await {
         Ok(last) => {
-            tracing::debug!(commits = ends.len(), messages = total, "fenced group committed");
+            tracing::debug!(
+                commits = ends.len(),
+                messages = total,
+                "fenced group committed"
+            );
             ends.into_iter()
                 .map(|end| Ok(last - (total - end) as u64))
                 .collect()

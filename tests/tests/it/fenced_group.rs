@@ -115,7 +115,10 @@ async fn a_stale_member_costs_the_group_a_retry_and_stores_nothing_itself() {
             );
             assert!(!outputs.contains_key(k), "nothing of the stale member");
             let (record, _) = env.fenced_claim("fan", k).await.unwrap();
-            assert_eq!((record.state, record.owner.as_str()), (ClaimState::InProgress, "b"));
+            assert_eq!(
+                (record.state, record.owner.as_str()),
+                (ClaimState::InProgress, "b")
+            );
             continue;
         }
         let sequence = answer.expect("a fresh member lands");
@@ -134,9 +137,10 @@ async fn commits_arriving_together_share_batches_and_each_gets_its_own_sequence(
     let keys: Vec<String> = (1..=40).map(|i| format!("g{i}")).collect();
     let held = claimed(&env, &keys).await;
     let commits = group::GroupCommits::new(env.js.clone());
-    let sent = keys.iter().zip(&held).map(|(k, (record, revision))| {
-        commits.commit(OUTPUTS, completion(k, record, *revision))
-    });
+    let sent = keys
+        .iter()
+        .zip(&held)
+        .map(|(k, (record, revision))| commits.commit(OUTPUTS, completion(k, record, *revision)));
     let answers = futures::future::join_all(sent).await;
 
     let outputs = stored(&env).await;
