@@ -24,16 +24,29 @@ allowed_outputs = ["in.fan.*.done"]
 effects = "fenced"
 "#;
 
-/// Claims `keys` of route `fan` as owner `a` (300 ms leases) and returns each claim's record
-/// and revision as `a` holds it.
-async fn claimed(env: &TestEnv, keys: &[String]) -> Vec<(ClaimRecord, u64)> {
+/// The claim store of route `fan`'s fenced claims (set up once per test).
+async fn claim_store(env: &TestEnv) -> Arc<HostClaimStore> {
     let config = env.config(&Timing::default(), ROUTE);
     let setup = dedup_host::setup::ensure(&env.js, &config).await.unwrap();
-    let store = Arc::new(HostClaimStore::new(
+    Arc::new(HostClaimStore::new(
         KvClaimStore::new(setup.claims),
         env.js.clone(),
-    ));
-    let owner = Claimer::new(store, "a", Duration::from_millis(300), Duration::ZERO);
+    ))
+}
+
+/// Claims `keys` of route `fan` as owner `a` (300 ms leases) and returns each claim's record
+/// and revision as `a` holds it.
+async fn claimed(
+    env: &TestEnv,
+    store: &Arc<HostClaimStore>,
+    keys: &[String],
+) -> Vec<(ClaimRecord, u64)> {
+    let owner = Claimer::new(
+        store.clone(),
+        "a",
+        Duration::from_millis(300),
+        Duration::ZERO,
+    );
     let mut held = Vec::new();
     for k in keys {
         let subject = fenced::claim_subject(OUTPUTS, &key::encode("fan", k));
@@ -80,20 +93,11 @@ async fn a_stale_member_costs_the_group_a_retry_and_stores_nothing_itself() {
     let mut env = TestEnv::start().await;
     env.fenced_outputs = true;
     let keys: Vec<String> = (1..=5).map(|i| format!("k{i}")).collect();
-    let held = claimed(&env, &keys).await;
+    let store = claim_store(&env).await;
+    let held = claimed(&env, &store, &keys).await;
     // Owner `a` is paused past its lease on k3; `b` reclaims it.
     tokio::time::sleep(Duration::from_millis(400)).await;
-    let config = env.config(&Timing::default(), ROUTE);
-    let setup = dedup_host::setup::ensure(&env.js, &config).await.unwrap();
-    let other = Claimer::new(
-        Arc::new(HostClaimStore::new(
-            KvClaimStore::new(setup.claims),
-            env.js.clone(),
-        )),
-        "b",
-        Duration::from_secs(30),
-        Duration::ZERO,
-    );
+    let other = Claimer::new(store, "b", Duration::from_secs(30), Duration::ZERO);
     let k3 = fenced::claim_subject(OUTPUTS, &key::encode("fan", "k3"));
     let ClaimOutcome::Acquired(_) = other.claim(&k3, "d").await.unwrap() else {
         panic!("a lapsed lease is reclaimed")
@@ -135,7 +139,7 @@ async fn commits_arriving_together_share_batches_and_each_gets_its_own_sequence(
     let mut env = TestEnv::start().await;
     env.fenced_outputs = true;
     let keys: Vec<String> = (1..=40).map(|i| format!("g{i}")).collect();
-    let held = claimed(&env, &keys).await;
+    let held = claimed(&env, &claim_store(&env).await, &keys).await;
     let commits = group::GroupCommits::new(env.js.clone());
     let sent = keys
         .iter()
