@@ -27,8 +27,6 @@ use tokio::sync::{mpsc, oneshot};
 use super::commit::{commit_prepared, send_batch, BatchMessage, Failure};
 use crate::claim::ClaimError;
 
-/// Batches of one stream in flight from one host at once (the server takes 50 per stream).
-pub const IN_FLIGHT: usize = 1;
 /// The most messages a group batch holds (the server takes 1,000 by default; one commit
 /// alone may still hold up to that many).
 pub const MAX_GROUP_MESSAGES: usize = 500;
@@ -82,7 +80,8 @@ impl GroupCommits {
     /// The queue of `stream`'s committer, started if there is none.
     fn queue(&self, stream: &str) -> mpsc::UnboundedSender<Member> {
         let mut streams = self.streams.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(queue) = streams.get(stream) {
+        // A committer that stopped (it never should) is replaced, not left refusing.
+        if let Some(queue) = streams.get(stream).filter(|q| !q.is_closed()) {
             return queue.clone();
         }
         let (queue, members) = mpsc::unbounded_channel();
