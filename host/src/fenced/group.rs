@@ -26,6 +26,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::commit::{commit_prepared, send_batch, BatchMessage, Failure};
 use crate::claim::ClaimError;
+use crate::metrics::{BatchResult, BatchSeries};
 
 /// The most messages a group batch holds (the server takes 1,000 by default; one commit
 /// alone may still hold up to that many).
@@ -40,14 +41,16 @@ struct Member {
 /// The group committers of one host, one per fenced stream, started at first use.
 pub struct GroupCommits {
     js: Context,
+    series: BatchSeries,
     streams: Mutex<HashMap<String, mpsc::UnboundedSender<Member>>>,
 }
 
 impl GroupCommits {
-    /// Committers sending through `js`.
-    pub fn new(js: Context) -> Self {
+    /// Committers sending through `js`, counting their batches in `series`.
+    pub fn new(js: Context, series: BatchSeries) -> Self {
         Self {
             js,
+            series,
             streams: Mutex::new(HashMap::new()),
         }
     }
@@ -85,7 +88,11 @@ impl GroupCommits {
             return queue.clone();
         }
         let (queue, members) = mpsc::unbounded_channel();
-        tokio::spawn(run(self.js.clone(), members));
+        tokio::spawn(run(
+            (self.js.clone(), stream.to_string()),
+            self.series.clone(),
+            members,
+        ));
         streams.insert(stream.to_string(), queue.clone());
         queue
     }
@@ -94,7 +101,11 @@ impl GroupCommits {
 /// One stream's committer: sends every waiting commit that fits as one batch, waits for its
 /// answer, and starts again with what arrived meanwhile; it ends when the host's
 /// [`GroupCommits`] is dropped.
-async fn run(js: Context, mut members: mpsc::UnboundedReceiver<Member>) {
+async fn run(
+    (js, stream): (Context, String),
+    series: BatchSeries,
+    mut members: mpsc::UnboundedReceiver<Member>,
+) {
     let mut carried: Option<Member> = None;
     loop {
         let first = match carried.take() {
@@ -114,30 +125,41 @@ async fn run(js: Context, mut members: mpsc::UnboundedReceiver<Member>) {
             size += member.messages.len();
             group.push(member);
         }
-        send_group(&js, group).await;
+        let commits = group.len();
+        let result = send_group(&js, group).await;
+        series.batch(&stream, commits, result);
     }
 }
 
-/// Sends `group` as one batch and answers each member.
-async fn send_group(js: &Context, group: Vec<Member>) {
+/// Sends `group` as one batch, answers each member, and says how the batch ended.
+async fn send_group(js: &Context, group: Vec<Member>) -> BatchResult {
     let (commits, answers): (Vec<_>, Vec<_>) = group
         .into_iter()
         .map(|member| (member.messages, member.done))
         .unzip();
-    for (answer, done) in commit_group(js, commits).await.into_iter().zip(answers) {
-        let _ = done.send(answer);
+    let (result, outcomes) = commit_group(js, commits).await;
+    for (outcome, done) in outcomes.into_iter().zip(answers) {
+        let _ = done.send(outcome);
     }
+    result
 }
 
 /// Sends several commits (each from [`super::commit::prepare`]) as one batch and answers
 /// each as [`super::commit::commit`] would have: its record's sequence, a conflict for a
 /// stale owner (whose outputs were not stored), or unavailable when there was no answer.
+/// Also says how the batch itself ended.
 pub async fn commit_group(
     js: &Context,
     mut commits: Vec<Vec<BatchMessage>>,
-) -> Vec<Result<u64, ClaimError>> {
+) -> (BatchResult, Vec<Result<u64, ClaimError>>) {
     if commits.len() == 1 {
-        return vec![commit_prepared(js, &commits[0]).await];
+        let answer = commit_prepared(js, &commits[0]).await;
+        let result = match &answer {
+            Ok(_) => BatchResult::Committed,
+            Err(ClaimError::Conflict) => BatchResult::Refused,
+            Err(_) => BatchResult::Unanswered,
+        };
+        return (result, vec![answer]);
     }
     // Where each commit's record lands, counted from the batch's first message.
     let mut ends = Vec::with_capacity(commits.len());
@@ -154,9 +176,11 @@ pub async fn commit_group(
                 messages = total,
                 "fenced group committed"
             );
-            ends.into_iter()
+            let answers = ends
+                .into_iter()
                 .map(|end| Ok(last - (total - end) as u64))
-                .collect()
+                .collect();
+            (BatchResult::Committed, answers)
         }
         Err(Failure::Refused(e)) => {
             tracing::debug!(
@@ -172,13 +196,15 @@ pub async fn commit_group(
             });
             // Built in order (each takes its own messages from `rest`), then sent at once.
             let alone: Vec<_> = alone.collect();
-            futures::future::join_all(alone).await
+            (BatchResult::Refused, futures::future::join_all(alone).await)
         }
         Err(e) => {
             let e = e.to_string();
-            ends.iter()
+            let answers = ends
+                .iter()
                 .map(|_| Err(ClaimError::Unavailable(e.clone())))
-                .collect()
+                .collect();
+            (BatchResult::Unanswered, answers)
         }
     }
 }

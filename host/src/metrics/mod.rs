@@ -1,7 +1,8 @@
 //! What a host did, as Prometheus series: the one source of truth for counters (the demo's
 //! summary, [`RunningHost::stats`](crate::serve::RunningHost::stats) and `/metrics` all read
-//! these). Labels are bounded: `route`, `outcome`, `trap`, `layer`, and `digest` only on the
-//! `dedup_serving_info` gauge. Never a subject or a key.
+//! these). Labels are bounded: `route`, `outcome`, `trap`, `layer`, `stream` and `result` on
+//! the fenced batch series (`batches.rs`), and `digest` only on the `dedup_serving_info` gauge.
+//! Never a subject or a key.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,7 +16,9 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
+mod batches;
 mod counts;
+pub use batches::{BatchResult, BatchSeries};
 pub use counts::{RouteCounts, StatsSnapshot};
 
 /// The `route` label of messages no route takes.
@@ -172,6 +175,7 @@ pub struct Metrics {
     ready: Gauge,
     consumers: Family<ConsumerLabels, Gauge>,
     rollout: crate::rollout_metrics::RolloutSeries,
+    batches: BatchSeries,
     routes: Mutex<HashMap<String, Arc<RouteMetrics>>>,
 }
 
@@ -213,6 +217,7 @@ impl Metrics {
             ready: Gauge::default(),
             consumers: Family::default(),
             rollout: Default::default(),
+            batches: BatchSeries::default(),
             routes: Mutex::default(),
             registry: Registry::default(),
         };
@@ -240,7 +245,13 @@ impl Metrics {
             "consumer_info", "The stream and durable consumer of a route (value 1), labelled as the NATS exporters label theirs", m.consumers;
         }
         m.rollout.register(&mut registry);
+        m.batches.register(&mut registry);
         Self { registry, ..m }
+    }
+
+    /// The series of fenced group commits (`dedup_fenced_batches_total`, ...).
+    pub fn batches(&self) -> BatchSeries {
+        self.batches.clone()
     }
 
     /// Records whether the host is ready (`dedup_host_ready`).

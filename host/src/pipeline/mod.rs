@@ -74,7 +74,7 @@ impl<S: ClaimStore> Shared<S> {
         let unrouted = routes.metrics().route("");
         Self {
             client: js.client(),
-            fenced: crate::fenced::group::GroupCommits::new(js.clone()),
+            fenced: crate::fenced::group::GroupCommits::new(js.clone(), routes.metrics().batches()),
             js,
             config,
             routes,

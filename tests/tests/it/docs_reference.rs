@@ -105,6 +105,9 @@ fn every_metric_and_outcome_is_in_the_readme_and_nothing_else_is() {
     route.rollout.rollback();
     route.rollout.promotion();
     metrics.consumer_info("r", "EVENTS", "hosts-r");
+    metrics
+        .batches()
+        .batch("OUT", 2, dedup_host::metrics::BatchResult::Committed);
     let exposition = metrics.encode();
     let mut exported = BTreeSet::new();
     for line in exposition.lines() {

@@ -12,6 +12,7 @@ use dedup_host::claim::kv::KvClaimStore;
 use dedup_host::claim::{key, ClaimError, ClaimOutcome, ClaimRecord, ClaimState, Claimer};
 use dedup_host::fenced::commit::{headers, prepare, BatchMessage};
 use dedup_host::fenced::{self, group};
+use dedup_host::metrics::{BatchResult, Metrics};
 use dedup_host_tests::harness::{TestEnv, Timing, OUTPUTS};
 
 const ROUTE: &str = r#"
@@ -108,7 +109,8 @@ async fn a_stale_member_costs_the_group_a_retry_and_stores_nothing_itself() {
         .zip(&held)
         .map(|(k, (record, revision))| completion(k, record, *revision))
         .collect();
-    let answers = group::commit_group(&env.js, commits).await;
+    let (result, answers) = group::commit_group(&env.js, commits).await;
+    assert_eq!(result, BatchResult::Refused);
 
     let outputs = stored(&env).await;
     for (k, answer) in keys.iter().zip(answers) {
@@ -140,7 +142,8 @@ async fn commits_arriving_together_share_batches_and_each_gets_its_own_sequence(
     env.fenced_outputs = true;
     let keys: Vec<String> = (1..=40).map(|i| format!("g{i}")).collect();
     let held = claimed(&env, &claim_store(&env).await, &keys).await;
-    let commits = group::GroupCommits::new(env.js.clone());
+    let metrics = Metrics::new();
+    let commits = group::GroupCommits::new(env.js.clone(), metrics.batches());
     let sent = keys
         .iter()
         .zip(&held)
@@ -165,4 +168,25 @@ async fn commits_arriving_together_share_batches_and_each_gets_its_own_sequence(
         keys.len(),
         batches.len()
     );
+    // The series say the same: every batch committed, 40 commits in all.
+    let text = metrics.encode();
+    let series = |name: &str| -> f64 {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("`{name}` in:\n{text}"));
+        line.rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    let labels = format!("{{stream=\"{OUTPUTS}\"}}");
+    assert_eq!(
+        series(&format!("dedup_fenced_batch_commits_sum{labels}")),
+        40.0
+    );
+    assert_eq!(
+        series(&format!("dedup_fenced_batch_commits_count{labels}")),
+        batches.len() as f64
+    );
+    let committed =
+        format!("dedup_fenced_batches_total{{stream=\"{OUTPUTS}\",result=\"committed\"}}");
+    assert_eq!(series(&committed), batches.len() as f64);
 }
