@@ -249,7 +249,8 @@ async fn demo(mut config: Config) -> anyhow::Result<()> {
     let late = super::demo_modes::late_rerun(&js, &audit_config).await?;
     let fenced = super::demo_modes::stale_commit(&js, &audit_config).await?;
     let console = super::demo_console::check(&audit_config).await?;
-    let hits = dedup_hits(&host.metrics().encode());
+    let scrape = host.metrics().encode();
+    let (hits, batches) = (dedup_hits(&scrape), fenced_batches(&scrape));
     let stats = host.shutdown().await?;
 
     println!(
@@ -266,6 +267,7 @@ async fn demo(mut config: Config) -> anyhow::Result<()> {
     println!("  dead-lettered        {}", stats.dead_lettered);
     println!("  outputs published    {}", stats.outputs_published);
     println!("  metric dedup_hits    {hits} (scrape it with `dev --metrics-addr 127.0.0.1:9464`)");
+    println!("  fenced batches       {batches} (waiting commits share a batch: dedup_fenced_batch_commits)");
     println!("  dashboard and alerts deploy/grafana/dedup-host.json, deploy/prometheus/dedup-host-rules.yml");
     println!("  traces               off; [telemetry] traces = \"otlp\" sends them to a collector (README, Traces)");
     println!("  web console          {console}");
@@ -350,6 +352,20 @@ fn dedup_hits(scrape: &str) -> String {
         })
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+/// `<commits> commit(s) in <batches> batch(es)` from the fenced batch series of `scrape`.
+fn fenced_batches(scrape: &str) -> String {
+    let sum = |series: &str| -> f64 {
+        scrape
+            .lines()
+            .filter(|l| l.starts_with(series))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    let commits = sum("dedup_fenced_batch_commits_sum{");
+    let batches = sum("dedup_fenced_batch_commits_count{");
+    format!("{commits} commit(s) in {batches} batch(es)")
 }
 
 async fn print_stream(
