@@ -125,23 +125,25 @@ async fn run(
             size += member.messages.len();
             group.push(member);
         }
-        let commits = group.len();
-        let result = send_group(&js, group).await;
-        series.batch(&stream, commits, result);
+        send_group(&js, group, |commits, result| {
+            series.batch(&stream, commits, result)
+        })
+        .await;
     }
 }
 
-/// Sends `group` as one batch, answers each member, and says how the batch ended.
-async fn send_group(js: &Context, group: Vec<Member>) -> BatchResult {
+/// Sends `group` as one batch, tells `ended` how many commits it held and how it ended, then
+/// answers each member (so the series are counted before anything the answers lead to).
+async fn send_group(js: &Context, group: Vec<Member>, ended: impl FnOnce(usize, BatchResult)) {
     let (commits, answers): (Vec<_>, Vec<_>) = group
         .into_iter()
         .map(|member| (member.messages, member.done))
         .unzip();
     let (result, outcomes) = commit_group(js, commits).await;
+    ended(answers.len(), result);
     for (outcome, done) in outcomes.into_iter().zip(answers) {
         let _ = done.send(outcome);
     }
-    result
 }
 
 /// Sends several commits (each from [`super::commit::prepare`]) as one batch and answers

@@ -161,19 +161,23 @@ fn scraped(text: &str) -> (BTreeMap<String, BTreeSet<String>>, BTreeSet<String>)
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_metric_and_label_the_dashboard_and_rules_use_is_exported() {
-    let env = TestEnv::start().await;
+    // Fenced routes, so the fenced batch series have samples too.
+    let mut env = TestEnv::start().await;
+    env.fenced_outputs = true;
     let routes = r#"
 [[routes]]
 name = "upper"
 subject = "in.upper.*"
 component = "{guest:uppercase}"
 allowed_outputs = ["in.upper.*.done"]
+effects = "fenced"
 
 [[routes]]
 name = "bad"
 subject = "in.bad.*"
 component = "{guest:hostile}"
 allowed_outputs = ["in.bad.*.done"]
+effects = "fenced"
 "#;
     let mut config = env.config(&Timing::default(), routes);
     config.host.metrics_addr = Some("127.0.0.1:0".parse().unwrap());
