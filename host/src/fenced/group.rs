@@ -67,17 +67,13 @@ impl GroupCommits {
             // A lone record is not a batch: nothing to share.
             return commit_prepared(&self.js, &messages).await;
         }
+        let stopped =
+            || ClaimError::Unavailable("fenced commit: the stream's committer stopped".into());
         let (done, answer) = oneshot::channel();
         self.queue(stream)
             .send(Member { messages, done })
-            .map_err(|_| {
-                ClaimError::Unavailable("fenced commit: the stream's committer stopped".into())
-            })?;
-        answer.await.unwrap_or_else(|_| {
-            Err(ClaimError::Unavailable(
-                "fenced commit: the stream's committer stopped".into(),
-            ))
-        })
+            .map_err(|_| stopped())?;
+        answer.await.unwrap_or_else(|_| Err(stopped()))
     }
 
     /// The queue of `stream`'s committer, started if there is none.

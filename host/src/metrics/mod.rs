@@ -1,8 +1,7 @@
 //! What a host did, as Prometheus series: the one source of truth for counters (the demo's
 //! summary, [`RunningHost::stats`](crate::serve::RunningHost::stats) and `/metrics` all read
 //! these). Labels are bounded: `route`, `outcome`, `trap`, `layer`, `stream` and `result` on
-//! the fenced batch series (`batches.rs`), and `digest` only on the `dedup_serving_info` gauge.
-//! Never a subject or a key.
+//! the fenced batch series (`batches.rs`), `digest` only on `dedup_serving_info`; never a key.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
