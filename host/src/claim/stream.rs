@@ -1,8 +1,10 @@
 //! Claim records kept as subjects of an ordinary stream, the way NATS KV keeps keys: one
-//! subject per key, compare-and-swap through `Nats-Expected-Last-Subject-Sequence`, and a
-//! subject rollup so only the newest record stays. A fenced output stream holds its routes'
-//! claims like this, so that outputs and the completed record can be one atomic batch
-//! (docs/fenced.md).
+//! subject per key, compare-and-swap through `Nats-Expected-Last-Subject-Sequence`, and at
+//! most two records per subject, as a bucket with history 2 keeps (DESIGN.md rule 11): an
+//! update rolls the subject up to itself, while a create (the subject is empty) and a
+//! completion (one earlier record stays beside it) purge nothing, which on the message path
+//! saves the server a purge per write. A fenced output stream holds its routes' claims like
+//! this, so that outputs and the completed record can be one atomic batch (docs/fenced.md).
 
 use async_nats::jetstream::stream::LastRawMessageErrorKind;
 use async_nats::jetstream::Context;
@@ -31,14 +33,25 @@ impl StreamClaimStore {
         Self { js }
     }
 
-    /// The headers of a record written over `revision` (0: the key must not exist).
+    /// The headers of a record written over `revision` (0: the key must not exist). An
+    /// update replaces every earlier record of its subject; a create has none to replace.
     pub fn write_headers(revision: u64) -> HeaderMap {
+        let mut h = Self::completion_headers(revision);
+        if revision != 0 {
+            h.insert(ROLLUP, "sub");
+        }
+        h
+    }
+
+    /// The headers of a completed record committed over `revision`: it leaves the record
+    /// it replaces in place, so a subject holds at most two records (the last update, or the
+    /// create, and the completion), and the commit purges nothing.
+    pub fn completion_headers(revision: u64) -> HeaderMap {
         let mut h = HeaderMap::new();
         h.insert(
             EXPECTED_LAST_SUBJECT_SEQUENCE,
             revision.to_string().as_str(),
         );
-        h.insert(ROLLUP, "sub");
         h
     }
 

@@ -74,7 +74,7 @@ pub fn prepare(
     }
     messages.push(BatchMessage {
         subject: claim_subject.to_string(),
-        headers: StreamClaimStore::write_headers(revision),
+        headers: StreamClaimStore::completion_headers(revision),
         payload: record.to_bytes(),
     });
     messages

@@ -305,7 +305,6 @@ async fn guard_fenced(stores: &Stores, message: &jetstream::Message) -> anyhow::
         "Nats-Expected-Last-Subject-Sequence",
         revision.to_string().as_str(),
     );
-    h.insert("Nats-Rollup", "sub");
     stores
         .js
         .publish_with_headers(claim, h, "completed".into())

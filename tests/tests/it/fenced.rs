@@ -232,6 +232,51 @@ async fn a_commit_without_outputs_is_the_record_alone_and_fenced_the_same() {
     assert!(env.outputs().await.is_empty());
 }
 
+/// Claim subjects keep at most two records, as a claim bucket with history 2 does: a
+/// heartbeat's renewal replaces what came before it, and the commit leaves the record it
+/// replaces beside the completion (it purges nothing); readers see the completion.
+#[tokio::test]
+async fn a_claim_subject_keeps_at_most_two_records_and_the_commit_purges_nothing() {
+    let env = fenced_env().await;
+    // k-slow runs through several heartbeats (300 ms), k-fast through none.
+    let host = env.host(&Timing::default(), &route(1, 1200), "h").await;
+    env.publish("in.fan.k-slow", "k-slow", &[], "x").await;
+    env.wait_completed("fan", &["k-slow"], Duration::from_secs(30))
+        .await;
+    host.shutdown().await.unwrap();
+    let host = env.host(&Timing::default(), &route(1, 0), "h").await;
+    env.publish("in.fan.k-fast", "k-fast", &[], "x").await;
+    env.wait_completed("fan", &["k-fast"], Duration::from_secs(30))
+        .await;
+    host.shutdown().await.unwrap();
+
+    let stream = env.js.get_stream(OUTPUTS).await.unwrap();
+    for k in ["k-slow", "k-fast"] {
+        let subject = fenced::claim_subject(OUTPUTS, &key::encode("fan", k));
+        let mut counts = stream.info_with_subjects(subject.clone()).await.unwrap();
+        let mut held = 0;
+        while let Some(entry) = futures::StreamExt::next(&mut counts).await {
+            held += entry.unwrap().1;
+        }
+        assert_eq!(held, 2, "`{k}`: the completion and the record before it");
+        let (record, revision) = env.fenced_claim("fan", k).await.unwrap();
+        assert_eq!(
+            (record.state, record.owner.as_str()),
+            (ClaimState::Completed, "h")
+        );
+        let stored = stream.get_raw_message(revision).await.unwrap();
+        assert!(
+            stored
+                .headers
+                .get(dedup_host::claim::stream::ROLLUP)
+                .is_none(),
+            "`{k}`: the commit purges nothing: {:?}",
+            stored.headers
+        );
+    }
+    assert_eq!(sets(&env).await.len(), 2, "one output per key");
+}
+
 /// A host process frozen mid-run until another host has reclaimed and completed the key:
 /// when it resumes, nothing of its attempt is stored, whatever the 1 s window says.
 #[tokio::test]
