@@ -60,10 +60,11 @@ pub use crate::claim::key::output_id;
 /// left behind every time).
 pub fn oversized(js: &Context, claim_key: &str, outputs: &[Output]) -> Option<String> {
     if outputs.is_empty() {
-        // Nothing to store; the server's info is a copy of all of it per call.
         return None;
     }
-    let max = js.client().server_info().max_payload;
+    // The client's copy of the server's limit: `server_info()` would clone all of the
+    // server's info (a dozen strings) for every message.
+    let max = js.client().max_payload();
     let sizes = outputs.iter().map(|o| {
         (
             o.subject.as_str(),
@@ -257,7 +258,7 @@ pub async fn publish_dead_letter(
     }
     h.insert("Nats-Msg-Id", letter.id.as_str());
 
-    let max = js.client().server_info().max_payload.max(4096);
+    let max = js.client().max_payload().max(4096);
     let mut payload = original.payload.clone();
     if header_bytes(&h) + payload.len() + SIZE_MARGIN > max {
         h.insert(headers::TRUNCATED, payload.len().to_string().as_str());
