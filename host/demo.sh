@@ -6,5 +6,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 # The demo's guests are all Rust; `bash tests/run.sh` builds every language.
 GUEST_LANGUAGES=rust NEEDS_PROMTOOL=0 NEEDS_BROWSER=0 source "$root/tests/setup.sh"
-cargo build --release -p dedup-host
+# The same build as `bash tests/run.sh` (whole workspace, one feature resolution): a `-p dedup-host`
+# build resolves dependency features differently and compiles wasmtime a second time.
+cargo build --release --workspace --bins
 exec target/release/dedup-host dev --demo

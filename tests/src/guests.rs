@@ -33,7 +33,7 @@ pub fn host_binary() -> PathBuf {
     let bin = dir.join("dedup-host");
     assert!(
         bin.exists(),
-        "`{}` is not built: run `cargo build --release -p dedup-host` (or `bash tests/run.sh`)",
+        "`{}` is not built: run `cargo build --release --workspace --bins` (or `bash tests/run.sh`)",
         bin.display()
     );
     bin
