@@ -5,7 +5,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 source "$root/tests/setup.sh"
-# The vendored wasmtime is the published crate plus one documented patch, byte for byte.
+# The vendored crates (wasmtime, async-nats) are the published crates plus documented patches.
 bash "$root/host/vendor/check.sh"
 
 cargo build --release --workspace --bins

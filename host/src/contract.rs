@@ -54,6 +54,10 @@ pub struct ContractRecord {
     pub recorded_by: String,
     /// When, in Unix milliseconds.
     pub recorded_ms: u64,
+    /// The deployment that owns the route (DESIGN.md rule 23); `None` in a record written
+    /// before owners were recorded (the first deployment to set the route up adopts it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deployment: Option<String>,
 }
 
 /// Why a route's contract could not be agreed.
@@ -68,6 +72,14 @@ pub enum ContractError {
         recorded_by: String,
         /// One `field: recorded X, this config Y` each.
         differences: Vec<String>,
+    },
+    /// The route's contract was deleted and this host does not hold the one its config asks.
+    #[error("route `{route}`'s contract was deleted from `{bucket}`: hosts keep serving under the contract they hold and never record one, and this host's config differs from what it holds (or it holds none); record the route's contract with `dedup-host setup --config <this config> --change-route {route}` once no host serves the route")]
+    Deleted {
+        /// The route.
+        route: String,
+        /// The contract bucket.
+        bucket: String,
     },
     /// The contract bucket did not answer or holds something unreadable.
     #[error("route `{route}`: cannot read or record its contract in `{bucket}`: {reason}")]
@@ -139,72 +151,156 @@ pub async fn open(js: &Context, config: &Config) -> anyhow::Result<Store> {
     .with_context(|| format!("cannot create the route contract bucket `{bucket}`"))
 }
 
-/// The recorded contract of `route` with its revision, if any.
+/// What the contract bucket holds for a route.
+#[derive(Debug)]
+pub enum Lookup {
+    /// A contract, with its revision.
+    Recorded(ContractRecord, u64),
+    /// Nothing ever: the route was never set up.
+    Never,
+    /// A contract was recorded, then deleted or purged (the marker's revision). Hosts keep
+    /// serving under the contract they hold and never record one; only set-up does.
+    Deleted(u64),
+    /// A record that does not parse: its revision and why.
+    Unreadable(u64, String),
+}
+
+/// What the contract bucket holds for `route`.
+pub async fn lookup(store: &Store, route: &str) -> Result<Lookup, ContractError> {
+    let entry = store.entry(route).await.map_err(|e| ContractError::Store {
+        route: route.to_string(),
+        bucket: store.name.clone(),
+        reason: e.to_string(),
+    })?;
+    Ok(match entry {
+        None => Lookup::Never,
+        Some(entry) if entry.operation != kv::Operation::Put => Lookup::Deleted(entry.revision),
+        Some(entry) => match serde_json::from_slice(&entry.value) {
+            Ok(record) => Lookup::Recorded(record, entry.revision),
+            Err(e) => Lookup::Unreadable(entry.revision, e.to_string()),
+        },
+    })
+}
+
+/// The recorded contract of `route` with its revision, if any (`None` also when it was
+/// deleted).
 pub async fn read(
     store: &Store,
     route: &str,
 ) -> Result<Option<(ContractRecord, u64)>, ContractError> {
-    let fail = |reason: String| ContractError::Store {
+    match lookup(store, route).await? {
+        Lookup::Recorded(record, revision) => Ok(Some((record, revision))),
+        Lookup::Never | Lookup::Deleted(_) => Ok(None),
+        Lookup::Unreadable(_, reason) => Err(unreadable(store, route, &reason)),
+    }
+}
+
+/// A record that does not parse: the fix is recording it anew, which only set-up does.
+fn unreadable(store: &Store, route: &str, reason: &str) -> ContractError {
+    ContractError::Store {
         route: route.to_string(),
         bucket: store.name.clone(),
-        reason,
-    };
-    let Some(entry) = store.entry(route).await.map_err(|e| fail(e.to_string()))? else {
-        return Ok(None);
-    };
-    if entry.operation != kv::Operation::Put {
-        return Ok(None);
+        reason: format!(
+            "unreadable record ({reason}); record the route's contract anew with `dedup-host setup --config <config> --change-route {route}`"
+        ),
     }
-    let record = serde_json::from_slice(&entry.value).map_err(|e| {
-        fail(format!(
-            "unreadable record ({e}); delete key `{route}` to record it anew"
-        ))
-    })?;
-    Ok(Some((record, entry.revision)))
+}
+
+/// Who is agreeing on a contract, which decides what may be recorded.
+#[derive(Debug, Clone, Copy)]
+enum Writer<'a> {
+    /// A set-up command: records when the route has none, was deleted or is unreadable.
+    Setup,
+    /// A serving host, holding the contract it last agreed on for the route (if any): it
+    /// records only for a route never set up; a deleted contract keeps the one it holds.
+    Host(Option<&'a RouteContract>),
 }
 
 /// Checks `route` of `config` against its recorded contract, recording it first when the
-/// route has none (the first host to set the route up). `by` names the writer.
+/// route has none, was deleted or holds an unreadable record: for set-up commands, `by`
+/// names the writer. Hosts use [`agree_serving`].
 pub async fn agree(
     store: &Store,
     config: &Config,
     route: &RouteConfig,
     by: &str,
 ) -> Result<RouteContract, ContractError> {
+    settle(store, config, route, by, Writer::Setup).await
+}
+
+/// [`agree`] for a serving host `by`, which records a contract only at the set-up of a
+/// route that never had one. When the route's contract was deleted, the host keeps serving
+/// under `held` (the contract it last agreed on) if its config still asks for it, and is
+/// refused otherwise ([`ContractError::Deleted`]): a host refused for its config must not
+/// win a race to record it.
+pub async fn agree_serving(
+    store: &Store,
+    config: &Config,
+    route: &RouteConfig,
+    by: &str,
+    held: Option<&RouteContract>,
+) -> Result<RouteContract, ContractError> {
+    settle(store, config, route, by, Writer::Host(held)).await
+}
+
+async fn settle(
+    store: &Store,
+    config: &Config,
+    route: &RouteConfig,
+    by: &str,
+    writer: Writer<'_>,
+) -> Result<RouteContract, ContractError> {
     let wanted = of(config, route);
-    for _ in 0..3 {
-        match read(store, &route.name).await? {
-            Some((recorded, _)) => return compare(&route.name, &recorded, wanted),
-            None => {
-                let record = ContractRecord {
-                    contract: wanted.clone(),
-                    recorded_by: by.to_string(),
-                    recorded_ms: crate::claim::record::now_ms(),
-                };
-                let bytes = serde_json::to_vec(&record).expect("record serializes");
-                match store.create(&route.name, bytes.into()).await {
-                    Ok(_) => {
-                        tracing::info!(route = route.name, "route contract recorded");
-                        return Ok(wanted);
-                    }
-                    // Another host recorded it first (or our own lost answer landed): compare.
-                    Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => continue,
-                    Err(e) => {
-                        return Err(ContractError::Store {
-                            route: route.name.clone(),
-                            bucket: store.name.clone(),
-                            reason: e.to_string(),
-                        })
-                    }
-                }
-            }
-        }
-    }
-    Err(ContractError::Store {
+    let fail = |reason: String| ContractError::Store {
         route: route.name.clone(),
         bucket: store.name.clone(),
-        reason: "the record neither exists nor can be created".into(),
-    })
+        reason,
+    };
+    for _ in 0..3 {
+        // The revision a record may be written over: 0 is "no record of the key at all".
+        let over = match (lookup(store, &route.name).await?, writer) {
+            (Lookup::Recorded(recorded, _), _) => return compare(&route.name, &recorded, wanted),
+            (Lookup::Never, _) => 0,
+            (Lookup::Deleted(revision), Writer::Setup) => revision,
+            (Lookup::Unreadable(revision, _), Writer::Setup) => revision,
+            (Lookup::Deleted(_), Writer::Host(Some(held))) if *held == wanted => {
+                tracing::warn!(
+                    route = route.name,
+                    "the route's contract was deleted; serving under the contract this host holds until `dedup-host setup --change-route {}` records one",
+                    route.name
+                );
+                return Ok(wanted);
+            }
+            (Lookup::Deleted(_), Writer::Host(_)) => {
+                return Err(ContractError::Deleted {
+                    route: route.name.clone(),
+                    bucket: store.name.clone(),
+                })
+            }
+            (Lookup::Unreadable(_, reason), Writer::Host(_)) => {
+                return Err(unreadable(store, &route.name, &reason))
+            }
+        };
+        let record = ContractRecord {
+            contract: wanted.clone(),
+            recorded_by: by.to_string(),
+            recorded_ms: crate::claim::record::now_ms(),
+            deployment: Some(config.deployment_name()),
+        };
+        let bytes = serde_json::to_vec(&record).expect("record serializes");
+        // Written against the revision read (not `create`, which also writes over a deleted
+        // key): a contract deleted meanwhile is never recorded anew by a host.
+        match store.update(&route.name, bytes.into(), over).await {
+            Ok(_) => {
+                tracing::info!(route = route.name, "route contract recorded");
+                return Ok(wanted);
+            }
+            // Another writer was first (or our own lost answer landed): look again.
+            Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => continue,
+            Err(e) => return Err(fail(e.to_string())),
+        }
+    }
+    Err(fail("the record neither exists nor can be created".into()))
 }
 
 /// `Ok(wanted)` when `recorded` holds it, else the differences.
@@ -266,6 +362,7 @@ mod tests {
             contract: f,
             recorded_by: "h1".into(),
             recorded_ms: 0,
+            deployment: None,
         };
         let e = compare("r", &record, w).unwrap_err().to_string();
         assert!(

@@ -29,9 +29,39 @@ pub const MSG_ID: &str = "Nats-Msg-Id";
 
 /// Set by `dedup-host dead-letters replay`: the replayed message's first `Nats-Msg-Id`, used
 /// as its key instead of the replay's own message id, so the replay runs the same key.
+/// Anyone who can publish can set it, so it is honoured only on a message proven to be the
+/// replay of a dead letter (`crate::pipeline::replayed`), never by [`derive`].
 pub const REPLAYED_MSG_ID: &str = "Dedup-Replayed-Msg-Id";
 
-/// The key of a message according to `source`.
+/// The start of a replay's own `Nats-Msg-Id`: `replay:<dead letter sequence>`.
+pub const REPLAY_ID_PREFIX: &str = "replay:";
+
+/// What a message claims to be the replay of: the key it asks for (its
+/// [`REPLAYED_MSG_ID`]) and the dead letter's sequence (from its `replay:<n>` message id),
+/// when `source` reads the message id and the message carries both. A claim, not a proof.
+pub fn replay_claim<'a>(
+    source: &KeySource,
+    headers: Option<&'a HeaderMap>,
+) -> Option<(&'a str, u64)> {
+    let KeySource::Header(name) = source else {
+        return None;
+    };
+    if !name.eq_ignore_ascii_case(MSG_ID) {
+        return None;
+    }
+    let headers = headers?;
+    let key = headers.get(REPLAYED_MSG_ID)?.as_str().trim();
+    let letter = headers
+        .get(MSG_ID)?
+        .as_str()
+        .strip_prefix(REPLAY_ID_PREFIX)?
+        .parse()
+        .ok()?;
+    (!key.is_empty()).then_some((key, letter))
+}
+
+/// The key of a message according to `source`, from the message alone: a
+/// [`REPLAYED_MSG_ID`] header is not honoured (see [`derive_replayed`]).
 pub fn derive(
     source: &KeySource,
     subject: &str,
@@ -39,12 +69,6 @@ pub fn derive(
     payload: &[u8],
 ) -> Result<String, MissingKey> {
     match source {
-        // A replayed dead letter carries its first message id, which stays its key.
-        KeySource::Header(name) if name.eq_ignore_ascii_case(MSG_ID) => headers
-            .and_then(|h| h.get(REPLAYED_MSG_ID).or_else(|| h.get(MSG_ID)))
-            .map(|v| v.as_str().trim().to_string())
-            .filter(|v| !v.is_empty())
-            .ok_or_else(|| MissingKey::Header(name.clone())),
         KeySource::Header(name) => headers
             .and_then(|h| h.get(name.as_str()))
             .map(|v| v.as_str().trim().to_string())
@@ -82,6 +106,21 @@ pub fn derive(
     }
 }
 
+/// [`derive`], except that a message keyed by its message id that carries a
+/// [`REPLAYED_MSG_ID`] is keyed by it: for a message proven to be a dead letter's replay, and
+/// for reports that show where a replay's key came from.
+pub fn derive_replayed(
+    source: &KeySource,
+    subject: &str,
+    headers: Option<&HeaderMap>,
+    payload: &[u8],
+) -> Result<String, MissingKey> {
+    match replay_claim(source, headers) {
+        Some((key, _)) => Ok(key.to_string()),
+        None => derive(source, subject, headers, payload),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -111,5 +150,25 @@ mod tests {
         );
         assert!(derive(&ptr, "a", None, b"nope").is_err());
         assert!(derive(&ptr, "a", None, br#"{"tx":{}}"#).is_err());
+    }
+
+    #[test]
+    fn a_replayed_id_is_honoured_only_when_asked() {
+        let mut h = HeaderMap::new();
+        h.insert(MSG_ID, "replay:7");
+        h.insert(REPLAYED_MSG_ID, "victim");
+        let source = KeySource::default();
+        assert_eq!(derive(&source, "a", Some(&h), b""), Ok("replay:7".into()));
+        assert_eq!(replay_claim(&source, Some(&h)), Some(("victim", 7)));
+        assert_eq!(
+            derive_replayed(&source, "a", Some(&h), b""),
+            Ok("victim".into())
+        );
+        h.insert(MSG_ID, "m1");
+        assert_eq!(replay_claim(&source, Some(&h)), None, "not a replay's id");
+        assert_eq!(
+            derive_replayed(&source, "a", Some(&h), b""),
+            Ok("m1".into())
+        );
     }
 }

@@ -10,7 +10,8 @@
 //!   both the [`pipeline`] (processing deliveries) and the [`components`] sources (finding and
 //!   installing versions, read from the object store with [`objects`]); both work on the
 //!   routing table in [`routes`].
-//! - [`claim`]: the claim protocol on NATS KV; [`setup`]: streams, consumers and buckets.
+//! - [`claim`]: the claim protocol on NATS KV; [`setup`]: streams, consumers and buckets;
+//!   [`ownership`]: which deployment owns them; [`rename`]: renaming a route.
 //! - [`metrics`], [`health`], [`logging`]: what a running host tells operators; [`ops`]: the
 //!   endpoints that serve it and the commands that read a deployment (inspect, dead letters,
 //!   audit); [`console`]: the web console over a whole deployment, fed by each host's
@@ -28,6 +29,7 @@ pub mod components;
 pub mod config;
 pub mod connect;
 pub mod console;
+pub mod consumers;
 pub mod contract;
 pub mod contract_change;
 pub mod cpu;
@@ -46,10 +48,12 @@ pub mod logging;
 pub mod metrics;
 pub mod objects;
 pub mod ops;
+pub mod ownership;
 pub mod pipeline;
 pub mod plan;
 pub mod project;
 pub mod provision;
+pub mod rename;
 pub mod rollout_metrics;
 pub mod routes;
 pub mod runtime;

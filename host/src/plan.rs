@@ -44,8 +44,8 @@ struct Update {
 
 /// What the deployment needs changed; nothing is changed. Missing items are not listed
 /// (`setup` creates them).
-pub async fn plan(js: &Context, config: &Config) -> anyhow::Result<Vec<Change>> {
-    Ok(updates(js, config)
+pub async fn plan(js: &Context, config: &Config, shared: &[String]) -> anyhow::Result<Vec<Change>> {
+    Ok(updates(js, config, shared)
         .await?
         .into_iter()
         .flat_map(|u| u.changes)
@@ -54,9 +54,13 @@ pub async fn plan(js: &Context, config: &Config) -> anyhow::Result<Vec<Change>> 
 
 /// Makes the safe changes of the plan, one stream at a time, and returns the whole plan with
 /// what became of each change.
-pub async fn apply(js: &Context, config: &Config) -> anyhow::Result<Vec<Change>> {
+pub async fn apply(
+    js: &Context,
+    config: &Config,
+    shared: &[String],
+) -> anyhow::Result<Vec<Change>> {
     let mut all = Vec::new();
-    for mut update in updates(js, config).await? {
+    for mut update in updates(js, config, shared).await? {
         let wanted = update.changes.iter().any(|c| c.safe);
         let outcome = if wanted {
             Some(
@@ -78,12 +82,22 @@ pub async fn apply(js: &Context, config: &Config) -> anyhow::Result<Vec<Change>>
     Ok(all)
 }
 
-async fn updates(js: &Context, config: &Config) -> anyhow::Result<Vec<Update>> {
+/// The updates the config needs. A change to a stream another deployment uses is refused
+/// unless `shared` names the stream (`--share-stream`), and says so either way.
+async fn updates(js: &Context, config: &Config, shared: &[String]) -> anyhow::Result<Vec<Update>> {
     let mut updates = Vec::new();
     for spec in setup::stream_specs(config) {
         if let Ok(mut existing) = js.get_stream(&spec.name).await {
             let have = existing.info().await?.config.clone();
-            updates.push(stream_update(&spec, have));
+            let mut update = stream_update(&spec, have);
+            let users = crate::ownership::other_users(js, config, &spec.name).await?;
+            if !users.is_empty() {
+                let allowed = shared.contains(&spec.name);
+                for change in &mut update.changes {
+                    share_risk(change, &users, &config.deployment_name(), allowed);
+                }
+            }
+            updates.push(update);
         }
     }
     let bucket = setup::claim_bucket_config(config);
@@ -92,6 +106,25 @@ async fn updates(js: &Context, config: &Config) -> anyhow::Result<Vec<Update>> {
         updates.push(bucket_update(config, have));
     }
     Ok(updates)
+}
+
+/// Marks a change to a stream that deployment(s) `users` also use: refused unless `allowed`
+/// (the operator named the stream with `--share-stream`).
+fn share_risk(change: &mut Change, users: &[String], mine: &str, allowed: bool) {
+    let who = format!(
+        "stream `{}` is shared: deployment(s) {} use it too (this config is deployment `{mine}`), and the change affects them",
+        change.name,
+        users.iter().map(|u| format!("`{u}`")).collect::<Vec<_>>().join(", ")
+    );
+    if allowed {
+        change.risk = format!("{who} (allowed by --share-stream); {}", change.risk);
+    } else if change.safe {
+        change.safe = false;
+        change.risk = format!(
+            "refused: {who}; give this config a stream of its own (`[source] stream`), or pass `--share-stream {}` if both deployments mean to share it (without that: {})",
+            change.name, change.risk
+        );
+    }
 }
 
 /// The changes that make an existing stream what `spec` needs.
@@ -242,5 +275,45 @@ fn bucket_update(config: &Config, have: stream::Config) -> Update {
     Update {
         changes,
         config: updated,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn widen() -> Change {
+        Change {
+            kind: "stream",
+            name: "DEDUP_EVENTS".into(),
+            field: "source.stream".into(),
+            what: "subjects [\"a.*\"] -> [\"a.*\", \"b.*\"]".into(),
+            risk: "none".into(),
+            safe: true,
+            applied: None,
+        }
+    }
+
+    #[test]
+    fn a_change_to_a_shared_stream_is_refused_unless_named() {
+        let users = ["team-1".to_string()];
+        let mut refused = widen();
+        share_risk(&mut refused, &users, "team-2", false);
+        assert!(!refused.safe);
+        for part in [
+            "refused",
+            "`team-1`",
+            "`team-2`",
+            "--share-stream DEDUP_EVENTS",
+        ] {
+            assert!(refused.risk.contains(part), "{part}: {}", refused.risk);
+        }
+        let mut allowed = widen();
+        share_risk(&mut allowed, &users, "team-2", true);
+        assert!(
+            allowed.safe && allowed.risk.contains("shared"),
+            "{}",
+            allowed.risk
+        );
     }
 }

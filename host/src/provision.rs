@@ -39,11 +39,61 @@ pub struct Item {
     pub found: Found,
 }
 
-/// Creates what is missing (unless `dry_run`) and compares what exists.
+/// Creates what is missing (unless `dry_run`) and compares what exists. Everything is checked
+/// first: when anything differs or belongs to another deployment ([`crate::ownership`]),
+/// nothing is created or updated and the check's items are returned (DESIGN.md rule 23).
 pub async fn provision(js: &Context, config: &Config, dry_run: bool) -> anyhow::Result<Vec<Item>> {
+    let mut checked = survey(js, config, true).await?;
+    for conflict in crate::ownership::check(js, config).await? {
+        let (kind, name, field) = match &conflict {
+            crate::ownership::Conflict::Owned {
+                kind, name, route, ..
+            } => (*kind, name.clone(), route.clone()),
+            crate::ownership::Conflict::Rename { route, .. } => (
+                "consumer",
+                setup::route_consumer_name(config, route),
+                Some(route.clone()),
+            ),
+        };
+        let found = Found::Differs(vec![conflict.to_string()]);
+        match checked
+            .iter_mut()
+            .find(|i| i.kind == kind && i.name == name)
+        {
+            Some(item) => item.found = found,
+            None => checked.push(Item {
+                kind,
+                name,
+                field: field.map(|r| format!("routes.{r}")).unwrap_or_default(),
+                found,
+            }),
+        }
+    }
+    if dry_run || checked.iter().any(blocks) {
+        return Ok(checked);
+    }
+    survey(js, config, false).await
+}
+
+/// Whether a checked item stops `setup` from changing anything: a difference it will not
+/// change (a consumer whose settings differ is the host's own and updated, unless it belongs
+/// to another deployment or would rename a route).
+fn blocks(item: &Item) -> bool {
+    match &item.found {
+        Found::Differs(d) if item.kind == "consumer" => d.iter().any(|d| d != CONSUMER_UPDATE),
+        Found::Differs(_) => true,
+        _ => false,
+    }
+}
+
+/// What a dry run says of a consumer whose settings differ (a real run updates it).
+const CONSUMER_UPDATE: &str = "settings differ; a host start updates them";
+
+/// Creates what is missing (unless `dry_run`) and compares what exists, item by item.
+async fn survey(js: &Context, config: &Config, dry_run: bool) -> anyhow::Result<Vec<Item>> {
     let mut items = Vec::new();
     for spec in setup::stream_specs(config) {
-        let found = stream(js, &spec, dry_run).await?;
+        let found = stream(js, config, &spec, dry_run).await?;
         items.push(Item {
             kind: "stream",
             name: spec.name,
@@ -146,12 +196,17 @@ async fn contracts(js: &Context, config: &Config, dry_run: bool) -> anyhow::Resu
     Ok(items)
 }
 
-async fn stream(js: &Context, spec: &StreamSpec, dry_run: bool) -> anyhow::Result<Found> {
+async fn stream(
+    js: &Context,
+    config: &Config,
+    spec: &StreamSpec,
+    dry_run: bool,
+) -> anyhow::Result<Found> {
     let Ok(mut existing) = js.get_stream(&spec.name).await else {
         if dry_run {
             return Ok(Found::WouldCreate);
         }
-        js.create_stream(spec.create_config()).await?;
+        js.create_stream(spec.owned_config(config)).await?;
         return Ok(Found::Created);
     };
     let have = existing.info().await?.config.clone();
@@ -242,6 +297,8 @@ async fn consumer(
             && c.ack_wait == ack_wait
             && c.max_deliver == config.source.server_max_deliver
             && c.max_ack_pending == max_ack_pending
+            // One without an owner is adopted (updated with this deployment as its owner).
+            && crate::ownership::owner(&c.metadata).is_some()
     });
     if same {
         return Ok(Found::Matches);
@@ -249,7 +306,7 @@ async fn consumer(
     if dry_run {
         return Ok(match existing {
             None => Found::WouldCreate,
-            Some(_) => Found::Differs(vec!["settings differ; a host start updates them".into()]),
+            Some(_) => Found::Differs(vec![CONSUMER_UPDATE.into()]),
         });
     }
     setup::create_consumer(source, config, name, filters, queue).await?;

@@ -3,7 +3,7 @@
 //! dead-letter stream and the output streams.
 
 use anyhow::Context as _;
-use async_nats::jetstream::consumer::{pull, AckPolicy, PullConsumer};
+use async_nats::jetstream::consumer::{pull, AckPolicy, DeliverPolicy, PullConsumer};
 use async_nats::jetstream::kv::{self, Store};
 use async_nats::jetstream::stream::{self, StorageType};
 use async_nats::jetstream::Context;
@@ -13,6 +13,8 @@ use std::time::Duration;
 use futures::StreamExt;
 
 use crate::config::{Config, DedupMode, EffectsMode, Storage};
+use crate::consumers::uncovered_subjects;
+pub use crate::consumers::{consumer_specs, route_consumer_name};
 use crate::subject;
 
 /// Handles to everything set up.
@@ -73,6 +75,13 @@ impl StreamSpec {
             config.allow_rollup = true;
         }
         config
+    }
+
+    /// [`Self::create_config`] with `config`'s deployment recorded as the stream's owner.
+    pub(crate) fn owned_config(&self, config: &Config) -> stream::Config {
+        let mut created = self.create_config();
+        crate::ownership::stamp(&mut created.metadata, config);
+        created
     }
 
     /// What an existing stream lacks of this spec's deduplication, if anything.
@@ -161,10 +170,13 @@ pub(crate) fn stream_specs(config: &Config) -> Vec<StreamSpec> {
 /// Creates what is missing and checks what exists: an existing stream or bucket with the
 /// wrong subjects or settings is reported, never silently bound.
 pub async fn ensure(js: &Context, config: &Config) -> anyhow::Result<Setup> {
+    // Another deployment's consumers and contracts, and a silent route rename, are refused
+    // before anything is created (DESIGN.md rule 23).
+    crate::ownership::refuse(crate::ownership::check(js, config).await?)?;
     let mut specs = stream_specs(config).into_iter();
-    let source = ensure_stream(js, specs.next().expect("the source stream")).await?;
+    let source = ensure_stream(js, specs.next().expect("the source stream"), config).await?;
     check_covers(&source, config)?;
-    let mut dead = ensure_stream(js, specs.next().expect("the dead-letter stream")).await?;
+    let mut dead = ensure_stream(js, specs.next().expect("the dead-letter stream"), config).await?;
     let window = dead.info().await?.config.duplicate_window;
     let gap = config.dead_letter_gap();
     anyhow::ensure!(
@@ -174,7 +186,7 @@ pub async fn ensure(js: &Context, config: &Config) -> anyhow::Result<Setup> {
     );
     for output in specs {
         let fenced = output.fenced;
-        let mut stream = ensure_stream(js, output).await?;
+        let mut stream = ensure_stream(js, output, config).await?;
         // What exists decides, not what the config would create.
         let c = stream.info().await?.config.clone();
         if fenced && c.num_replicas == 1 && c.storage == StorageType::File {
@@ -197,7 +209,7 @@ pub async fn ensure_queue(js: &Context, config: &Config) -> anyhow::Result<strea
         .into_iter()
         .find(|s| s.work_queue)
         .context("no route is exclusive")?;
-    ensure_stream(js, spec).await
+    ensure_stream(js, spec, config).await
 }
 
 /// Every stream a route may publish to (the configured output streams, and any other stream
@@ -318,25 +330,20 @@ fn is_transient(e: &anyhow::Error) -> bool {
     .any(|t| text.contains(t))
 }
 
-/// The durable name of a route's consumer: `<source.consumer>-<route>`.
-pub fn route_consumer_name(config: &Config, route: &str) -> String {
-    format!("{}-{route}", config.source.consumer)
-}
-
 /// Creates or updates the durable consumer of one route: it sees only the route's subject,
 /// so a slow route never holds back another, and a route that is not served leaves its
-/// messages waiting in the stream.
+/// messages waiting in the stream. `exclusive` comes from the route as it is served now (a
+/// reload may have added it or changed it), never from the config the host started with:
+/// a re-bind with the start-up config rewrote a reloaded exclusive route's consumer to many
+/// in flight, for every host.
 pub async fn route_consumer(
     source: &stream::Stream,
     config: &Config,
     route: &str,
     filter: &str,
+    exclusive: bool,
 ) -> anyhow::Result<PullConsumer> {
     let name = route_consumer_name(config, route);
-    let exclusive = config
-        .routes
-        .iter()
-        .any(|r| r.name == route && r.exclusive_by.is_some());
     create_consumer(source, config, &name, vec![filter.to_string()], exclusive).await
 }
 
@@ -365,39 +372,6 @@ pub async fn unrouted_consumer(
     Ok(Some(consumer))
 }
 
-/// The source subjects no single route covers whole: the filter of the consumer of unrouted
-/// subjects (none when the routes take every source subject).
-fn uncovered_subjects(config: &Config) -> Vec<String> {
-    config
-        .source_subjects()
-        .into_iter()
-        .filter(|s| !config.routes.iter().any(|r| subject::covers(&r.subject, s)))
-        .collect()
-}
-
-/// Every durable consumer of the source stream the config needs, as (name, filter subjects,
-/// whether it queues an exclusive route): one per route, and the one for unrouted subjects
-/// when the routes do not cover every source subject. (An exclusive route's partition
-/// consumers, on its queue, are created by the hosts.)
-pub(crate) fn consumer_specs(config: &Config) -> Vec<(String, Vec<String>, bool)> {
-    let mut specs: Vec<(String, Vec<String>, bool)> = config
-        .routes
-        .iter()
-        .map(|r| {
-            (
-                route_consumer_name(config, &r.name),
-                vec![r.subject.clone()],
-                r.exclusive_by.is_some(),
-            )
-        })
-        .collect();
-    let uncovered = uncovered_subjects(config);
-    if !uncovered.is_empty() {
-        specs.push((config.source.consumer.clone(), uncovered, false));
-    }
-    specs
-}
-
 /// Creates or updates a durable consumer of the source stream. An exclusive route's
 /// (`queue`) hands out one message at a time, which the host queues per entity in order
 /// (`crate::exclusive`).
@@ -408,6 +382,38 @@ pub(crate) async fn create_consumer(
     filter_subjects: Vec<String>,
     queue: bool,
 ) -> anyhow::Result<PullConsumer> {
+    create_consumer_at(source, config, name, filter_subjects, queue, None).await
+}
+
+/// [`create_consumer`], delivering from stream sequence `start` when given (a renamed
+/// route's consumer starts where the old one stopped) instead of from the first message.
+pub(crate) async fn create_consumer_at(
+    source: &stream::Stream,
+    config: &Config,
+    name: &str,
+    filter_subjects: Vec<String>,
+    queue: bool,
+    start: Option<u64>,
+) -> anyhow::Result<PullConsumer> {
+    // The owner stays whoever it is (a consumer another deployment owns with these very
+    // filters is only read, `crate::ownership`); one without an owner is adopted.
+    let existing = source.consumer_info(name).await.ok();
+    let mut metadata = std::collections::HashMap::new();
+    match existing
+        .as_ref()
+        .and_then(|i| crate::ownership::owner(&i.config.metadata))
+    {
+        Some(owner) => {
+            metadata.insert(crate::ownership::OWNER_KEY.to_string(), owner.to_string());
+        }
+        None => crate::ownership::stamp(&mut metadata, config),
+    }
+    // The server refuses to change where an existing consumer starts (a renamed route's).
+    let deliver_policy = match (start, &existing) {
+        (Some(start_sequence), _) => DeliverPolicy::ByStartSequence { start_sequence },
+        (None, Some(info)) => info.config.deliver_policy,
+        (None, None) => DeliverPolicy::All,
+    };
     source
         .create_consumer(pull::Config {
             durable_name: Some(name.to_string()),
@@ -427,6 +433,8 @@ pub(crate) async fn create_consumer(
                 config.source.max_ack_pending
             },
             filter_subjects,
+            metadata,
+            deliver_policy,
             ..Default::default()
         })
         .await
@@ -438,7 +446,11 @@ pub(crate) async fn create_consumer(
         })
 }
 
-async fn ensure_stream(js: &Context, spec: StreamSpec) -> anyhow::Result<stream::Stream> {
+async fn ensure_stream(
+    js: &Context,
+    spec: StreamSpec,
+    config: &Config,
+) -> anyhow::Result<stream::Stream> {
     let (name, field) = (&spec.name, &spec.field);
     if let Ok(mut existing) = js.get_stream(name).await {
         let info = existing
@@ -456,7 +468,7 @@ async fn ensure_stream(js: &Context, spec: StreamSpec) -> anyhow::Result<stream:
         }
         return Ok(existing);
     }
-    js.create_stream(spec.create_config())
+    js.create_stream(spec.owned_config(config))
         .await
         .with_context(|| format!("cannot create stream `{name}` (`{field}`)"))
 }

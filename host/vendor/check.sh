@@ -1,75 +1,98 @@
 #!/usr/bin/env bash
-# Checks that host/vendor/wasmtime is the crates.io crate of the same version plus
-# host/vendor/wasmtime.patch, byte for byte (README.md here says why the patch exists).
+# Checks that each vendored crate, host/vendor/CRATE, is the crates.io crate of the same version
+# plus host/vendor/CRATE.patch, byte for byte (README.md here says why each patch exists).
 #
-#   bash host/vendor/check.sh                 check (run by tests/run.sh, so by CI)
-#   bash host/vendor/check.sh upgrade 48.0.9  vendor another version with the same patch
+#   bash host/vendor/check.sh                           check every vendored crate (run by
+#                                                       tests/run.sh, so by CI)
+#   bash host/vendor/check.sh upgrade wasmtime 48.0.9   vendor another version of one crate
+#                                                       with the same patch
 #
 # The crate is fetched with cargo (so a registry mirror configured for cargo is used too).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-vendored="$here/wasmtime"
-patch_file="$here/wasmtime.patch"
+crates=(wasmtime async-nats)
 mode=${1:-check}
 
-# Prints the path of wasmtime's published .crate of version $1, fetching it with cargo.
+# Prints the path of crate $1's published .crate of version $2, fetching it with cargo.
 fetch_crate() {
-    local version=$1 project
+    local name=$1 version=$2 project
     project=$(mktemp -d)
     mkdir -p "$project/src"
     touch "$project/src/lib.rs"
-    printf '[package]\nname = "vendor-check"\nversion = "0.0.0"\nedition = "2021"\n[dependencies]\nwasmtime = { version = "=%s", default-features = false }\n[workspace]\n' \
-        "$version" >"$project/Cargo.toml"
-    # The workspace's lock keeps wasmtime's dependencies at the versions already downloaded.
+    printf '[package]\nname = "vendor-check"\nversion = "0.0.0"\nedition = "2021"\n[dependencies]\n%s = { version = "=%s", default-features = false }\n[workspace]\n' \
+        "$name" "$version" >"$project/Cargo.toml"
+    # The workspace's lock keeps the crate's dependencies at the versions already downloaded.
     cp "$here/../../Cargo.lock" "$project/Cargo.lock"
     cargo fetch --quiet --manifest-path "$project/Cargo.toml" >&2
     rm -rf "$project"
     local found
-    found=$(ls "${CARGO_HOME:-$HOME/.cargo}"/registry/cache/*/"wasmtime-$version.crate" 2>/dev/null | head -n 1)
-    [ -n "$found" ] || { echo "vendor: cargo fetched wasmtime $version but its .crate is not in the registry cache" >&2; exit 1; }
+    found=$(ls "${CARGO_HOME:-$HOME/.cargo}"/registry/cache/*/"$name-$version.crate" 2>/dev/null | head -n 1)
+    [ -n "$found" ] || { echo "vendor: cargo fetched $name $version but its .crate is not in the registry cache" >&2; exit 1; }
     echo "$found"
 }
 
-# Unpacks the published crate of version $1 into $2/upstream.
+# Unpacks the published crate $1 of version $2 into $3/upstream.
 unpack() {
     local crate
-    crate=$(fetch_crate "$1")
-    tar xzf "$crate" -C "$2"
-    mv "$2/wasmtime-$1" "$2/upstream"
+    crate=$(fetch_crate "$1" "$2")
+    tar xzf "$crate" -C "$3"
+    mv "$3/$1-$2" "$3/upstream"
 }
 
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-
-case "$mode" in
-check)
+# Checks host/vendor/$1 against the published crate plus host/vendor/$1.patch.
+check() {
+    local name=$1 vendored="$here/$1" patch_file="$here/$1.patch" work version
+    work=$(mktemp -d)
     version=$(sed -n 's/^version = "\(.*\)"$/\1/p' "$vendored/Cargo.toml" | head -n 1)
-    unpack "$version" "$work"
+    unpack "$name" "$version" "$work"
     cp -r "$vendored" "$work/vendored"
     (cd "$work" && git diff --no-index --no-prefix upstream vendored >"$work/actual.patch") || true
     if ! cmp -s "$work/actual.patch" "$patch_file"; then
-        echo "vendor: host/vendor/wasmtime differs from wasmtime $version on crates.io by more than host/vendor/wasmtime.patch:" >&2
+        echo "vendor: host/vendor/$name differs from $name $version on crates.io by more than host/vendor/$name.patch:" >&2
         diff -u "$patch_file" "$work/actual.patch" | sed -n '1,60p' >&2 || true
-        echo "vendor: undo the change, or re-vendor with: bash host/vendor/check.sh upgrade $version (and explain the new patch in host/vendor/README.md)" >&2
+        echo "vendor: undo the change, or re-vendor with: bash host/vendor/check.sh upgrade $name $version (and explain the new patch in host/vendor/README.md)" >&2
+        rm -rf "$work"
         exit 1
     fi
-    echo "vendor: host/vendor/wasmtime is wasmtime $version from crates.io plus host/vendor/wasmtime.patch" >&2
-    ;;
-upgrade)
-    version=${2:?usage: bash host/vendor/check.sh upgrade VERSION}
-    unpack "$version" "$work"
+    rm -rf "$work"
+    echo "vendor: host/vendor/$name is $name $version from crates.io plus host/vendor/$name.patch" >&2
+}
+
+# Re-vendors host/vendor/$1 as version $2 of the published crate plus host/vendor/$1.patch.
+upgrade() {
+    local name=$1 version=$2 vendored="$here/$1" patch_file="$here/$1.patch" work
+    work=$(mktemp -d)
+    unpack "$name" "$version" "$work"
     cp -r "$work/upstream" "$work/vendored"
     (cd "$work/vendored" && git apply -p1 "$patch_file") || {
-        echo "vendor: host/vendor/wasmtime.patch does not apply to wasmtime $version; apply it by hand in $vendored" >&2
+        echo "vendor: host/vendor/$name.patch does not apply to $name $version; apply it by hand in $vendored" >&2
+        rm -rf "$work"
         exit 1
     }
     (cd "$work" && git diff --no-index --no-prefix upstream vendored >"$patch_file") || true
     rm -rf "$vendored"
     mv "$work/vendored" "$vendored"
-    echo "vendor: host/vendor/wasmtime is now wasmtime $version plus the patch; set the version in the workspace Cargo.toml, then build" >&2
+    rm -rf "$work"
+    echo "vendor: host/vendor/$name is now $name $version plus the patch; set the version in the workspace Cargo.toml, then build" >&2
+}
+
+usage() {
+    echo "usage: bash host/vendor/check.sh [check | upgrade CRATE VERSION] (CRATE: ${crates[*]})" >&2
+    exit 2
+}
+
+case "$mode" in
+check)
+    for name in "${crates[@]}"; do
+        check "$name"
+    done
+    ;;
+upgrade)
+    [ $# -eq 3 ] || usage
+    [[ " ${crates[*]} " == *" $2 "* ]] || usage
+    upgrade "$2" "$3"
     ;;
 *)
-    echo "usage: bash host/vendor/check.sh [check | upgrade VERSION]" >&2
-    exit 2
+    usage
     ;;
 esac

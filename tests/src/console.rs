@@ -74,11 +74,61 @@ pub fn request(
     headers: &[(&str, &str)],
     body: &str,
 ) -> (u16, String) {
+    let (status, _, body) = exchange(addr, method, path, headers, body);
+    (status, body)
+}
+
+/// Logs in through the login form with `token`: the `Cookie` header value of the new
+/// session, or `None` when the console refused.
+pub fn login(addr: SocketAddr, token: &str) -> Option<String> {
+    let body = format!("token={token}");
+    let (status, head, _) = exchange(addr, "POST", "/login", &[], &body);
+    if status != 303 {
+        return None;
+    }
+    head.lines()
+        .filter_map(|l| l.split_once(':'))
+        .find(|(name, _)| name.eq_ignore_ascii_case("set-cookie"))
+        .and_then(|(_, value)| value.trim().split(';').next())
+        .map(str::to_string)
+}
+
+/// A GET-like request (no body) that names `host` as its `Host`: (status, body).
+pub fn request_as(
+    addr: SocketAddr,
+    host: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> (u16, String) {
+    let (status, _, body) = send(addr, host, method, path, headers, "");
+    (status, body)
+}
+
+/// One request: (status, response head, body).
+fn exchange(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, String, String) {
+    send(addr, &addr.to_string(), method, path, headers, body)
+}
+
+fn send(
+    addr: SocketAddr,
+    host: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, String, String) {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(addr).expect("connect to the console");
     s.set_read_timeout(Some(Duration::from_secs(120)))
         .expect("timeout");
-    let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n");
     for (name, value) in headers {
         head.push_str(&format!("{name}: {value}\r\n"));
     }
@@ -95,9 +145,6 @@ pub fn request(
         .nth(1)
         .and_then(|s| s.parse().ok())
         .unwrap_or(0);
-    let body = text
-        .split_once("\r\n\r\n")
-        .map_or("", |(_, b)| b)
-        .to_string();
-    (status, body)
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    (status, head.to_string(), body.to_string())
 }

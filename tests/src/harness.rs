@@ -146,7 +146,7 @@ impl TestEnv {
         let outputs = if self.fenced_outputs {
             "duplicate_window = \"1s\"\neffects = \"fenced\""
         } else {
-            "duplicate_window = \"5m\""
+            "duplicate_window = \"10m\""
         };
         let components = if replicas > 1 {
             format!("\n[components]\nreplicas = {replicas}\n")

@@ -18,7 +18,8 @@ pub struct ConsoleArgs {
     config: ConfigArgs,
     /// Where to listen (default `console.addr`, else 127.0.0.1:8080; port 0 picks a free
     /// one). An address other than loopback needs a token: `console.token` or
-    /// DEDUP_CONSOLE_TOKEN.
+    /// DEDUP_CONSOLE_TOKEN. It answers only requests for a loopback name or address, the
+    /// address it listens on, and the host names in DEDUP_CONSOLE_HOSTS (comma separated).
     #[arg(long, value_name = "ADDR")]
     addr: Option<SocketAddr>,
 }
@@ -34,7 +35,7 @@ pub async fn console(args: ConsoleArgs) -> anyhow::Result<ExitCode> {
     crate::console::serve(config, addr, access, |bound, access| {
         match access.made_up_token() {
             Some(token) => eprintln!(
-                "console: http://{bound}/ (reading is open on loopback; to change anything, log in at http://{bound}/login?token={token})"
+                "console: http://{bound}/ (reading is open on loopback; to change anything, log in at http://{bound}/login with the token {token})"
             ),
             None => eprintln!("console: http://{bound}/ (log in with the configured token)"),
         }

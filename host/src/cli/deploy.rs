@@ -49,6 +49,10 @@ pub struct UndeployArgs {
 pub struct RoutesArgs {
     #[command(flatten)]
     config: ConfigArgs,
+    /// Print JSON instead of a table: per route its source, candidate and each live host's
+    /// status (digest served, `refused`, `contract_refused`, candidate).
+    #[arg(long)]
+    json: bool,
 }
 
 /// Checks and uploads a component; prints its digest.
@@ -73,6 +77,7 @@ pub async fn deploy(args: DeployArgs) -> anyhow::Result<ExitCode> {
         runtime.load_bytes(&file, &bytes)?;
     }
     let js = connect(&config, "deploy").await?;
+    refuse_others(&js, &config, &args.route).await?;
     if let Some((_, mode)) = candidate {
         let label = mode.label();
         let what = (file.as_path(), mode);
@@ -111,6 +116,7 @@ pub async fn undeploy(args: UndeployArgs) -> anyhow::Result<ExitCode> {
     let config = args.config.load()?;
     super::store_route(&config, &args.route)?;
     let js = connect(&config, "undeploy").await?;
+    refuse_others(&js, &config, &args.route).await?;
     let bucket = store::open(&js, &config).await?;
     store::undeploy(&bucket, &args.route).await?;
     let result = "withdrawn".to_string();
@@ -119,12 +125,15 @@ pub async fn undeploy(args: UndeployArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Prints every route with the version deployed and the version each live host serves.
+/// Prints every route with the version deployed and the version each live host serves, or
+/// why a host does not serve it (a refused version, a config that differs from the route's
+/// contract).
 pub async fn routes(args: RoutesArgs) -> anyhow::Result<ExitCode> {
     let config = args.config.load()?;
     let js = connect(&config, "routes").await?;
     let bucket = store::open(&js, &config).await?;
     let hosts = status::read_all(&status::open(&js, &config).await?).await?;
+    let mut listing = Vec::new();
     for r in &config.routes {
         let dir = config.components.dir.as_ref().map(|d| config.resolve(d));
         let source = match (&r.component, dir) {
@@ -146,28 +155,64 @@ pub async fn routes(args: RoutesArgs) -> anyhow::Result<ExitCode> {
                 ),
             },
         };
+        let candidate = crate::candidate::store::current(&bucket, &r.name).await?;
+        let candidate = candidate.as_ref().map(candidate_line);
+        if args.json {
+            let served: std::collections::BTreeMap<&str, &status::RouteStatus> = hosts
+                .iter()
+                .filter_map(|h| Some((h.instance_id.as_str(), h.routes.get(&r.name)?)))
+                .collect();
+            listing.push(serde_json::json!({
+                "name": r.name,
+                "subject": r.subject,
+                "source": source,
+                "candidate": candidate,
+                "hosts": served,
+            }));
+            continue;
+        }
         println!("{}  {}  <- {source}", r.name, r.subject);
-        if let Some(spec) = crate::candidate::store::current(&bucket, &r.name).await? {
-            println!("  candidate {}", candidate_line(&spec));
+        if let Some(candidate) = candidate {
+            println!("  candidate {candidate}");
         }
         for h in &hosts {
             let Some(s) = h.routes.get(&r.name) else {
                 continue;
             };
+            if let Some(reason) = &s.contract_refused {
+                println!(
+                    "    {}  NOT SERVED (contract refused): {reason}",
+                    h.instance_id
+                );
+                continue;
+            }
             let serving = s.digest.as_deref().unwrap_or("not serving");
             let candidate = s
                 .candidate
                 .as_ref()
                 .map(|c| format!("  candidate {c}"))
                 .unwrap_or_default();
-            match &s.refused {
-                Some(reason) => println!(
+            match (&s.refused, &s.digest) {
+                (Some(reason), Some(_)) => println!(
                     "    {}  {serving}{candidate}  (refused a newer version: {reason})",
                     h.instance_id
                 ),
-                None => println!("    {}  {serving}{candidate}", h.instance_id),
+                (Some(reason), None) => println!(
+                    "    {}  {serving}{candidate}  (refused its component: {reason})",
+                    h.instance_id
+                ),
+                (None, _) => println!("    {}  {serving}{candidate}", h.instance_id),
             }
         }
+    }
+    if args.json {
+        let config_refused: std::collections::BTreeMap<&str, &str> = hosts
+            .iter()
+            .filter_map(|h| Some((h.instance_id.as_str(), h.config_refused.as_deref()?)))
+            .collect();
+        let out = serde_json::json!({ "routes": listing, "config_refused": config_refused });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(ExitCode::SUCCESS);
     }
     for h in &hosts {
         if let Some(problems) = &h.config_refused {
@@ -197,6 +242,24 @@ fn candidate_line(spec: &crate::candidate::Spec) -> String {
             crate::times::when(*at_ms, now)
         ),
     }
+}
+
+/// Refuses to touch `route`'s component when its consumer or contract belongs to another
+/// deployment ([`crate::ownership`]): the component store is shared by name, so another
+/// config's deploy would replace what that deployment's hosts run.
+async fn refuse_others(
+    js: &async_nats::jetstream::Context,
+    config: &Config,
+    route: &str,
+) -> anyhow::Result<()> {
+    let conflicts = crate::ownership::check(js, config).await?;
+    let theirs = conflicts
+        .into_iter()
+        .filter(|c| matches!(c, crate::ownership::Conflict::Owned { .. }))
+        .filter(|c| c.route() == Some(route))
+        .collect();
+    crate::ownership::refuse(theirs)
+        .with_context(|| format!("route `{route}`: its component was not changed"))
 }
 
 async fn connect(config: &Config, what: &str) -> anyhow::Result<async_nats::jetstream::Context> {

@@ -26,7 +26,7 @@ pub struct ReloadArgs {
 }
 
 /// Sends the reload and reports the answers; exits 1 when the config is refused here, a host
-/// refused it, or no host answered.
+/// refused it (whole, or a route of it: by contract, or not started), or no host answered.
 pub async fn run(args: ReloadArgs) -> anyhow::Result<ExitCode> {
     let config = match args.config.load() {
         Ok(config) => config,
@@ -67,12 +67,25 @@ pub async fn run(args: ReloadArgs) -> anyhow::Result<ExitCode> {
             println!("{}: {}", r.instance_id, summary(r));
         }
     }
-    let refused = reports.iter().filter(|r| !r.applied).count();
+    // A host that applied the config but refused a route of it (its config differs from the
+    // route's contract, or the route did not start) refused the reload for that route.
+    let refused: Vec<&ReloadReport> = reports
+        .iter()
+        .filter(|r| !r.applied || !r.problems.is_empty())
+        .collect();
+    for r in &refused {
+        eprintln!(
+            "dedup-host reload: host `{}` refused: {}",
+            r.instance_id,
+            r.problems.join("; ")
+        );
+    }
     eprintln!(
-        "dedup-host reload: {} host(s) answered of {live} live; {refused} refused",
-        reports.len()
+        "dedup-host reload: {} host(s) answered of {live} live; {} refused",
+        reports.len(),
+        refused.len()
     );
-    Ok(if reports.is_empty() || refused > 0 {
+    Ok(if reports.is_empty() || !refused.is_empty() {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS

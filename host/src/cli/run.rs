@@ -86,10 +86,15 @@ pub struct RunArgs {
     serve: ServeFlags,
 }
 
-/// Runs the host until a shutdown signal; prints the final counters as JSON.
+/// Runs the host until a shutdown signal; prints the final counters as JSON. Exits 1 at once,
+/// before connecting, when a route's component file can never be served.
 pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let mut config = args.config.load()?;
     let _log = args.serve.apply(&mut config);
+    if let Err(unservable) = crate::components::check::component_files(&config).await? {
+        eprintln!("dedup-host run: not started: {unservable}");
+        return Ok(ExitCode::from(1));
+    }
     serve(config, || {
         let mut config = args.config.load()?;
         args.serve.overrides(&mut config);

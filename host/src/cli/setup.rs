@@ -2,7 +2,8 @@
 //! bucket and consumer the config needs, print what was created, what matched and what
 //! differs, and exit 1 on a difference it will not change. With `--plan` / `--apply`: show or
 //! make the changes an existing deployment needs ([`crate::plan`]). With `--change-route R`:
-//! change a route's contract ([`crate::contract_change`]).
+//! change a route's contract ([`crate::contract_change`]). With `--rename-route OLD NEW`:
+//! rename a route ([`crate::rename`]).
 
 use std::process::ExitCode;
 
@@ -37,6 +38,15 @@ pub struct SetupArgs {
     /// ones that would lose or weaken something, saying what to do instead.
     #[arg(long, conflicts_with_all = ["dry_run", "change_route"])]
     apply: bool,
+    /// With `--plan` / `--apply`: allow changes to stream S although another deployment uses
+    /// it (both deployments mean to share it); without it such a change is refused.
+    #[arg(long, value_name = "S")]
+    share_stream: Vec<String>,
+    /// Rename route OLD to NEW (the config names NEW): carry its claims, contract and
+    /// consumer position over instead of running its retained messages again, once no host
+    /// serves OLD ([`crate::rename`]).
+    #[arg(long, num_args = 2, value_names = ["OLD", "NEW"], conflicts_with_all = ["dry_run", "plan", "apply", "change_route"])]
+    rename_route: Option<Vec<String>>,
 }
 
 /// Provisions and reports.
@@ -44,6 +54,19 @@ pub async fn run(args: SetupArgs) -> anyhow::Result<ExitCode> {
     let config = args.config.load()?;
     let client = crate::connect::connect(&config, "dedup-host setup").await?;
     let js = async_nats::jetstream::new(client.clone());
+    if let Some([old, new]) = args.rename_route.as_deref() {
+        let renamed = crate::rename::rename(&js, &config, old, new).await?;
+        client.flush().await?;
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&renamed)?);
+        } else {
+            println!(
+                "route `{old}` renamed to `{new}`: {} claim record(s) carried over; its consumer starts at stream sequence {}",
+                renamed.claims_copied, renamed.starts_at
+            );
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     if let Some(route) = &args.change_route {
         let changed = crate::contract_change::change(&js, &config, route).await?;
         client.flush().await?;
@@ -66,11 +89,16 @@ pub async fn run(args: SetupArgs) -> anyhow::Result<ExitCode> {
     }
     if args.plan || args.apply {
         let changes = if args.apply {
-            crate::plan::apply(&js, &config).await?
+            crate::plan::apply(&js, &config, &args.share_stream).await?
         } else {
-            crate::plan::plan(&js, &config).await?
+            crate::plan::plan(&js, &config, &args.share_stream).await?
         };
         return print_plan(&changes, args.json);
+    }
+    // Check everything first, then act: a component that can never be served stops here.
+    if let Err(unservable) = crate::components::check::component_files(&config).await? {
+        eprintln!("dedup-host setup: nothing set up: {unservable}");
+        return Ok(ExitCode::from(1));
     }
     let items = provision::provision(&js, &config, args.dry_run).await?;
     client.flush().await?;
@@ -96,7 +124,7 @@ pub async fn run(args: SetupArgs) -> anyhow::Result<ExitCode> {
         .filter(|i| matches!(i.found, Found::Differs(_)))
         .count();
     if differs > 0 {
-        eprintln!("dedup-host setup: {differs} item(s) differ from the config; `dedup-host setup --plan` shows the changes that fix them on the server and `--apply` makes the safe ones (a contract changes with `--change-route R`)");
+        eprintln!("dedup-host setup: {differs} item(s) differ from the config or belong to another deployment, so nothing was created or changed; `dedup-host setup --plan` shows the changes that fix them on the server and `--apply` makes the safe ones (a contract changes with `--change-route R`)");
         return Ok(ExitCode::from(1));
     }
     Ok(ExitCode::SUCCESS)

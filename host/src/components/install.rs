@@ -35,7 +35,7 @@ pub async fn offer(runtime: &Runtime, route: &Route, origin: &str, bytes: Vec<u8
     if current.as_ref().is_some_and(|g| g.digest() == digest) {
         return Installed::Unchanged;
     }
-    let handler = match compile(runtime, route, origin, bytes).await {
+    let handler = match check(runtime, route, origin, bytes).await {
         Ok(handler) => handler,
         Err(reason) => return refuse(route, current.as_ref(), reason),
     };
@@ -53,7 +53,7 @@ pub async fn offer(runtime: &Runtime, route: &Route, origin: &str, bytes: Vec<u8
 
 /// Compiles `bytes` (from `origin`) for `route` off the message path and checks it against the
 /// route's limits; says why not, naming the source and the fix.
-async fn compile(
+pub async fn check(
     runtime: &Runtime,
     route: &Route,
     origin: &str,
@@ -101,7 +101,7 @@ async fn compile(
     };
     if let Err(trap) = handler.probe(&route.options).await {
         let reason = format!(
-            "component `{origin}`: cannot be instantiated within route `{}`'s limits: {trap}",
+            "component `{origin}`: cannot be instantiated within route `{}`'s limits: {trap}; raise the limit it names in `routes[].limits` (`memory_bytes`, say) or ship a component that fits",
             route.name
         );
         return Err(reason);
@@ -129,7 +129,7 @@ pub async fn offer_candidate(
     if route.candidate().is_some_and(|c| c.spec == spec) {
         return;
     }
-    match compile(runtime, route, origin, bytes).await {
+    match check(runtime, route, origin, bytes).await {
         Ok(handler) => {
             tracing::info!(route = %route.name, candidate = handler.digest(), mode = spec.mode.label(), origin, "running a candidate beside the live version");
             let candidate = Candidate::new(&route.name, spec, handler, actions.clone());
@@ -212,8 +212,14 @@ pub fn remove(route: &Route, origin: &str) {
 }
 
 fn refuse(route: &Route, current: Option<&Guest>, reason: String) -> Installed {
-    let serving = current.map(|g| g.digest()).unwrap_or("nothing");
-    tracing::error!(route = %route.name, serving, "refused a new version, still serving the previous one: {reason}");
+    match current {
+        Some(serving) => {
+            tracing::error!(route = %route.name, serving = serving.digest(), "refused a new version, still serving the previous one: {reason}")
+        }
+        None => {
+            tracing::error!(route = %route.name, "refused its component; the route is not served (its messages wait in the stream) until a version that loads arrives: {reason}")
+        }
+    }
     route.refuse(reason.clone());
     Installed::Refused { reason }
 }

@@ -7,8 +7,10 @@
 //!   NATS Object Store, so hosts on many machines load the same versions (`dedup-host deploy`).
 //! - [`dir`]: with `components.dir`, `<route>.wasm` files there, watched by file events.
 //! - [`install`]: compile off the message path, validate, swap atomically, or refuse.
+//! - [`check`]: what `run` and `setup` check of component files before they act.
 //! - [`status`]: each host reports the version it serves per route (`dedup-host routes`).
 
+pub mod check;
 pub mod dir;
 pub mod file;
 pub mod install;

@@ -7,7 +7,13 @@ use super::Config;
 use crate::runtime::engine::PoolTotals;
 
 /// What [`Config::longest_rerun_gap`] adds up, as error messages name it.
-pub const RERUN_GAP_TERMS: &str = "largest route limits.wall (default 3 x limits.deadline) + lease + clock_skew + largest backoff + ack_wait + claims.pause_margin";
+pub const RERUN_GAP_TERMS: &str = "largest route limits.wall (default 3 x limits.deadline) + lease + clock_skew + largest backoff (source.backoff, or the 5-minute outage backoff when longer) + ack_wait + claims.pause_margin";
+
+/// The longest nak delay after infrastructure errors (a claim store or output stream that
+/// does not answer, DESIGN.md rule 20). A message whose first outputs were published before
+/// another output's stream failed runs again this long after, at most: every window that
+/// protects its outputs must outlast it.
+pub const OUTAGE_BACKOFF_MAX: Duration = Duration::from_secs(300);
 
 impl Config {
     /// The nak delay after failed attempt number `attempt` (1-based).
@@ -66,9 +72,11 @@ impl Config {
 
     /// The longest time between two runs of one key that publish outputs ([`RERUN_GAP_TERMS`]): the longest
     /// route wall-clock limit (a run publishes at its end; [`crate::limits::Limits::wall_limit`]), a lease that lapsed plus the clock-skew
-    /// margin, the largest backoff, the ack wait before a redelivery, and the pause margin for
-    /// outages and stopped processes. Every stream a route publishes to must keep message ids
-    /// longer than this, or a re-run could publish an output twice (DESIGN.md §2 rule 6).
+    /// margin, the largest backoff (a guest's retry, or [`OUTAGE_BACKOFF_MAX`] after an output
+    /// stream failed with earlier outputs published), the ack wait before a redelivery, and
+    /// the pause margin for outages and stopped processes. Every stream a route publishes to
+    /// must keep message ids longer than this, or a re-run could publish an output twice
+    /// (DESIGN.md §2 rule 6).
     pub fn longest_rerun_gap(&self) -> Duration {
         let deadline = self
             .routes
@@ -79,7 +87,7 @@ impl Config {
         deadline
             + self.claims.lease
             + self.claims.clock_skew
-            + self.max_backoff()
+            + self.max_backoff().max(OUTAGE_BACKOFF_MAX)
             + self.source.ack_wait
             + self.claims.pause_margin
     }

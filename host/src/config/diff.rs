@@ -42,6 +42,7 @@ impl ConfigDiff {
             ("dead_letter", old.dead_letter == new.dead_letter),
             ("output_streams", old.output_streams == new.output_streams),
             ("components", old.components == new.components),
+            ("deployment", old.deployment == new.deployment),
         ];
         diff.restart_needed = sections
             .iter()

@@ -3,6 +3,7 @@
 //! one go and reports every problem with its field path.
 
 mod console;
+mod deployment;
 mod derived;
 pub mod diff;
 mod effects;
@@ -13,7 +14,8 @@ pub mod telemetry;
 mod validate;
 
 pub use console::ConsoleConfig;
-pub use derived::RERUN_GAP_TERMS;
+pub use deployment::DeploymentConfig;
+pub use derived::{OUTAGE_BACKOFF_MAX, RERUN_GAP_TERMS};
 pub use modes::{AckMode, ClaimMode, DedupMode, EffectsMode};
 pub use route::{
     KeySource, MissingKey, RouteConfig, DEFAULT_COMPILE_TIMEOUT, DEFAULT_MAX_COMPONENT_BYTES,
@@ -58,6 +60,9 @@ pub const DEFAULT_CONCURRENCY: usize = 64;
 pub const DEFAULT_MAX_IN_FLIGHT: usize = 256;
 /// Default bound on waiting for in-flight work at shutdown.
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+/// Default bound on the whole drain at shutdown: below Kubernetes' 30 s termination grace
+/// period, so the host reports what it could not ack before it is killed.
+pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(25);
 /// Default largest payload a route accepts.
 pub const DEFAULT_MAX_PAYLOAD: usize = 1 << 20;
 /// Default dead-letter subject.
@@ -100,6 +105,9 @@ pub struct Config {
     /// Where `dedup-host console` listens and who may log in.
     #[serde(default)]
     pub console: ConsoleConfig,
+    /// Which deployment this config belongs to: the owner recorded on what it creates.
+    #[serde(default)]
+    pub deployment: DeploymentConfig,
     /// Directory that relative paths (components, creds, certificates) are resolved against;
     /// set by [`Config::load`] to the config file's directory.
     #[serde(skip)]
@@ -201,6 +209,11 @@ pub struct HostConfig {
     /// How long shutdown waits for in-flight work.
     #[serde(with = "crate::durations")]
     pub shutdown_grace: Duration,
+    /// How long the whole drain at shutdown may take (in-flight work, acks, the final
+    /// flush): past it the host gives up flushing, says how many deliveries it could not ack
+    /// (they are redelivered and their claims answer), and exits non-zero.
+    #[serde(with = "crate::durations")]
+    pub drain_timeout: Duration,
     /// Where to serve `/metrics`, `/healthz` and `/readyz` (for example `0.0.0.0:9464`);
     /// nothing is served when unset.
     pub metrics_addr: Option<std::net::SocketAddr>,
@@ -232,6 +245,7 @@ impl Default for HostConfig {
             long_running_lanes: None,
             keep_resident_bytes: crate::runtime::engine::DEFAULT_KEEP_RESIDENT_BYTES,
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
+            drain_timeout: DEFAULT_DRAIN_TIMEOUT,
             metrics_addr: None,
             log_format: LogFormat::Text,
             ack: AckMode::Plain,

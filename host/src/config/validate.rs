@@ -194,7 +194,7 @@ impl Config {
             if o.effects == EffectsMode::Fenced && !self.window_route_reaches(&o.subjects) {
                 continue;
             }
-            p.check(o.duplicate_window > gap, format!("output_streams[{i}].duplicate_window"), format!("{:?} is shorter than the longest gap between two runs of one key ({gap:?} = {}): a re-run could publish an output twice", o.duplicate_window, super::RERUN_GAP_TERMS));
+            p.check(o.duplicate_window > gap, format!("output_streams[{i}].duplicate_window"), format!("output stream `{}` keeps message ids for {:?}, not longer than the longest gap between two runs of one key ({gap:?} = {}): a re-run could publish an output twice; raise its duplicate_window above {gap:?} (`dedup-host setup --apply` changes an existing stream), or shorten what the gap adds up", o.name, o.duplicate_window, super::RERUN_GAP_TERMS));
         }
         self.validate_source_outputs(p, gap);
         let dl_gap = self.dead_letter_gap();

@@ -1,19 +1,23 @@
 //! Who may use the console. It binds to loopback by default; on any other address it refuses
 //! to start without a token, or a user and password, from the config (`[console]`) or the
 //! environment (`DEDUP_CONSOLE_TOKEN`, `DEDUP_CONSOLE_USER`, `DEDUP_CONSOLE_PASSWORD`). On
-//! loopback without one, pages can be read freely and a token is made up at start (printed
-//! as a login link), so every change still needs it.
+//! loopback without one, pages can be read freely and a token is made up at start (printed,
+//! never in a URL), so every change still needs it. Every request must name a host the
+//! console answers to ([`super::hosts`]).
 //!
-//! A login sets an `HttpOnly`, `SameSite=Strict` session cookie derived from the secret;
-//! scripts may send `Authorization: Bearer <token>` instead. Every change is a POST carrying
-//! the CSRF value (also derived from the secret) in its form, and its `Origin`, when sent,
-//! must be the console's own.
+//! A login (a POST of the login form) sets an `HttpOnly`, `SameSite=Strict` session cookie
+//! holding a random token that expires ([`super::sessions`]; `Secure` behind HTTPS); a logout
+//! ends it. Scripts may send `Authorization: Bearer <token>` instead. Every change is a POST
+//! carrying the CSRF value (derived from the secret) in its form, and its `Origin`, when
+//! sent, must be the console's own.
 
 use std::net::SocketAddr;
 
 use axum::http::{header, HeaderMap};
 use sha2::{Digest, Sha256};
 
+use super::hosts::{AllowedHosts, HOSTS_ENV};
+use super::sessions::Sessions;
 use crate::config::ConsoleConfig;
 
 /// The session cookie's name.
@@ -42,6 +46,8 @@ pub struct Access {
     user: Option<String>,
     secret: String,
     configured: bool,
+    hosts: AllowedHosts,
+    sessions: Sessions,
 }
 
 impl Access {
@@ -51,6 +57,7 @@ impl Access {
         env: impl Fn(&str) -> Option<String>,
         addr: SocketAddr,
     ) -> Result<Self, AccessError> {
+        let hosts = AllowedHosts::new(addr, env(HOSTS_ENV).as_deref());
         let token = env("DEDUP_CONSOLE_TOKEN").or_else(|| config.token.clone());
         let user = env("DEDUP_CONSOLE_USER").or_else(|| config.user.clone());
         let password = env("DEDUP_CONSOLE_PASSWORD").or_else(|| config.password.clone());
@@ -66,6 +73,8 @@ impl Access {
                     user: None,
                     secret: made_up,
                     configured: false,
+                    hosts,
+                    sessions: Sessions::default(),
                 });
             }
             _ => return Err(AccessError::Incomplete),
@@ -77,6 +86,8 @@ impl Access {
             user,
             secret,
             configured: true,
+            hosts,
+            sessions: Sessions::default(),
         })
     }
 
@@ -103,9 +114,9 @@ impl Access {
         hex::encode(h.finalize())
     }
 
-    /// The session cookie's value.
-    pub fn session(&self) -> String {
-        self.derived("session")
+    /// Why a request naming `Host` `host` is not answered, if it is not.
+    pub fn host_refusal(&self, host: Option<&str>) -> Option<String> {
+        self.hosts.refusal(host)
     }
 
     /// The CSRF value every changing form carries.
@@ -133,17 +144,7 @@ impl Access {
         if bearer.is_some_and(|t| self.user.is_none() && self.check(None, t)) {
             return Some(name);
         }
-        let session = self.session();
-        let cookie = headers
-            .get_all(header::COOKIE)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(';'))
-            .filter_map(|pair| pair.trim().split_once('='))
-            .any(|(k, v)| {
-                k == COOKIE && Sha256::digest(v.as_bytes()) == Sha256::digest(session.as_bytes())
-            });
-        cookie.then_some(name)
+        session_token(headers).and_then(|t| self.sessions.who(&t))
     }
 
     /// Why a changing request is refused, if it is: not logged in, a wrong CSRF value, or a
@@ -170,13 +171,45 @@ impl Access {
         None
     }
 
-    /// The `Set-Cookie` value of a login.
-    pub fn login_cookie(&self) -> String {
+    /// Starts a session for a login whose secret was checked; returns the `Set-Cookie`
+    /// value (`secure` when the console is reached over HTTPS).
+    pub fn login_cookie(&self, secure: bool) -> String {
+        let name = self.user.clone().unwrap_or_else(|| "token".into());
+        let token = self.sessions.start(&name);
+        let secure = if secure { "; Secure" } else { "" };
         format!(
-            "{COOKIE}={}; HttpOnly; SameSite=Strict; Path=/",
-            self.session()
+            "{COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}{secure}",
+            self.sessions.ttl().as_secs()
         )
     }
+
+    /// Ends the request's session, if it has one; returns the `Set-Cookie` value that
+    /// removes the cookie.
+    pub fn logout_cookie(&self, headers: &HeaderMap) -> String {
+        if let Some(token) = session_token(headers) {
+            self.sessions.end(&token);
+        }
+        format!("{COOKIE}=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0")
+    }
+}
+
+/// The session token of the request's cookie, if it has one.
+fn session_token(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(k, _)| *k == COOKIE)
+        .map(|(_, v)| v.to_string())
+}
+
+/// Whether the request reached the console over HTTPS (through a proxy that terminates it).
+pub fn over_https(headers: &HeaderMap) -> bool {
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    header("x-forwarded-proto").is_some_and(|p| p.trim().eq_ignore_ascii_case("https"))
+        || header("origin").is_some_and(|o| o.starts_with("https://"))
 }
 
 /// Why a change was refused.
@@ -247,7 +280,18 @@ mod tests {
             access.refuse_change(&headers, Some(&csrf)),
             Some(Refusal::NotLoggedIn)
         );
-        let cookie = format!("other=1; {COOKIE}={}", access.session());
+        let forged = format!("{COOKIE}={}", access.derived("session"));
+        headers.insert(header::COOKIE, forged.parse().expect("header"));
+        assert_eq!(
+            access.who(&headers),
+            None,
+            "a cookie derived from the secret"
+        );
+        let set = access.login_cookie(false);
+        assert!(set.contains("HttpOnly; SameSite=Strict") && set.contains("Max-Age="));
+        assert!(!set.contains("Secure") && access.login_cookie(true).ends_with("; Secure"));
+        let token = set.split(';').next().unwrap().split_once('=').unwrap().1;
+        let cookie = format!("other=1; {COOKIE}={token}");
         headers.insert(header::COOKIE, cookie.parse().expect("header"));
         assert_eq!(access.who(&headers).as_deref(), Some("token"));
         assert_eq!(access.refuse_change(&headers, None), Some(Refusal::Csrf));
@@ -261,5 +305,7 @@ mod tests {
             access.refuse_change(&headers, Some(&csrf)),
             Some(Refusal::Origin)
         );
+        assert!(access.logout_cookie(&headers).contains("Max-Age=0"));
+        assert_eq!(access.who(&headers), None, "a logout ends the session");
     }
 }

@@ -45,7 +45,10 @@ pub fn page(title: &str, viewer: &Viewer, body: Markup) -> Markup {
                     }
                     span.who {
                         @match &viewer.who {
-                            Some(who) => { "logged in: " (who) }
+                            Some(who) => {
+                                "logged in: " (who) " "
+                                form.logout method="post" action="/logout" { (csrf(viewer)) button #logout type="submit" { "Log out" } }
+                            }
                             None => { a href="/login" { "log in" } }
                         }
                     }

@@ -1,5 +1,5 @@
 //! The console's other pages: the audit (run from the page), deploys (candidates, their
-//! differences and samples, promote and abort), the activity log, and the login.
+//! differences and samples, promote and abort), the activity log, and the login and logout.
 
 use std::net::SocketAddr;
 
@@ -17,23 +17,34 @@ use crate::candidate::record::{self, Sample};
 use crate::candidate::store as candidates;
 use crate::components::store;
 
-/// The audit page's query.
+/// The audit page's query, and its form (which runs it).
 #[derive(Debug, Default, Deserialize)]
 pub struct AuditQuery {
-    /// Run it now (the page alone only offers to).
-    #[serde(default)]
-    pub run: String,
     /// Only source messages newer than this (`1h`).
     #[serde(default)]
     pub since: String,
+    /// The CSRF value (the form's).
+    #[serde(default)]
+    pub csrf: Option<String>,
 }
 
-/// `GET /audit`.
-pub async fn audit(
+/// `GET /audit`: the page, which offers to run the audit (a GET never runs it: a link or an
+/// image on another site could).
+pub async fn audit(Reader(viewer): Reader, Query(q): Query<AuditQuery>) -> Response {
+    maud_response(audit_page(&viewer, &q.since, None))
+}
+
+/// `POST /audit`: runs the audit (a logged-in form with its CSRF value: it reads every
+/// stream and claim, which a foreign page must not make the console do).
+pub async fn run_audit(
     State(console): State<Shared>,
-    Reader(viewer): Reader,
-    Query(q): Query<AuditQuery>,
+    headers: HeaderMap,
+    Form(q): Form<AuditQuery>,
 ) -> Result<Response, Failure> {
+    let who = match console.allow_change(&headers, q.csrf.as_deref()) {
+        Ok(who) => who,
+        Err(denied) => return Ok(denied.into_response()),
+    };
     let since = match q.since.trim() {
         "" => None,
         s => Some(
@@ -42,19 +53,20 @@ pub async fn audit(
                     .map_err(|e| anyhow::anyhow!("`{s}` is not a duration such as 1h: {e}"))?,
         ),
     };
-    let report = if q.run == "1" {
-        Some(crate::ops::audit::run(&console.js, &console.config, since).await?)
-    } else {
-        None
-    };
+    let report = crate::ops::audit::run(&console.js, &console.config, since).await?;
+    let viewer = console.viewer(Some(who));
+    Ok(maud_response(audit_page(&viewer, &q.since, Some(&report))))
+}
+
+fn audit_page(viewer: &Viewer, since: &str, report: Option<&crate::ops::audit::Report>) -> Markup {
     let body = html! {
-        form.filter method="get" action="/audit" {
-            input type="hidden" name="run" value="1";
-            label { "messages newer than " input type="text" name="since" value=(q.since) placeholder="all, or 1h"; }
+        form.filter method="post" action="/audit" {
+            (csrf(viewer))
+            label { "messages newer than " input type="text" name="since" value=(since) placeholder="all, or 1h"; }
             button #run-audit type="submit" { "Run the audit" }
         }
-        p.meta { "Reconciles the source stream, the claims, the outputs and the dead letters (read-only)." }
-        @if let Some(r) = &report {
+        p.meta { "Reconciles the source stream, the claims, the outputs and the dead letters (read-only)." @if viewer.who.is_none() { " Running it needs a login." } }
+        @if let Some(r) = report {
             table #audit-summary { tbody {
                 tr { th { "messages" } td.num { (r.messages) } }
                 tr { th { "keys" } td.num { (r.keys) } }
@@ -76,7 +88,7 @@ pub async fn audit(
             }
         }
     };
-    Ok(maud_response(html::page("Audit", &viewer, body)))
+    html::page("Audit", viewer, body)
 }
 
 /// A readable claim key `<route>.k.<key>` links to its story; a hashed one is shown as text.
@@ -295,7 +307,7 @@ fn entry_row(e: &Entry) -> Markup {
     }
 }
 
-/// The login form, and `?token=` (the link a loopback console prints at start).
+/// The login form's fields.
 #[derive(Debug, Default, Deserialize)]
 pub struct Login {
     /// The user, when the console has one.
@@ -321,37 +333,57 @@ fn login_form(viewer: &Viewer, wants_user: bool, failed: bool) -> Markup {
     )
 }
 
-fn logged_in(console: &Shared) -> Response {
-    (
-        StatusCode::SEE_OTHER,
-        [(header::SET_COOKIE, console.access.login_cookie())],
-        Redirect::to("/"),
-    )
-        .into_response()
-}
-
-/// `GET /login`.
-pub async fn login_page(State(console): State<Shared>, Query(login): Query<Login>) -> Response {
-    if let Some(token) = &login.token {
-        if console.access.check(login.user.as_deref(), token) {
-            return logged_in(&console);
-        }
-    }
+/// `GET /login`: the form only (a secret in a URL would stay in histories and logs).
+pub async fn login_page(State(console): State<Shared>) -> Response {
     let viewer = Viewer::default();
-    maud_response(login_form(
-        &viewer,
-        console.access.wants_user(),
-        login.token.is_some(),
-    ))
+    maud_response(login_form(&viewer, console.access.wants_user(), false))
 }
 
-/// `POST /login`.
-pub async fn login(State(console): State<Shared>, Form(login): Form<Login>) -> Response {
+/// `POST /login`: a new session for the right secret.
+pub async fn login(
+    State(console): State<Shared>,
+    headers: HeaderMap,
+    Form(login): Form<Login>,
+) -> Response {
     let token = login.token.unwrap_or_default();
     if console.access.check(login.user.as_deref(), &token) {
-        return logged_in(&console);
+        let cookie = console
+            .access
+            .login_cookie(super::auth::over_https(&headers));
+        return (
+            StatusCode::SEE_OTHER,
+            [(header::SET_COOKIE, cookie)],
+            Redirect::to("/"),
+        )
+            .into_response();
     }
     let viewer = Viewer::default();
     let page = login_form(&viewer, console.access.wants_user(), true);
     (StatusCode::UNAUTHORIZED, maud_response(page)).into_response()
+}
+
+/// The logout form's fields.
+#[derive(Debug, Default, Deserialize)]
+pub struct Logout {
+    /// The CSRF value.
+    #[serde(default)]
+    pub csrf: Option<String>,
+}
+
+/// `POST /logout`: ends the session (its cookie no longer logs in, wherever it was copied).
+pub async fn logout(
+    State(console): State<Shared>,
+    headers: HeaderMap,
+    Form(form): Form<Logout>,
+) -> Response {
+    if let Err(denied) = console.allow_change(&headers, form.csrf.as_deref()) {
+        return denied.into_response();
+    }
+    let cookie = console.access.logout_cookie(&headers);
+    (
+        StatusCode::SEE_OTHER,
+        [(header::SET_COOKIE, cookie)],
+        Redirect::to("/"),
+    )
+        .into_response()
 }

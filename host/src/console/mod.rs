@@ -6,22 +6,26 @@
 //!
 //! Pages: [`overview`] (routes, hosts, live charts; a route's own page), [`keys`] (a key's
 //! story), [`letters`] (dead letters, bulk replay and purge), [`manage`] (audit, deploys,
-//! activity, login). Who may do what: [`auth`].
+//! activity, login). Who may do what: [`auth`], with [`sessions`] for logins and [`hosts`] for
+//! the `Host` names answered.
 
 pub mod auth;
+pub mod hosts;
 pub mod html;
 pub mod keys;
 pub mod letters;
 pub mod manage;
 pub mod overview;
+pub mod sessions;
 pub mod window;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use axum::extract::FromRequestParts;
+use axum::extract::{FromRequestParts, Request, State};
 use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::Router;
@@ -152,15 +156,38 @@ pub fn router(console: Shared) -> Router {
         .route("/keys", get(keys::page))
         .route("/letters", get(letters::list))
         .route("/letters/{item}", get(letters::one).post(letters::act))
-        .route("/audit", get(manage::audit))
+        .route("/audit", get(manage::audit).post(manage::run_audit))
         .route("/deploys", get(manage::deploys))
         .route("/deploys/{action}", post(manage::decide))
         .route("/activity", get(manage::activity))
         .route("/login", get(manage::login_page).post(manage::login))
+        .route("/logout", post(manage::logout))
         .route("/assets/console.js", get(script))
         .route("/assets/console.css", get(style))
+        .layer(axum::middleware::from_fn_with_state(
+            console.clone(),
+            answer_our_hosts,
+        ))
         .layer(axum::middleware::map_response(protect))
         .with_state(console)
+}
+
+/// Answers only requests that name a host the console answers to ([`hosts`]): 421 with the
+/// reason otherwise, before any page or change is looked at.
+async fn answer_our_hosts(State(console): State<Shared>, request: Request, next: Next) -> Response {
+    let host = request
+        .headers()
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .or_else(|| request.uri().authority().map(|a| a.as_str()));
+    match console.access.host_refusal(host) {
+        None => next.run(request).await,
+        Some(refusal) => (
+            StatusCode::MISDIRECTED_REQUEST,
+            format!("refused: {refusal}\n"),
+        )
+            .into_response(),
+    }
 }
 
 /// Headers on every answer: no inline script or style may run (so even text that slipped

@@ -144,7 +144,8 @@ pub async fn run(
             }
             continue; // no route: dead-lettered by the unrouted consumer, or waiting for it
         };
-        let derived = idempotency::derive(&route.key, &m.subject, m.headers.as_ref(), &m.payload);
+        let derived =
+            idempotency::derive_replayed(&route.key, &m.subject, m.headers.as_ref(), &m.payload);
         let id = match (derived, route.missing_key) {
             (Ok(k), _) => k,
             (Err(_), MissingKey::StreamSequence) => format!("seq-{}", m.sequence),

@@ -7,7 +7,8 @@
 //! replay run twice by mistake runs the key once: the second run finds the key completed (or
 //! in progress) and skips it, and its publish would repeat the first's message id. A route
 //! keyed by `Nats-Msg-Id` keeps its key: the replay carries the first message id in
-//! [`REPLAYED_MSG_ID`], which key derivation prefers.
+//! [`REPLAYED_MSG_ID`], which a host honours only after checking it against this letter
+//! (`crate::pipeline::replayed`: the letter's claim key, subject and payload).
 
 use std::time::SystemTime;
 
@@ -18,7 +19,7 @@ use serde::Serialize;
 
 use crate::claim::{key, ClaimState, ClaimStore as _};
 use crate::config::Config;
-use crate::idempotency::{MSG_ID, REPLAYED_MSG_ID};
+use crate::idempotency::{MSG_ID, REPLAYED_MSG_ID, REPLAY_ID_PREFIX};
 use crate::pipeline::effects::headers;
 use crate::runtime::outputs::CONTROL_HEADER_PREFIX;
 use crate::scan::{self, Stored};
@@ -103,6 +104,25 @@ impl Letter {
         }
         (!self.route.is_empty() && !self.key.is_empty())
             .then(|| key::encode(&self.route, &self.key))
+    }
+}
+
+impl Letter {
+    /// The original's `Nats-Msg-Id` when it was the key the host claimed (the letter's claim
+    /// key is made of it): what a replay asks to keep as its key. A producer's own copy of the
+    /// `Dedup-Original-Nats-Msg-Id` header (two values) or a key from elsewhere gives none;
+    /// the host checks the same against this letter before honouring it
+    /// (`crate::pipeline::replayed`).
+    fn first_msg_id(&self) -> Option<String> {
+        let m = self.stored.as_ref()?.headers.as_ref()?;
+        let name = format!("{}{MSG_ID}", headers::ORIGINAL_PREFIX);
+        let mut values = m.get_all(name.as_str());
+        let (Some(id), None) = (values.next(), values.next()) else {
+            return None;
+        };
+        let id = id.as_str().trim();
+        let recorded = m.get(headers::CLAIM_KEY)?.as_str();
+        (recorded == key::encode(&self.route, id)).then(|| id.to_string())
     }
 }
 
@@ -286,7 +306,7 @@ pub async fn replay(
             }
         }
         let detail = format!(
-            "on `{}` as message id `replay:{}`{}",
+            "on `{}` as message id `{REPLAY_ID_PREFIX}{}`{}",
             letter.subject,
             letter.sequence,
             if reset.is_some() {
@@ -314,14 +334,13 @@ pub async fn replay(
                 }
             }
         }
-        let first_id = letter.stored.as_ref().and_then(|m| {
-            m.header(&format!("{}{MSG_ID}", headers::ORIGINAL_PREFIX))
-                .map(str::to_string)
-        });
-        if let Some(id) = first_id {
+        if let Some(id) = letter.first_msg_id() {
             h.insert(REPLAYED_MSG_ID, id.as_str());
         }
-        h.insert(MSG_ID, format!("replay:{}", letter.sequence).as_str());
+        h.insert(
+            MSG_ID,
+            format!("{REPLAY_ID_PREFIX}{}", letter.sequence).as_str(),
+        );
         let published = match js
             .publish_with_headers(letter.subject.clone(), h, payload)
             .await

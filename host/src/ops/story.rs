@@ -86,7 +86,7 @@ pub async fn tell(
                     r.subject
                 );
             }
-            idempotency::derive(&r.key, &m.subject, Some(&m.headers), &m.payload)
+            idempotency::derive_replayed(&r.key, &m.subject, Some(&m.headers), &m.payload)
                 .map_err(|e| anyhow::anyhow!("source message {seq} has no key: {e}"))?
         }
     };
@@ -151,7 +151,7 @@ pub async fn tell(
         .await?
         .into_iter()
         .filter(|m| {
-            idempotency::derive(&r.key, &m.subject, m.headers.as_ref(), &m.payload)
+            idempotency::derive_replayed(&r.key, &m.subject, m.headers.as_ref(), &m.payload)
                 .is_ok_and(|k| k == key)
         })
         .map(|m| m.sequence)

@@ -145,26 +145,27 @@ impl<S: ClaimStore> Shared<S> {
         outputs: &[crate::bindings::Output],
     ) {
         let metrics = &a.route.metrics;
-        if let Some(reason) = effects::oversized(&self.js, a.claim_key, outputs) {
+        let trace = trace_context(a.d);
+        let outgoing = effects::prepare_outputs(a.claim_key, outputs, &a.d.trace, &trace);
+        let sizes = outgoing.iter().map(|o| o.wire_size());
+        let subjects = outputs.iter().map(|o| o.subject.as_str());
+        if let Some(reason) = effects::oversized(&self.js, a.claim_key, subjects.zip(sizes)) {
             metrics.trap(TrapKind::OutputLimit.as_str());
             return self.give_up_after(a, attempt, &reason).await;
         }
-        let trace = trace_context(a.d);
-        let published =
-            match effects::publish_outputs(&self.js, a.claim_key, outputs, &a.d.trace, trace).await
-            {
-                Ok(published) => published,
-                Err(e) => {
-                    tracing::warn!("{e:#}, will retry");
-                    metrics.outcome(MessageOutcome::Error);
-                    return self
-                        .settle(
-                            a.d,
-                            AckKind::Nak(Some(outage_retry(&a.route.metrics, a.d.delivered))),
-                        )
-                        .await;
-                }
-            };
+        let published = match effects::publish_outputs(&self.js, outgoing).await {
+            Ok(published) => published,
+            Err(e) => {
+                tracing::warn!("{e:#}, will retry");
+                metrics.outcome(MessageOutcome::Error);
+                return self
+                    .settle(
+                        a.d,
+                        AckKind::Nak(Some(outage_retry(&a.route.metrics, a.d.delivered))),
+                    )
+                    .await;
+            }
+        };
         let duplicates = published.iter().filter(|o| o.duplicate).count() as u64;
         metrics.outputs(outputs.len() as u64);
         metrics.hit(DedupLayer::Output, duplicates);

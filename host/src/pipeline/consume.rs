@@ -58,9 +58,17 @@ impl<S: ClaimStore> Shared<S> {
         }
         let source = self.js.get_stream(&self.config.source.stream).await?;
         match route {
-            Some(r) => crate::setup::route_consumer(&source, &self.config, &r.name, &r.subject)
-                .await
-                .map(Some),
+            // The route as served decides, not `self.config` (frozen at start): a reload
+            // may have added the route or made it exclusive.
+            Some(r) => crate::setup::route_consumer(
+                &source,
+                &self.config,
+                &r.name,
+                &r.subject,
+                r.exclusive.is_some(),
+            )
+            .await
+            .map(Some),
             None => crate::setup::unrouted_consumer(&source, &self.config).await,
         }
     }

@@ -10,7 +10,8 @@ use crate::metrics::RouteMetrics;
 const INFRA_RETRY_FIRST: Duration = Duration::from_secs(1);
 /// Longest nak delay after infrastructure errors: with the server's delivery bound (default
 /// 100) a message survives hours of outage instead of 100 seconds.
-pub(super) const INFRA_RETRY_MAX: Duration = Duration::from_secs(300);
+/// The config's duplicate-window rule counts it ([`crate::config::Config::longest_rerun_gap`]).
+pub(super) const INFRA_RETRY_MAX: Duration = crate::config::OUTAGE_BACKOFF_MAX;
 
 /// How many deliveries count as one more failure in a row for [`outage_retry`].
 const DELIVERIES_PER_FAILURE: u64 = 4;

@@ -5,6 +5,7 @@ use crate::telemetry::{Child, Trace};
 use async_nats::jetstream::context::{PublishError, PublishErrorKind};
 use async_nats::jetstream::Context;
 use async_nats::HeaderMap;
+use base64::Engine as _;
 use futures::future::try_join_all;
 use opentelemetry::trace::SpanKind;
 use opentelemetry::KeyValue;
@@ -39,6 +40,9 @@ pub mod headers {
     /// Set when the letter's payload was cut to fit the server's max payload: the original
     /// payload's size in bytes (read the whole message at `Dedup-Stream-Sequence`).
     pub const TRUNCATED: &str = "Dedup-Truncated";
+    /// The original's header block, base64, when it could not be parsed (not UTF-8, a line
+    /// without `:`): a letter's own headers must be valid, so it is kept encoded, byte for byte.
+    pub const RAW_HEADERS: &str = "Dedup-Raw-Headers";
     /// The prefix the original's `Nats-*` headers are kept under (`Nats-TTL` becomes
     /// `Dedup-Original-Nats-TTL`), so they cannot act on the dead-letter stream.
     pub const ORIGINAL_PREFIX: &str = "Dedup-Original-";
@@ -48,80 +52,155 @@ pub mod headers {
 /// 10054): no retry can store it.
 const MESSAGE_TOO_BIG_FOR_STREAM: &str = "error code 10054";
 
-/// Room kept under the server's max payload for the protocol line and rounding.
+/// Room kept under the server's max payload for a dead letter's protocol line and rounding.
 const SIZE_MARGIN: usize = 512;
+
+/// The longest batch headers a fenced output carries on top of its own
+/// ([`crate::fenced::commit::send_batch`]): `Nats-Batch-Id: <32 hex>` and
+/// `Nats-Batch-Sequence: <at most 4 digits>` (a batch holds at most 1,000 messages).
+pub const FENCED_BATCH_HEADER_BYTES: usize =
+    (crate::fenced::commit::headers::BATCH_ID.len() + 32 + 4)
+        + (crate::fenced::commit::headers::BATCH_SEQUENCE.len() + 4 + 4);
 
 pub use crate::claim::key::output_id;
 
-/// Why an output can never be stored, if one cannot: it is bigger than the server's
-/// `max_payload` with the headers the host adds (`claim_key` names its ids). Checked one by one
-/// before the first publish or batch message: a permanent fault of the handler's, never an
-/// outage to retry (a refused publish would come back forever; a partial fenced batch would be
-/// left behind every time).
-pub fn oversized(js: &Context, claim_key: &str, outputs: &[Output]) -> Option<String> {
-    if outputs.is_empty() {
-        return None;
+/// One output as it goes out: its subject, every header it is published with (the guest's,
+/// the trace context, its message id), its payload, and the span of its publish.
+pub struct Outgoing {
+    subject: String,
+    headers: HeaderMap,
+    payload: bytes::Bytes,
+    send: Child,
+}
+
+impl Outgoing {
+    /// What nats-server counts against its `max_payload` for this publish.
+    pub fn wire_size(&self) -> usize {
+        wire_size(&self.headers, self.payload.len())
     }
+}
+
+/// What nats-server counts against `max_payload` for one HPUB: the whole header block
+/// (`NATS/1.0\r\n`, each `name: value\r\n`, the final `\r\n`) plus the payload.
+pub fn wire_size(headers: &HeaderMap, payload: usize) -> usize {
+    header_bytes(headers) + payload
+}
+
+/// The headers output `o` is published with: its own, then each of `trace` it does not set
+/// itself, then `id` (`Nats-Msg-Id`, or a fenced output's [`crate::fenced::OUTPUT_ID`]).
+pub fn output_headers(o: &Output, trace: &[(&str, &str)], id: (&str, &str)) -> HeaderMap {
+    // Outputs were checked at the sandbox boundary (`runtime::outputs`).
+    let mut h = header_map(&o.headers);
+    for (name, value) in trace {
+        if h.get(*name).is_none() {
+            h.insert(*name, *value);
+        }
+    }
+    h.insert(id.0, id.1);
+    h
+}
+
+/// Lays out `outputs` of the key `claim_key` as they will be published: each with its
+/// `send <subject>` span (a child of `delivery`), that span's trace context, or with traces
+/// off `inherited` (the event's `traceparent` and `tracestate`), and its message id.
+pub fn prepare_outputs(
+    claim_key: &str,
+    outputs: &[Output],
+    delivery: &Trace,
+    inherited: &[(&str, &str)],
+) -> Vec<Outgoing> {
+    outputs
+        .iter()
+        .enumerate()
+        .map(|(i, o)| {
+            let send = send_span(delivery, &o.subject, i);
+            let own = send.headers();
+            let mut trace: Vec<(&str, &str)> = own
+                .iter()
+                .flatten()
+                .map(|(n, v)| (*n, v.as_str()))
+                .collect();
+            trace.extend(inherited.iter().copied());
+            let id = output_id(claim_key, i);
+            let headers = output_headers(o, &trace, ("Nats-Msg-Id", &id));
+            Outgoing {
+                subject: o.subject.clone(),
+                headers,
+                payload: o.payload.clone().into(),
+                send,
+            }
+        })
+        .collect()
+}
+
+/// Why an output can never be stored, if one cannot: as published (`sizes`, each its
+/// subject and [`wire_size`]) it is over the server's `max_payload` (`js`'s connection's).
+/// Checked before the first publish or batch message: a permanent fault of the handler's,
+/// never an outage to retry (the server answers an over-size publish by closing the
+/// connection, which would drop every route's acks and heartbeats, every time).
+pub fn oversized<'a>(
+    js: &Context,
+    claim_key: &str,
+    sizes: impl IntoIterator<Item = (&'a str, usize)>,
+) -> Option<String> {
     // The client's copy of the server's limit: `server_info()` would clone all of the
     // server's info (a dozen strings) for every message.
-    let max = js.client().max_payload();
-    let sizes = outputs.iter().map(|o| {
-        (
-            o.subject.as_str(),
-            crate::runtime::outputs::output_size(o) as usize,
-        )
-    });
-    over_max_payload(max, claim_key, sizes)
+    over_max_payload(js.client().max_payload(), claim_key, sizes)
 }
 
 /// [`oversized`] for a server whose `max_payload` is `max`, given each output's subject and
-/// size (headers and payload, before the host's own headers).
+/// wire size (its header block as published, with the host's headers, plus its payload).
 pub fn over_max_payload<'a>(
     max: usize,
     claim_key: &str,
     outputs: impl IntoIterator<Item = (&'a str, usize)>,
 ) -> Option<String> {
-    let overhead = 2 * (claim_key.len() + 64) + SIZE_MARGIN;
     outputs.into_iter().enumerate().find_map(|(i, (subject, size))| {
-        let size = size + overhead;
         (max > 0 && size > max).then(|| {
             format!(
-                "output {i} to `{}` is {size} bytes with the host's headers, over the server's max_payload of {max} bytes: it can never be stored; return smaller outputs (or raise max_payload on every server)",
+                "output {i} (`{}`) to `{}` is {size} bytes as published (headers, the host's and the inherited trace context included, plus payload), over the server's max_payload of {max} bytes: it can never be stored; return smaller outputs (or raise max_payload on every server)",
+                text::header_value(&output_id(claim_key, i)),
                 text::header_value(subject)
             )
         })
     })
 }
 
-/// Publishes outputs in order, pipelined, and waits for every stream ack. Returns where each
-/// was stored (a duplicate's sequence is the copy stored first). Each output that does not
-/// set its own trace context carries its `send <subject>` span's (a child of `delivery`),
-/// or, with traces off, `inherited` (the event's `traceparent` and `tracestate`).
+/// The sizes of a fenced commit's `outputs` as the server counts them: each with its
+/// `trace` context, its [`crate::fenced::OUTPUT_ID`] under `claim_key` and the batch
+/// headers ([`FENCED_BATCH_HEADER_BYTES`], at their longest).
+pub fn fenced_sizes<'a>(
+    claim_key: &'a str,
+    outputs: &'a [Output],
+    trace: &'a [(&str, &str)],
+) -> impl Iterator<Item = (&'a str, usize)> + 'a {
+    outputs.iter().enumerate().map(move |(i, o)| {
+        let id = output_id(claim_key, i);
+        let headers = output_headers(o, trace, (crate::fenced::OUTPUT_ID, &id));
+        let size = wire_size(&headers, o.payload.len()) + FENCED_BATCH_HEADER_BYTES;
+        (o.subject.as_str(), size)
+    })
+}
+
+/// Publishes outputs laid out by [`prepare_outputs`] in order, pipelined, and waits for
+/// every stream ack. Returns where each was stored (a duplicate's sequence is the copy
+/// stored first).
 pub async fn publish_outputs(
     js: &Context,
-    claim_key: &str,
-    outputs: &[Output],
-    delivery: &Trace,
-    inherited: Vec<(&str, &str)>,
+    outgoing: Vec<Outgoing>,
 ) -> anyhow::Result<Vec<OutputRef>> {
-    let mut acks = Vec::with_capacity(outputs.len());
-    for (i, o) in outputs.iter().enumerate() {
-        // Outputs were checked at the sandbox boundary (`runtime::outputs`).
-        let mut h = header_map(&o.headers);
-        let send = send_span(delivery, &o.subject, i);
-        let own = send.headers();
-        let trace = own.iter().flatten().map(|(n, v)| (*n, v.as_str()));
-        for (name, value) in trace.chain(inherited.iter().copied()) {
-            if h.get(name).is_none() {
-                h.insert(name, value);
-            }
-        }
-        h.insert("Nats-Msg-Id", output_id(claim_key, i).as_str());
+    let mut acks = Vec::with_capacity(outgoing.len());
+    for (i, o) in outgoing.into_iter().enumerate() {
+        let Outgoing {
+            subject,
+            headers,
+            payload,
+            send,
+        } = o;
         let ack = js
-            .publish_with_headers(o.subject.clone(), h, o.payload.clone().into())
+            .publish_with_headers(subject.clone(), headers, payload)
             .await
-            .map_err(|e| anyhow::anyhow!("publishing output {i} on `{}`: {e}", o.subject))?;
-        let subject = o.subject.as_str();
+            .map_err(|e| anyhow::anyhow!("publishing output {i} on `{subject}`: {e}"))?;
         acks.push(async move {
             let _send = send; // ends with the stream's ack
             match ack.await {
@@ -131,7 +210,7 @@ pub async fn publish_outputs(
                     duplicate: a.duplicate,
                 }),
                 // A forever stream already holds this subject's message: a duplicate.
-                Err(e) if forever::refused_as_duplicate(&e) => held(js, subject).await,
+                Err(e) if forever::refused_as_duplicate(&e) => held(js, &subject).await,
                 Err(e) => Err(anyhow::anyhow!(
                     "output {i}: {e} (is a stream capturing this subject?)"
                 )),
@@ -240,6 +319,10 @@ pub async fn publish_dead_letter(
             h.append(kept.as_str(), v.clone());
         }
     }
+    if let Some(raw) = &original.raw_headers {
+        let encoded = base64::engine::general_purpose::STANDARD.encode(raw);
+        h.insert(headers::RAW_HEADERS, encoded.as_str());
+    }
     h.insert(headers::REASON, text::header_value(letter.reason).as_str());
     h.insert(headers::ATTEMPT, letter.attempt.to_string().as_str());
     h.insert(headers::ROUTE, letter.route);
@@ -318,8 +401,8 @@ fn keep_dedup_headers(h: &HeaderMap) -> HeaderMap {
     let mut kept = HeaderMap::new();
     for (name, values) in h.iter() {
         let n: &str = name.as_ref();
-        if n.starts_with("Dedup-") && !n.starts_with(headers::ORIGINAL_PREFIX) || n == "Nats-Msg-Id"
-        {
+        let original = n.starts_with(headers::ORIGINAL_PREFIX) || n == headers::RAW_HEADERS;
+        if n.starts_with("Dedup-") && !original || n == "Nats-Msg-Id" {
             for v in values {
                 kept.append(name.clone(), v.clone());
             }

@@ -15,7 +15,6 @@ use super::Shared;
 use crate::bindings::{Event, Header};
 use crate::claim::{ClaimError, ClaimOutcome, ClaimStore, Lease};
 use crate::config::MissingKey;
-use crate::idempotency;
 use crate::metrics::MessageOutcome;
 use crate::routes::{Guest, Route};
 use crate::runtime::{Invocation, Outcome, TrapKind};
@@ -221,6 +220,13 @@ impl<S: ClaimStore> Shared<S> {
         // Made only where a line may follow: a span per message was 5 % of the no-op
         // guard's CPU.
         let log_span = || d.span(&route.name);
+        if self
+            .dead_letter_unreadable(d, &route.name)
+            .instrument(log_span())
+            .await
+        {
+            return None;
+        }
         if d.message.payload.len() > route.max_payload_bytes {
             let reason = format!(
                 "payload of {} bytes exceeds route `{}`'s max_payload_bytes of {}",
@@ -233,14 +239,9 @@ impl<S: ClaimStore> Shared<S> {
                 .await;
             return None;
         }
-        let key = match idempotency::derive(
-            &route.key,
-            &d.message.subject,
-            d.message.headers.as_ref(),
-            &d.message.payload,
-        ) {
-            Ok(key) => key,
-            Err(missing) => match route.missing_key {
+        let key = match self.derive_key(d, &route).await {
+            Ok(Ok(key)) => key,
+            Ok(Err(missing)) => match route.missing_key {
                 MissingKey::DeadLetter => {
                     let reason = missing.to_string();
                     self.dead_letter_unclaimed(d, &route.name, "", &reason)
@@ -250,6 +251,15 @@ impl<S: ClaimStore> Shared<S> {
                 }
                 MissingKey::StreamSequence => format!("seq-{}", d.sequence),
             },
+            Err(unavailable) => {
+                log_span().in_scope(|| tracing::warn!("{unavailable}"));
+                route.metrics.outcome(MessageOutcome::Error);
+                let delay = outage_retry(&route.metrics, d.delivered);
+                self.settle(d, AckKind::Nak(Some(delay)))
+                    .instrument(log_span())
+                    .await;
+                return None;
+            }
         };
         // The version now served runs this message to its end, whatever is swapped meanwhile.
         let Some(guest) = route.guest_for(&key) else {
@@ -408,33 +418,6 @@ impl<S: ClaimStore> Shared<S> {
             }
             Outcome::Trap(trap) => self.retry_or_give_up(c, &trap.to_string(), None).await,
             Outcome::Reject { reason } => self.give_up(c, &reason).await,
-        }
-    }
-}
-
-impl<S: ClaimStore> Shared<S> {
-    /// Whether a coalescing route's message has a newer one of its entity waiting.
-    async fn superseded(&self, c: &Claimed<'_, S>) -> bool {
-        let coalesce = c.route.exclusive.as_ref().is_some_and(|e| e.coalesce);
-        let Some((subject, sequence)) = c.d.queued.as_ref().filter(|_| coalesce) else {
-            return false;
-        };
-        let Ok(queue) = self
-            .js
-            .get_stream_no_info(crate::exclusive::stream_name(&self.config))
-            .await
-        else {
-            return false;
-        };
-        match queue
-            .get_last_raw_message_by_subject(subject.as_str())
-            .await
-        {
-            Ok(newest) => newest.sequence > *sequence,
-            Err(e) => {
-                tracing::debug!("cannot tell whether a newer message waits, running this one: {e}");
-                false
-            }
         }
     }
 }

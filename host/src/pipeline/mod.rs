@@ -6,14 +6,17 @@
 //! - `after`: a claim-after route's message (run, publish, then create the key completed).
 //! - `consume`: pulling a consumer's messages, re-creating it when it is deleted.
 //! - `queue`: an exclusive route's messages queued per entity, in order.
+//! - `coalesce`: whether a coalescing route skips a message for a newer one that will run.
 //! - `message`: one message, from its key and claim to the guest's outcome.
 //! - `guest_call`: a guest call, on the calling thread or the guest threads.
 //! - `undeliverable`: dead-letters what the server gave up delivering, now or once it can.
+//! - `unreadable`: dead-letters at once a message whose header block the client could not parse.
 //! - `settle`: what follows the outcome (publish and ack, retry, release, dead-letter).
 //! - [`heartbeat`]: lease renewal plus progress acks while a guest runs.
 //! - [`effects`]: outputs and dead letters, with deterministic message ids.
 
 mod after;
+mod coalesce;
 mod consume;
 mod delays;
 pub mod effects;
@@ -21,8 +24,10 @@ mod guest_call;
 pub mod heartbeat;
 mod message;
 mod queue;
+mod replayed;
 mod settle;
 mod undeliverable;
+mod unreadable;
 
 pub use delays::{busy_delay, infra_retry_ceiling};
 

@@ -37,6 +37,9 @@ impl<S: ClaimStore> Shared<S> {
             return;
         };
         let d = Delivery::new(message, sequence, delivered);
+        if self.dead_letter_unreadable(&d, &route.name).await {
+            return;
+        }
         let entity = match idempotency::derive(
             &exclusive.by,
             &d.message.subject,

@@ -29,23 +29,22 @@ impl<S: ClaimStore> Shared<S> {
         outputs: &[Output],
         published: &AtomicBool,
     ) {
-        if let Some(reason) = effects::oversized(&self.js, c.lease.key(), outputs) {
-            c.route
-                .metrics
-                .trap(crate::runtime::TrapKind::OutputLimit.as_str());
-            return self.give_up(c, &reason).await;
-        }
         if c.route.fenced.is_some() {
             return self.commit_fenced(c, outputs).await;
+        }
+        let trace = trace_context(c.d);
+        let outgoing = effects::prepare_outputs(c.lease.key(), outputs, &c.d.trace, &trace);
+        let sizes = outgoing.iter().map(|o| o.wire_size());
+        let subjects = outputs.iter().map(|o| o.subject.as_str());
+        if let Some(reason) = effects::oversized(&self.js, c.lease.key(), subjects.zip(sizes)) {
+            return self.give_up_oversized(c, &reason).await;
         }
         if let Err(e) = c.lease.confirm().await {
             return self.write_failed(c, e, false).await;
         }
         // Raced against losing the lease by the heartbeat around this work (rule 16).
         published.store(!outputs.is_empty(), Ordering::Relaxed);
-        let trace = trace_context(c.d);
-        let published =
-            effects::publish_outputs(&self.js, c.lease.key(), outputs, &c.d.trace, trace).await;
+        let published = effects::publish_outputs(&self.js, outgoing).await;
         let published = match published {
             Ok(published) => published,
             Err(e) => {
@@ -87,6 +86,11 @@ impl<S: ClaimStore> Shared<S> {
             None => trace_context(c.d),
         };
         let claim_key = crate::fenced::claim_key_of(stream, subject).unwrap_or(subject);
+        let sizes = effects::fenced_sizes(claim_key, outputs, &trace);
+        if let Some(reason) = effects::oversized(&self.js, claim_key, sizes) {
+            // Sent, it would fail the whole batch (and every commit grouped with it).
+            return self.give_up_oversized(c, &reason).await;
+        }
         let started = std::time::Instant::now();
         let committed = c
             .lease
@@ -121,6 +125,13 @@ impl<S: ClaimStore> Shared<S> {
         c.route.metrics.outputs(outputs.len() as u64);
         c.route.metrics.outcome(MessageOutcome::Processed);
         self.ack_recorded(c).await;
+    }
+
+    /// Outputs that can never be stored: the handler's fault, dead-lettered at once.
+    async fn give_up_oversized(&self, c: &Claimed<'_, S>, reason: &str) {
+        let kind = crate::runtime::TrapKind::OutputLimit;
+        c.route.metrics.trap(kind.as_str());
+        self.give_up(c, reason).await
     }
 
     /// A coalescing route's message with a newer one of its entity waiting: completed

@@ -1,11 +1,11 @@
 //! Messages the server gave up delivering: their consumer reached `source.server_max_deliver`
-//! (an outage that outlasted every retry, or a message whose headers the client cannot parse:
-//! bytes that are not UTF-8, stored through a raw `HPUB`, make async-nats drop the whole
-//! connection each time it is delivered, so the pipeline never sees it). The server then
-//! publishes a `MAX_DELIVERIES` advisory, for the source stream and for an exclusive route's
-//! queue stream alike; this loop reads the message through the JetStream API (where headers
-//! arrive base64-encoded), cleans its headers, and dead-letters it, unless its key was settled
-//! meanwhile (then it was only a duplicate).
+//! (an outage that outlasted every retry, or a message the client cannot parse at all, such as
+//! a subject that is not UTF-8: async-nats drops the connection each time it is delivered, so
+//! the pipeline never sees it; an unparsable header block is delivered, see `unreadable`).
+//! The server then publishes a `MAX_DELIVERIES` advisory, for the source stream and for an
+//! exclusive route's queue stream alike; this loop reads the message through the JetStream API
+//! (where headers arrive base64-encoded), cleans its headers, and dead-letters it, unless its
+//! key was settled meanwhile (then it was only a duplicate).
 //!
 //! A letter that cannot be stored now (the dead-letter stream is missing, full or
 //! unreachable), or an advisory no host heard, must not lose the message: it stays in its
@@ -331,5 +331,6 @@ fn decode(stored: StoredMessage) -> anyhow::Result<Message> {
         status: None,
         description: None,
         length,
+        raw_headers: None,
     })
 }

@@ -3,9 +3,11 @@
 //!
 //! An output is refused (a permanent [`TrapKind::ForbiddenOutput`]) when its subject is not a
 //! literal subject, lies in a server namespace (`$JS.`, `$KV.`, ...) or outside the route's
-//! `allowed_outputs`, or when a header is malformed or is a `Nats-*` control header (the host
-//! alone sets `Nats-Msg-Id`; `Nats-Rollup`, `Nats-TTL` or `Nats-Expected-*` from a guest could
-//! purge or break a shared stream).
+//! `allowed_outputs`, or when a header is malformed or is one the host gives meaning to
+//! (DESIGN rule 22): a `Nats-*` control header (the host alone sets `Nats-Msg-Id`;
+//! `Nats-Rollup`, `Nats-TTL` or `Nats-Expected-*` from a guest could purge or break a shared
+//! stream), a `Dedup-*` header (`Dedup-Replayed-Msg-Id` would choose a downstream route's
+//! idempotency key) or the trace context the host carries itself (`traceparent`, `tracestate`).
 
 use std::str::FromStr;
 
@@ -18,6 +20,14 @@ use crate::subject;
 
 /// The prefix of JetStream's control headers, compared case-insensitively.
 pub const CONTROL_HEADER_PREFIX: &str = "nats-";
+
+/// The prefix of the host's own headers (dead letters, replays, fenced outputs), compared
+/// case-insensitively.
+pub const HOST_HEADER_PREFIX: &str = "dedup-";
+
+/// The trace-context headers the host copies from an event to its outputs, compared
+/// case-insensitively.
+pub const TRACE_HEADERS: [&str; 2] = ["traceparent", "tracestate"];
 
 /// Enforces the output count and size limits, then checks every output's subject and headers.
 pub fn check_outputs(outputs: Vec<Output>, options: &InvokeOptions) -> Outcome {
@@ -87,12 +97,19 @@ pub fn check_header(h: &Header) -> Result<(), String> {
             name.escape_debug()
         ));
     }
-    if h.name
-        .get(..CONTROL_HEADER_PREFIX.len())
-        .is_some_and(|p| p.eq_ignore_ascii_case(CONTROL_HEADER_PREFIX))
-    {
+    if has_prefix(&h.name, CONTROL_HEADER_PREFIX) {
         return Err(format!(
             "header `{name}` is a JetStream control header; only the host sets `Nats-*` headers"
+        ));
+    }
+    if has_prefix(&h.name, HOST_HEADER_PREFIX) {
+        return Err(format!(
+            "header `{name}` is the host's; only the host sets `Dedup-*` headers (name it `X-...`)"
+        ));
+    }
+    if TRACE_HEADERS.iter().any(|t| h.name.eq_ignore_ascii_case(t)) {
+        return Err(format!(
+            "header `{name}` is trace context, which the host carries from the event itself"
         ));
     }
     if HeaderValue::from_str(&h.value).is_err()
@@ -103,6 +120,12 @@ pub fn check_header(h: &Header) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// Whether `name` starts with `prefix`, in any case.
+fn has_prefix(name: &str, prefix: &str) -> bool {
+    name.get(..prefix.len())
+        .is_some_and(|p| p.eq_ignore_ascii_case(prefix))
 }
 
 /// Builds the header map of an already checked output.
@@ -128,14 +151,21 @@ fn shorten(s: &str) -> String {
     out
 }
 
-/// Bytes an output occupies on the wire, roughly: subject, payload and headers.
+/// Bytes an output occupies on the wire as the guest returned it: its subject, its payload
+/// and its header block as sent (`NATS/1.0\r\n`, each `name: value\r\n`, the final
+/// `\r\n`). The host's own headers come on top; what is checked against the server's
+/// `max_payload` is the message as published (`pipeline::effects::wire_size`).
 pub fn output_size(output: &Output) -> u64 {
-    let headers: usize = output
+    let lines: usize = output
         .headers
         .iter()
-        .map(|h| h.name.len() + h.value.len())
+        .map(|h| h.name.len() + ": ".len() + h.value.len() + "\r\n".len())
         .sum();
-    (output.subject.len() + output.payload.len() + headers) as u64
+    let block = match output.headers.is_empty() {
+        true => 0,
+        false => "NATS/1.0\r\n".len() + lines + "\r\n".len(),
+    };
+    (output.subject.len() + output.payload.len() + block) as u64
 }
 
 #[cfg(test)]
@@ -180,6 +210,13 @@ mod tests {
             ("nats-ttl", "1s"),
             ("NATS-Expected-Stream", "X"),
             ("Nats-Msg-Id", "forged"),
+            ("Dedup-Replayed-Msg-Id", "victim"),
+            ("dedup-reset-revision", "1"),
+            (
+                "Traceparent",
+                "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+            ),
+            ("tracestate", "a=b"),
             ("Bad Name", "v"),
             ("Bad:Name", "v"),
             ("Bäd", "v"),

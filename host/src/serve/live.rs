@@ -55,6 +55,9 @@ pub(crate) struct Live {
     pub(crate) instance_id: String,
     /// The deployment's route contracts ([`crate::contract`]).
     contracts: async_nats::jetstream::kv::Store,
+    /// The contract this host last agreed on, per route: what it keeps serving under when
+    /// the record is deleted (a host never records it again).
+    held: Mutex<BTreeMap<String, crate::contract::RouteContract>>,
     served: tokio::sync::Mutex<BTreeMap<String, Served>>,
     /// Routes replaced or removed by a reload, still draining.
     draining: Mutex<Vec<JoinHandle<()>>>,
@@ -92,6 +95,7 @@ impl Live {
             routes,
             instance_id,
             contracts,
+            held: Mutex::default(),
             served: tokio::sync::Mutex::default(),
             draining: Mutex::default(),
             poke,
@@ -114,7 +118,13 @@ impl Live {
         }
         let source = self.js.get_stream(&config.source.stream).await?;
         let consumer = crate::setup::patiently(|| {
-            crate::setup::route_consumer(&source, &config, &route.name, &route.subject)
+            crate::setup::route_consumer(
+                &source,
+                &config,
+                &route.name,
+                &route.subject,
+                route.exclusive.is_some(),
+            )
         })
         .await?;
         let (stop, stopped) = watch::channel(false);
@@ -176,15 +186,33 @@ impl Live {
         let Some(rc) = config.routes.iter().find(|r| r.name == route.name) else {
             return Ok(false);
         };
+        let held = self
+            .held
+            .lock()
+            .expect("held lock")
+            .get(&route.name)
+            .cloned();
         let agreed = crate::setup::patiently(|| async {
-            match crate::contract::agree(&self.contracts, config, rc, &self.instance_id).await {
-                Ok(_) => Ok(None),
-                Err(e @ ContractError::Differs { .. }) => Ok(Some(e.to_string())),
+            let by = &self.instance_id;
+            let store = &self.contracts;
+            match crate::contract::agree_serving(store, config, rc, by, held.as_ref()).await {
+                Ok(contract) => Ok(Ok(contract)),
+                Err(e @ (ContractError::Differs { .. } | ContractError::Deleted { .. })) => {
+                    Ok(Err(e.to_string()))
+                }
                 Err(e) => Err(anyhow::Error::from(e)),
             }
         })
         .await?;
-        let Some(reason) = agreed else {
+        let reason = match agreed {
+            Ok(contract) => {
+                let mut held = self.held.lock().expect("held lock");
+                held.insert(route.name.clone(), contract);
+                None
+            }
+            Err(reason) => Some(reason),
+        };
+        let Some(reason) = reason else {
             route.refuse_contract(None);
             return Ok(true);
         };

@@ -4,7 +4,9 @@
 //! install versions); both work on the routing table in [`crate::routes`].
 //!
 //! - [`live`]: the route set as it changes: per-route loops and watchers, config reloads.
+//! - [`drain`]: the drain at shutdown, bounded by `host.drain_timeout`.
 
+mod drain;
 mod live;
 
 use std::sync::Arc;
@@ -21,7 +23,7 @@ use crate::health::Health;
 use crate::metrics::{Metrics, StatsSnapshot};
 use crate::pipeline::{self, Shared};
 use crate::routes::Routes;
-use crate::runtime::{EngineSettings, Runtime};
+use crate::runtime::Runtime;
 
 /// Guests run on their own threads so that CPU-bound guests cannot starve NATS I/O,
 /// heartbeats and acks, which stay on the caller's runtime.
@@ -65,6 +67,7 @@ impl Drop for GuestThreads {
     }
 }
 
+pub use drain::DrainError;
 pub use live::ReloadReport;
 
 /// A `dedup-host reload` request that reached this host, to be answered with
@@ -85,6 +88,7 @@ pub struct RunningHost {
     stop: watch::Sender<bool>,
     task: JoinHandle<anyhow::Result<()>>,
     client: async_nats::Client,
+    drain_timeout: std::time::Duration,
 }
 
 impl RunningHost {
@@ -109,9 +113,16 @@ impl RunningHost {
     }
 
     /// Applies a new config's route changes, or, when it is refused, logs and reports every
-    /// problem and changes nothing (see [`live`]).
+    /// problem and changes nothing (see [`live`]). A route of the applied config that this
+    /// host does not serve because its config differs from the route's contract is a problem
+    /// of the report too: the reload is refused for that route here.
     pub async fn reload(&self, config: Result<Config, crate::config::ConfigError>) -> ReloadReport {
-        self.live.reload(config).await
+        let mut report = self.live.reload(config).await;
+        if report.applied {
+            let refused = self.live.routes.iter().filter_map(|r| r.contract_refused());
+            report.problems.extend(refused);
+        }
+        report
     }
 
     /// The next `dedup-host reload` request sent to every host through NATS.
@@ -130,15 +141,18 @@ impl RunningHost {
     }
 
     /// Turns `/readyz` to 503, stops pulling, waits up to `host.shutdown_grace` for in-flight
-    /// messages, flushes.
-    pub async fn shutdown(self) -> anyhow::Result<StatsSnapshot> {
+    /// messages, flushes; all of it within `host.drain_timeout`, past which it gives up and
+    /// says how many deliveries it could not ack ([`DrainError::TimedOut`]).
+    pub async fn shutdown(self) -> Result<StatsSnapshot, DrainError> {
         self.health.drain();
         let _ = self.stop.send(true);
-        self.task.await.context("host task panicked")??;
-        self.client
-            .flush()
-            .await
-            .context("flushing NATS connection")?;
+        let (task, client) = (self.task, &self.client);
+        let drain = async move {
+            task.await.context("host task panicked")??;
+            client.flush().await.context("flushing NATS connection")?;
+            Ok(())
+        };
+        drain::bounded(self.drain_timeout, drain, &self.live.routes, client).await?;
         Ok(self.metrics.snapshot())
     }
 }
@@ -156,21 +170,7 @@ pub fn new_instance_id() -> String {
 /// Connects, sets up streams, consumer and bucket, loads every route's component and starts
 /// consuming.
 pub async fn start(config: Config) -> anyhow::Result<RunningHost> {
-    let mut runtime = Runtime::new(&EngineSettings {
-        pool: config.pool(),
-        long_running_lanes: config.lanes(),
-        keep_resident_bytes: config.host.keep_resident_bytes,
-        ..EngineSettings::default()
-    })?;
-    if let Some(dir) = &config.components.cache_dir {
-        let dir = config.resolve(dir);
-        runtime = runtime.with_cache(&dir).with_context(|| {
-            format!(
-                "cannot use `{}` as the compile cache (`components.cache_dir`)",
-                dir.display()
-            )
-        })?;
-    }
+    let runtime = crate::components::check::runtime(&config)?;
     let routes = Routes::unloaded(&config);
     start_with_routes(config, routes, Some(runtime)).await
 }
@@ -313,6 +313,7 @@ pub async fn start_with_routes(
         stop,
         task,
         client,
+        drain_timeout: config.host.drain_timeout,
     })
 }
 

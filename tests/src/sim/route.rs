@@ -174,6 +174,7 @@ pub fn agree(recorded: &mut Option<ContractRecord>, served: &Served, by: &str) -
                 contract: served.contract.clone(),
                 recorded_by: by.to_string(),
                 recorded_ms: 0,
+                deployment: None,
             });
             true
         }

@@ -12,7 +12,7 @@ use std::time::Duration;
 use dedup_host::config::ConsoleConfig;
 use dedup_host::console::auth::Access;
 use dedup_host_tests::browser::Browser;
-use dedup_host_tests::console::{request, ConsoleProcess};
+use dedup_host_tests::console::{login, request, ConsoleProcess};
 use dedup_host_tests::guests::{guest, host_binary};
 use dedup_host_tests::harness::{stop_gracefully, wait_for, TestEnv, Timing, DEAD};
 use fantoccini::Locator;
@@ -286,7 +286,7 @@ max_payload_bytes = 65536
         addr,
     )
     .unwrap();
-    let session = format!("{}={}", dedup_host::console::auth::COOKIE, access.session());
+    let session = login(addr, TOKEN).expect("the token logs in");
     let replay_all = "route=fixme&confirmed=yes";
     assert_eq!(
         post(
@@ -418,8 +418,15 @@ max_payload_bytes = 65536
     );
     browser.screenshot(&shots().join("activity.png")).await;
 
-    // The audit from the page: no anomaly.
-    b.client.goto(&format!("{base}/audit?run=1")).await.unwrap();
+    // The audit from the page (its form posts): no anomaly.
+    b.client.goto(&format!("{base}/audit")).await.unwrap();
+    b.client
+        .find(Locator::Css("#run-audit"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
     let anomalies = text_of(b, "#anomaly-count").await;
     if anomalies != "0" {
         panic!(

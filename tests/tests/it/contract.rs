@@ -250,13 +250,13 @@ async fn a_reload_never_unfences_a_fenced_route() {
 const ENTITIES: usize = 6;
 const EVENTS: usize = 30;
 
-/// Config text whose output stream accepts fenced batches and keeps message ids for 5
+/// Config text whose output stream accepts fenced batches and keeps message ids for 10
 /// minutes, so a route can run with either effects.
 fn either_effects(env: &TestEnv, routes: &str, instance: &str) -> String {
     env.config_text(&Timing::default(), routes)
         .replace(
-            "duplicate_window = \"5m\"",
-            "duplicate_window = \"5m\"\neffects = \"fenced\"",
+            "duplicate_window = \"10m\"",
+            "duplicate_window = \"10m\"\neffects = \"fenced\"",
         )
         .replace(
             "[host]\n",
@@ -349,8 +349,10 @@ async fn a_contract_change_under_traffic_loses_doubles_and_reorders_nothing() {
     for (path, instance) in paths.iter().zip(instances) {
         assert_eq!(host_config(&env, &new_routes, instance), *path);
     }
+    // Every host refuses the route by contract: the reload says where and why, and exits
+    // non-zero (issue 42, finding 14).
     let (sent, text) = cli(&["reload"], &paths[0]);
-    assert!(sent, "{text}");
+    assert!(!sent && text.contains("3 refused"), "{text}");
     let new_config = either_config(&env, &new_routes, "c0");
     wait_for(
         Duration::from_secs(60),

@@ -61,6 +61,7 @@ fn every_config_key_is_documented_and_every_documented_key_exists() {
         ("[components]", "## `[components]`"),
         ("[telemetry]", "## `[telemetry]`"),
         ("[console]", "## `[console]`"),
+        ("[deployment]", "## `[deployment]`"),
         ("[[routes]]", "## `[[routes]]`"),
         ("[[routes]]\n[routes.limits]", "## `[routes.limits]`"),
     ];

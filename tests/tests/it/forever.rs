@@ -94,7 +94,7 @@ async fn a_forever_source_refuses_a_repeat_after_its_window_and_runs_it_once() {
 async fn a_forever_output_stream_refuses_a_late_re_run_and_counts_it_as_a_duplicate() {
     let env = TestEnv::start().await;
     let text = env.config_text(&Timing::default(), ROUTE).replace(
-        "duplicate_window = \"5m\"\n",
+        "duplicate_window = \"10m\"\n",
         "duplicate_window = \"1s\"\ndedup = \"forever\"\n",
     );
     let host = dedup_host::serve::start(parse(&env, &text).unwrap())
@@ -153,7 +153,7 @@ async fn an_existing_stream_that_is_not_forever_is_refused_at_start() {
     env.create_stream(OUTPUTS, &["in.*.*.done", "ledger.entries.>", "out.>"])
         .await;
     let text = env.config_text(&Timing::default(), ROUTE).replace(
-        "duplicate_window = \"5m\"\n",
+        "duplicate_window = \"10m\"\n",
         "duplicate_window = \"1s\"\ndedup = \"forever\"\n",
     );
     let err = dedup_host::serve::start(parse(&env, &text).unwrap())

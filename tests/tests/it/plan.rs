@@ -13,14 +13,16 @@ use dedup_host_tests::harness::{stop_gracefully, TestEnv, Timing, OUTPUTS, SOURC
 async fn plan_and_apply_widen_a_live_deployment_and_refuse_what_would_lose_data() {
     let env = TestEnv::start().await;
     let timing = Timing::default();
-    let host = env.host_process(&timing, UPPER_ROUTE, "h1").await;
-    let base = env.config_text(&timing, UPPER_ROUTE);
+    // Named: the default deployment name follows the source subjects, which this widens.
+    let routes = format!("{UPPER_ROUTE}\n[deployment]\nname = \"shop\"\n");
+    let host = env.host_process(&timing, &routes, "h1").await;
+    let base = env.config_text(&timing, &routes);
     let wider = base
         .replace(
             "subjects = [\"in.*.*\"]\nconsumer",
             "subjects = [\"in.*.*\", \"extra.>\"]\nconsumer",
         )
-        .replace("duplicate_window = \"5m\"", "duplicate_window = \"7m\"");
+        .replace("duplicate_window = \"10m\"", "duplicate_window = \"12m\"");
     assert_ne!(wider, base, "the harness config changed shape");
     let path = env.path("wider.toml");
     std::fs::write(&path, &wider).unwrap();
@@ -34,7 +36,7 @@ async fn plan_and_apply_widen_a_live_deployment_and_refuse_what_would_lose_data(
     assert!(
         plan.stdout
             .contains(r#"subjects ["in.*.*"] -> ["in.*.*", "extra.>"]"#)
-            && plan.stdout.contains("duplicate window 5m -> 7m")
+            && plan.stdout.contains("duplicate window 10m -> 12m")
             && plan.stdout.contains("to apply"),
         "{}",
         plan.stdout
@@ -73,7 +75,7 @@ async fn plan_and_apply_widen_a_live_deployment_and_refuse_what_would_lose_data(
     assert_eq!(info.config.subjects, ["in.*.*", "extra.>"]);
     let mut outputs = env.js.get_stream(OUTPUTS).await.unwrap();
     let out_info = outputs.info().await.unwrap();
-    assert_eq!(out_info.config.duplicate_window, Duration::from_secs(420));
+    assert_eq!(out_info.config.duplicate_window, Duration::from_secs(720));
     let again = cli(&path, &["setup", "--plan"]);
     assert!(again.stdout.contains("nothing to change"), "{again:?}");
 
@@ -94,8 +96,8 @@ async fn plan_and_apply_widen_a_live_deployment_and_refuse_what_would_lose_data(
     let lossy = wider
         .replace("[claims]\n", "[claims]\nmax_age = \"1h\"\n")
         .replace(
-            "duplicate_window = \"7m\"",
-            "duplicate_window = \"7m\"\nstorage = \"memory\"",
+            "duplicate_window = \"12m\"",
+            "duplicate_window = \"12m\"\nstorage = \"memory\"",
         );
     let path = env.path("lossy.toml");
     std::fs::write(&path, &lossy).unwrap();

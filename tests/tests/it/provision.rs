@@ -87,6 +87,12 @@ async fn setup_reports_a_stream_that_differs_and_exits_non_zero() {
     assert_eq!(code, 1, "{items:?}");
     let outputs = items.iter().find(|(_, n, _)| n == OUTPUTS).unwrap();
     assert_eq!(outputs.2, "differs");
+    // Everything is checked before anything is made: a run that exits 1 changed nothing.
     let events = items.iter().find(|(_, n, _)| n == "EVENTS").unwrap();
-    assert_eq!(events.2, "created", "the rest is still provisioned");
+    assert_eq!(events.2, "would_create", "nothing else is provisioned");
+    assert_eq!(
+        stream_names(&env).await,
+        [OUTPUTS],
+        "only the stream made before"
+    );
 }

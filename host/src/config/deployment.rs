@@ -1,0 +1,71 @@
+//! `[deployment]`: which deployment a config belongs to (DESIGN.md rule 23). What a
+//! deployment creates on the server (the source stream, route consumers, contracts) records
+//! this name, and a command run with another deployment's config is refused before it
+//! rebinds, re-records or overwrites any of it.
+
+use serde::Deserialize;
+
+use super::Config;
+
+/// The deployment a config belongs to.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DeploymentConfig {
+    /// Its name, recorded as the owner of what it creates. Unset: `auto-<hash>` of the source
+    /// stream and the subjects it captures (see [`Config::deployment_name`]). Set it when the
+    /// hosts' source subjects change, or to adopt what another name recorded.
+    pub name: Option<String>,
+}
+
+impl Config {
+    /// This config's deployment name: `deployment.name`, or `auto-` and a hash of the source
+    /// stream and its subjects. Two configs written independently share the default only when
+    /// they capture the very same subjects of the same stream (they then consume the same
+    /// messages anyway); hosts of one deployment agree on it wherever their config file lives.
+    pub fn deployment_name(&self) -> String {
+        if let Some(name) = &self.deployment.name {
+            return name.clone();
+        }
+        let mut subjects = self.source_subjects();
+        subjects.sort();
+        subjects.dedup();
+        let mut text = self.source.stream.clone();
+        for s in &subjects {
+            text.push('\n');
+            text.push_str(s);
+        }
+        format!("auto-{:016x}", fnv1a(text.as_bytes()))
+    }
+}
+
+/// FNV-1a, 64 bits: stable across builds and Rust versions (unlike `DefaultHasher`), which a
+/// name recorded on the server needs.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, b| {
+        (hash ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    fn config(extra: &str, subjects: &str) -> super::Config {
+        let text = format!(
+            "[nats]\nurls = [\"nats://127.0.0.1:4222\"]\n{extra}\n[source]\nsubjects = [{subjects}]\n[[routes]]\nname = \"handler\"\nsubject = \"x.*\"\n"
+        );
+        super::Config::parse(&text, Path::new("t.toml"), std::env::temp_dir()).expect("valid")
+    }
+
+    #[test]
+    fn the_default_name_follows_the_captured_subjects_and_a_set_name_wins() {
+        let shipping = config("", "\"shipping.*\", \"x.*\"");
+        let billing = config("", "\"billing.*\", \"x.*\"");
+        assert_ne!(shipping.deployment_name(), billing.deployment_name());
+        assert!(shipping.deployment_name().starts_with("auto-"));
+        let reordered = config("", "\"x.*\", \"shipping.*\"");
+        assert_eq!(shipping.deployment_name(), reordered.deployment_name());
+        let named = config("[deployment]\nname = \"team-1\"", "\"x.*\"");
+        assert_eq!(named.deployment_name(), "team-1");
+    }
+}

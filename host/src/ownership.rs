@@ -1,0 +1,235 @@
+//! Which deployment owns what on the server (DESIGN.md rule 23). Streams and consumers carry
+//! their owner in their `metadata` ([`OWNER_KEY`]), contracts in their record
+//! ([`crate::contract::ContractRecord::deployment`]). A config of another deployment that
+//! would rebind a consumer, re-record a contract or overwrite a component is refused, naming
+//! both deployments and the fix; something recorded before owners were (no owner) is adopted
+//! by the first deployment that sets it up.
+//!
+//! The same check refuses a silent route rename: a new route whose subject an existing
+//! consumer of this deployment serves, for a route the config no longer names, would run every
+//! retained message again (new consumer from the start, new claim keys and output ids).
+
+use std::collections::HashMap;
+
+use anyhow::Context as _;
+use async_nats::jetstream::consumer;
+use async_nats::jetstream::Context;
+use futures::StreamExt;
+use thiserror::Error;
+
+use crate::config::Config;
+use crate::consumers::{consumer_specs, route_consumer_name};
+use crate::subject;
+
+/// The metadata key that names the owning deployment of a stream or consumer.
+pub const OWNER_KEY: &str = "dedup-host.deployment";
+
+/// Something this config would take from another deployment, or a silent rename.
+#[derive(Debug, Error)]
+pub enum Conflict {
+    /// It belongs to another deployment.
+    #[error("{kind} `{name}` belongs to deployment `{owner}`, and this config is deployment `{mine}`: refused to {would}. If this config is that deployment, set `[deployment] name = \"{owner}\"` in it; otherwise give it names of its own (another `[source] stream`, another `[source] consumer` for its consumers, or another route name)")]
+    Owned {
+        /// `consumer`, `contract`, `component` or `stream`.
+        kind: &'static str,
+        /// Its name on the server.
+        name: String,
+        /// The owning deployment.
+        owner: String,
+        /// This config's deployment.
+        mine: String,
+        /// What this config would have done to it.
+        would: String,
+        /// The route it belongs to, if any.
+        route: Option<String>,
+    },
+    /// A new route takes the subject of a consumer of a route this config no longer names.
+    #[error("route `{route}` is new, but consumer `{old}` of route `{old_route}`, which this config no longer names, serves its subject `{subject}` (deployment `{mine}`): set up as a new route it would run every retained message again (a new consumer from the start, new claim keys and output ids, a new contract). To rename the route, run `dedup-host setup --config <this config> --rename-route {old_route} {route}` once no host serves `{old_route}` (it carries the claims and the consumer's position over), or keep the name `{old_route}`; to start it over on purpose, delete the old consumer first (`nats consumer rm {stream} {old}`)")]
+    Rename {
+        /// The new route.
+        route: String,
+        /// The old route's consumer.
+        old: String,
+        /// The old route.
+        old_route: String,
+        /// The new route's subject.
+        subject: String,
+        /// This config's deployment.
+        mine: String,
+        /// The source stream.
+        stream: String,
+    },
+}
+
+impl Conflict {
+    /// The route of this config it concerns, if any.
+    pub fn route(&self) -> Option<&str> {
+        match self {
+            Conflict::Owned { route, .. } => route.as_deref(),
+            Conflict::Rename { route, .. } => Some(route),
+        }
+    }
+}
+
+/// The owner recorded in a stream's or consumer's metadata.
+pub fn owner(metadata: &HashMap<String, String>) -> Option<&str> {
+    metadata.get(OWNER_KEY).map(String::as_str)
+}
+
+/// Records `config`'s deployment as the owner in `metadata`.
+pub fn stamp(metadata: &mut HashMap<String, String>, config: &Config) {
+    metadata.insert(OWNER_KEY.to_string(), config.deployment_name());
+}
+
+/// Every conflict `config` would cause on the server: consumers of another deployment it
+/// would rebind, contracts of another deployment it would take as its own, silent renames.
+/// Reads only.
+pub async fn check(js: &Context, config: &Config) -> anyhow::Result<Vec<Conflict>> {
+    let mine = config.deployment_name();
+    let mut conflicts = Vec::new();
+    if let Ok(source) = js.get_stream(&config.source.stream).await {
+        let mut existing = Vec::new();
+        let mut list = source.consumers();
+        while let Some(info) = list.next().await {
+            existing.push(info.with_context(|| {
+                format!(
+                    "cannot list the consumers of stream `{}` to check who owns them",
+                    config.source.stream
+                )
+            })?);
+        }
+        consumers(config, &mine, &existing, &mut conflicts);
+        renames(config, &mine, &existing, &mut conflicts);
+    }
+    contracts(js, config, &mine, &mut conflicts).await?;
+    Ok(conflicts)
+}
+
+/// The deployments other than `config`'s that use stream `name`: its recorded owner and the
+/// owners of its consumers.
+pub async fn other_users(js: &Context, config: &Config, name: &str) -> anyhow::Result<Vec<String>> {
+    let mine = config.deployment_name();
+    let Ok(mut stream) = js.get_stream(name).await else {
+        return Ok(Vec::new());
+    };
+    let info = stream.info().await?;
+    let mut users: Vec<String> = owner(&info.config.metadata)
+        .into_iter()
+        .map(str::to_string)
+        .collect();
+    let mut list = stream.consumers();
+    while let Some(info) = list.next().await {
+        let info = info.with_context(|| format!("cannot list the consumers of stream `{name}`"))?;
+        users.extend(owner(&info.config.metadata).map(str::to_string));
+    }
+    users.retain(|u| *u != mine);
+    users.sort();
+    users.dedup();
+    Ok(users)
+}
+
+/// The filter subjects of a consumer, however the server holds them.
+fn filters(c: &consumer::Config) -> Vec<String> {
+    let mut have = c.filter_subjects.clone();
+    if !c.filter_subject.is_empty() {
+        have.push(c.filter_subject.clone());
+    }
+    have
+}
+
+/// Consumers this config needs that another deployment owns with other filters.
+fn consumers(config: &Config, mine: &str, existing: &[consumer::Info], out: &mut Vec<Conflict>) {
+    for (name, want, _) in consumer_specs(config) {
+        let Some(info) = existing.iter().find(|i| i.name == name) else {
+            continue;
+        };
+        let have = filters(&info.config);
+        match owner(&info.config.metadata) {
+            Some(owner) if owner != mine && have != want => out.push(Conflict::Owned {
+                kind: "consumer",
+                route: config
+                    .routes
+                    .iter()
+                    .find(|r| route_consumer_name(config, &r.name) == name)
+                    .map(|r| r.name.clone()),
+                name,
+                owner: owner.to_string(),
+                mine: mine.to_string(),
+                would: format!("rebind it from {have:?} to {want:?}"),
+            }),
+            _ => {}
+        }
+    }
+}
+
+/// New routes whose subject a consumer of this deployment serves for a route it no longer
+/// names.
+fn renames(config: &Config, mine: &str, existing: &[consumer::Info], out: &mut Vec<Conflict>) {
+    let prefix = format!("{}-", config.source.consumer);
+    for r in &config.routes {
+        let name = route_consumer_name(config, &r.name);
+        if existing.iter().any(|i| i.name == name) {
+            continue;
+        }
+        for info in existing {
+            let Some(old_route) = info.name.strip_prefix(&prefix) else {
+                continue;
+            };
+            let named = config.routes.iter().any(|o| o.name == old_route);
+            if named || owner(&info.config.metadata) != Some(mine) {
+                continue;
+            }
+            if filters(&info.config)
+                .iter()
+                .any(|f| subject::overlaps(f, &r.subject))
+            {
+                out.push(Conflict::Rename {
+                    route: r.name.clone(),
+                    old: info.name.clone(),
+                    old_route: old_route.to_string(),
+                    subject: r.subject.clone(),
+                    mine: mine.to_string(),
+                    stream: config.source.stream.clone(),
+                });
+            }
+        }
+    }
+}
+
+/// Contracts of this config's routes recorded by another deployment.
+async fn contracts(
+    js: &Context,
+    config: &Config,
+    mine: &str,
+    out: &mut Vec<Conflict>,
+) -> anyhow::Result<()> {
+    let Ok(store) = js.get_key_value(crate::contract::bucket_name(config)).await else {
+        return Ok(());
+    };
+    for r in &config.routes {
+        let Some((record, _)) = crate::contract::read(&store, &r.name).await? else {
+            continue;
+        };
+        match record.deployment {
+            Some(owner) if owner != mine => out.push(Conflict::Owned {
+                kind: "contract",
+                name: format!("{}/{}", store.name, r.name),
+                owner,
+                mine: mine.to_string(),
+                would: "take it as this config's own".into(),
+                route: Some(r.name.clone()),
+            }),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Fails with every conflict, one per line, when there is any.
+pub fn refuse(conflicts: Vec<Conflict>) -> anyhow::Result<()> {
+    if conflicts.is_empty() {
+        return Ok(());
+    }
+    let lines: Vec<String> = conflicts.iter().map(ToString::to_string).collect();
+    anyhow::bail!("{}", lines.join("\n"))
+}

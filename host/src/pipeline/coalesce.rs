@@ -1,0 +1,90 @@
+//! Coalescing (`coalesce` on an exclusive route): a message is skipped, its key completed
+//! without running, when a newer message of its entity waits in the queue, since that one
+//! runs with the newest state. Only when it will run: a newer message whose key already
+//! completed (a key from a JSON pointer, a resend after the dedup window) or was
+//! dead-lettered is acked as a duplicate, and one without a key may be dead-lettered, so
+//! skipping for it would leave the entity's update run by neither.
+
+use async_nats::jetstream::message::StreamMessage;
+
+use super::message::Claimed;
+use super::Shared;
+use crate::claim::{ClaimState, ClaimStore};
+use crate::config::MissingKey;
+use crate::idempotency;
+use crate::routes::Route;
+
+impl<S: ClaimStore> Shared<S> {
+    /// Whether a coalescing route's message has a newer one of its entity waiting that
+    /// will run. Any doubt (a read that fails, a key that cannot be told) runs this one:
+    /// running both is only wasted work, running neither loses the update.
+    pub(super) async fn superseded(&self, c: &Claimed<'_, S>) -> bool {
+        let coalesce = c.route.exclusive.as_ref().is_some_and(|e| e.coalesce);
+        let Some((subject, sequence)) = c.d.queued.as_ref().filter(|_| coalesce) else {
+            return false;
+        };
+        let Ok(queue) = self
+            .js
+            .get_stream_no_info(crate::exclusive::stream_name(&self.config))
+            .await
+        else {
+            return false;
+        };
+        let newest = match queue
+            .get_last_raw_message_by_subject(subject.as_str())
+            .await
+        {
+            Ok(newest) if newest.sequence > *sequence => newest,
+            Ok(_) => return false,
+            Err(e) => {
+                tracing::debug!("cannot tell whether a newer message waits, running this one: {e}");
+                return false;
+            }
+        };
+        match self.will_run(c.route, &newest).await {
+            Ok(will) => will,
+            Err(why) => {
+                tracing::debug!(
+                    "cannot tell whether the newer message will run, running this one: {why}"
+                );
+                false
+            }
+        }
+    }
+
+    /// Whether the queued message `newest` of `route` will run: it has a key (or the route
+    /// keys such messages by sequence), fits the route, and its key is neither completed
+    /// (other than by coalescing, which a later message runs again) nor dead-lettered.
+    async fn will_run(&self, route: &Route, newest: &StreamMessage) -> Result<bool, String> {
+        let (subject, sequence, headers) = crate::exclusive::original(Some(&newest.headers))
+            .ok_or("the queued copy lacks its source headers")?;
+        if newest.payload.len() > route.max_payload_bytes {
+            return Ok(false);
+        }
+        if idempotency::replay_claim(&route.key, Some(&headers)).is_some() {
+            // A dead-letter replay is keyed only once its letter proves it: not told here.
+            return Err("a dead-letter replay".into());
+        }
+        let key = match idempotency::derive(&route.key, &subject, Some(&headers), &newest.payload) {
+            Ok(key) => key,
+            Err(_) => match route.missing_key {
+                MissingKey::DeadLetter => return Ok(false),
+                MissingKey::StreamSequence => format!("seq-{sequence}"),
+            },
+        };
+        let record = self
+            .claimer
+            .store()
+            .get(&route.claim_key(&key))
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(match record {
+            None => true,
+            Some((r, _)) => match r.state {
+                ClaimState::Completed => r.is_coalesced(),
+                ClaimState::Failed => !r.permanent,
+                ClaimState::InProgress => true,
+            },
+        })
+    }
+}

@@ -1,0 +1,181 @@
+//! Renaming a route: `dedup-host setup --rename-route OLD NEW`. A route's name is in its
+//! consumer's name, its claim keys, its output ids and its contract's key, so a route that
+//! only changed its name in the config would start over: a new consumer from the first
+//! retained message, no claims, a new contract. This carries everything over instead, with
+//! no host serving the old name:
+//! 1. checks everything first (the config names `NEW` and not `OLD`; `OLD`'s consumer and
+//!    contract exist and belong to this deployment; nothing of `NEW` exists yet; `NEW`'s
+//!    settings match `OLD`'s contract; no live host serves `OLD`);
+//! 2. copies `OLD`'s claim records to `NEW`'s keys in the same claim store (bucket or fenced
+//!    stream), so a key settled under the old name is not run again;
+//! 3. records `OLD`'s contract under `NEW`;
+//! 4. creates `NEW`'s consumer from the first message `OLD`'s consumer had not acknowledged
+//!    (its ack floor + 1: anything acked after the floor finds its copied claim and is acked
+//!    without running), then deletes `OLD`'s consumer and contract.
+
+use anyhow::Context as _;
+use async_nats::jetstream::Context;
+use serde::Serialize;
+
+use crate::claim::{ClaimError, ClaimStore as _};
+use crate::config::Config;
+use crate::contract::{self, ContractRecord};
+use crate::contract_change::{claim_keys, refuse_while_served, store_key};
+use crate::setup::route_consumer_name;
+
+/// What a rename did.
+#[derive(Debug, Clone, Serialize)]
+pub struct Renamed {
+    /// The old route name.
+    pub from: String,
+    /// The new route name.
+    pub to: String,
+    /// Claim records copied to the new name.
+    pub claims_copied: usize,
+    /// The stream sequence the new consumer starts at.
+    pub starts_at: u64,
+}
+
+/// Renames route `old` to `new` (see the module documentation).
+pub async fn rename(
+    js: &Context,
+    config: &Config,
+    old: &str,
+    new: &str,
+) -> anyhow::Result<Renamed> {
+    let fix = format!("`dedup-host setup --rename-route {old} {new}`");
+    let route = config.routes.iter().find(|r| r.name == new).with_context(|| {
+        format!("route `{new}` is not in this config: {fix} takes the config that names the route `{new}`")
+    })?;
+    anyhow::ensure!(
+        !config.routes.iter().any(|r| r.name == old),
+        "this config still names route `{old}`: rename it to `{new}` in the config first"
+    );
+    anyhow::ensure!(
+        route.exclusive_by.is_none(),
+        "route `{new}` is exclusive: its queue partitions are named after the route and are not carried over; keep the name `{old}`"
+    );
+    let mine = config.deployment_name();
+    let source = js
+        .get_stream(&config.source.stream)
+        .await
+        .with_context(|| format!("no source stream `{}`", config.source.stream))?;
+    let (old_consumer, new_consumer) = (
+        route_consumer_name(config, old),
+        route_consumer_name(config, new),
+    );
+    let info = source.consumer_info(&old_consumer).await.with_context(|| {
+        format!(
+            "no consumer `{old_consumer}` of route `{old}` on stream `{}`: nothing to rename",
+            config.source.stream
+        )
+    })?;
+    owned(
+        "consumer",
+        &old_consumer,
+        crate::ownership::owner(&info.config.metadata),
+        &mine,
+    )?;
+    anyhow::ensure!(
+        source.consumer_info(&new_consumer).await.is_err(),
+        "consumer `{new_consumer}` of route `{new}` exists already: the route has started under its new name; delete that consumer to rename over it"
+    );
+    let store = contract::open(js, config).await?;
+    let (recorded, _) = contract::read(&store, old).await?.with_context(|| {
+        format!(
+            "route `{old}` has no contract in `{}`: nothing to rename",
+            store.name
+        )
+    })?;
+    owned(
+        "contract",
+        &format!("{}/{old}", store.name),
+        recorded.deployment.as_deref(),
+        &mine,
+    )?;
+    anyhow::ensure!(
+        contract::read(&store, new).await?.is_none(),
+        "route `{new}` has a contract in `{}` already: delete key `{new}` there to rename over it",
+        store.name
+    );
+    let differences = contract::differences(&recorded.contract, &contract::of(config, route));
+    anyhow::ensure!(
+        differences.is_empty(),
+        "route `{new}` differs from route `{old}`'s contract ({}): rename with the old settings, then change them with `--change-route {new}`",
+        differences.join("; ")
+    );
+    refuse_while_served(js, config, old).await?;
+
+    let claims = &recorded.contract.claims;
+    let claim_store = crate::fenced::host_store(js, config).await?;
+    let mut claims_copied = 0;
+    for key in claim_keys(js, claims, old).await? {
+        let Some((record, _)) = claim_store.get(&store_key(claims, &key)).await? else {
+            continue;
+        };
+        let renamed = format!("{new}{}", &key[old.len()..]);
+        match claim_store
+            .create(&store_key(claims, &renamed), &record)
+            .await
+        {
+            Ok(_) => claims_copied += 1,
+            Err(ClaimError::Conflict) => {}
+            Err(e) => return Err(e).context("copying a claim record to the new route name"),
+        }
+    }
+    let record = ContractRecord {
+        recorded_by: format!("setup --rename-route {old} {new}"),
+        recorded_ms: crate::claim::record::now_ms(),
+        deployment: Some(mine),
+        ..recorded
+    };
+    let bytes = serde_json::to_vec(&record).expect("record serializes");
+    store
+        .create(new, bytes.into())
+        .await
+        .with_context(|| format!("cannot record route `{new}`'s contract"))?;
+    let starts_at = info.ack_floor.stream_sequence + 1;
+    crate::setup::create_consumer_at(
+        &source,
+        config,
+        &new_consumer,
+        vec![route.subject.clone()],
+        false,
+        Some(starts_at),
+    )
+    .await?;
+    source
+        .delete_consumer(&old_consumer)
+        .await
+        .with_context(|| {
+            format!("cannot delete the old consumer `{old_consumer}`: delete it by hand")
+        })?;
+    store.purge(old).await.with_context(|| {
+        format!(
+            "cannot delete route `{old}`'s contract: delete key `{old}` of `{}` by hand",
+            store.name
+        )
+    })?;
+    Ok(Renamed {
+        from: old.to_string(),
+        to: new.to_string(),
+        claims_copied,
+        starts_at,
+    })
+}
+
+/// Refuses what another deployment owns (something without an owner is this deployment's).
+fn owned(kind: &'static str, name: &str, owner: Option<&str>, mine: &str) -> anyhow::Result<()> {
+    match owner {
+        Some(owner) if owner != mine => Err(crate::ownership::Conflict::Owned {
+            kind,
+            name: name.to_string(),
+            owner: owner.to_string(),
+            mine: mine.to_string(),
+            would: "rename it".into(),
+            route: None,
+        }
+        .into()),
+        _ => Ok(()),
+    }
+}

@@ -1,0 +1,28 @@
+use async_nats::jetstream;
+use async_nats::jetstream::consumer::PullConsumer;
+use futures::StreamExt;
+
+#[tokio::main]
+async fn main() -> Result<(), async_nats::Error> {
+    // Connect to NATS and get a JetStream context.
+    let client = async_nats::connect("nats://localhost:4222").await?;
+    let js = jetstream::new(client);
+
+    // NATS-DOC-START
+    // Bind to the existing durable consumer.
+    let stream = js.get_stream("ORDERS").await?;
+    let consumer: PullConsumer = stream.get_consumer("shipping").await?;
+
+    // Fetch a single message and confirm the ack with the server.
+    let mut messages = consumer.fetch().max_messages(1).messages().await?;
+    while let Some(msg) = messages.next().await {
+        let msg = msg?;
+        println!("{}: {}", msg.subject, std::str::from_utf8(&msg.payload)?);
+        // double_ack waits for the server to confirm the acknowledgment,
+        // so you know the message will not be redelivered.
+        msg.double_ack().await?;
+    }
+    // NATS-DOC-END
+
+    Ok(())
+}
