@@ -81,6 +81,18 @@ pub enum ContractError {
         /// The contract bucket.
         bucket: String,
     },
+    /// The contract was recorded by another deployment.
+    #[error("route `{route}`'s contract in `{bucket}` belongs to deployment `{owner}`, and this config is deployment `{mine}`: refused to take it as this config's own. If this config is that deployment, set `[deployment] name = \"{owner}\"` in it; otherwise give the route a name of its own (or another `[source] stream`)")]
+    Owned {
+        /// The route.
+        route: String,
+        /// The contracts bucket.
+        bucket: String,
+        /// The deployment that recorded it.
+        owner: String,
+        /// This config's deployment.
+        mine: String,
+    },
     /// The contract bucket did not answer or holds something unreadable.
     #[error("route `{route}`: cannot read or record its contract in `{bucket}`: {reason}")]
     Store {
@@ -259,7 +271,20 @@ async fn settle(
     for _ in 0..3 {
         // The revision a record may be written over: 0 is "no record of the key at all".
         let over = match (lookup(store, &route.name).await?, writer) {
-            (Lookup::Recorded(recorded, _), _) => return compare(&route.name, &recorded, wanted),
+            (Lookup::Recorded(recorded, _), _) => {
+                // A reload or a start of another deployment's config never takes it as its own.
+                if let Some(owner) = recorded.deployment.as_deref() {
+                    if config.is_other_deployment(owner) {
+                        return Err(ContractError::Owned {
+                            route: route.name.clone(),
+                            bucket: store.name.clone(),
+                            owner: owner.to_string(),
+                            mine: config.deployment_name(),
+                        });
+                    }
+                }
+                return compare(&route.name, &recorded, wanted);
+            }
             (Lookup::Never, _) => 0,
             (Lookup::Deleted(revision), Writer::Setup) => revision,
             (Lookup::Unreadable(revision, _), Writer::Setup) => revision,

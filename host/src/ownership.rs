@@ -106,7 +106,9 @@ pub async fn check(js: &Context, config: &Config) -> anyhow::Result<Vec<Conflict
 }
 
 /// The deployments other than `config`'s that use stream `name`: its recorded owner and the
-/// owners of its consumers.
+/// owners of its consumers. A consumer under another default (`auto-`) name counts when it
+/// is not one this config would bind as it stands (another name, or other filters): two
+/// configs that left `[deployment] name` unset are told apart by what they consume.
 pub async fn other_users(js: &Context, config: &Config, name: &str) -> anyhow::Result<Vec<String>> {
     let mine = config.deployment_name();
     let Ok(mut stream) = js.get_stream(name).await else {
@@ -114,15 +116,25 @@ pub async fn other_users(js: &Context, config: &Config, name: &str) -> anyhow::R
     };
     let info = stream.info().await?;
     let mut users: Vec<String> = owner(&info.config.metadata)
+        .filter(|o| config.is_other_deployment(o))
         .into_iter()
         .map(str::to_string)
         .collect();
+    let specs = consumer_specs(config);
     let mut list = stream.consumers();
     while let Some(info) = list.next().await {
         let info = info.with_context(|| format!("cannot list the consumers of stream `{name}`"))?;
-        users.extend(owner(&info.config.metadata).map(str::to_string));
+        let Some(o) = owner(&info.config.metadata) else {
+            continue;
+        };
+        let ours = info.name == config.source.consumer
+            || specs
+                .iter()
+                .any(|(n, want, _)| *n == info.name && *want == filters(&info.config));
+        if o != mine && (config.is_other_deployment(o) || !ours) {
+            users.push(o.to_string());
+        }
     }
-    users.retain(|u| *u != mine);
     users.sort();
     users.dedup();
     Ok(users)
@@ -143,23 +155,36 @@ fn consumers(config: &Config, mine: &str, existing: &[consumer::Info], out: &mut
         let Some(info) = existing.iter().find(|i| i.name == name) else {
             continue;
         };
-        let have = filters(&info.config);
-        match owner(&info.config.metadata) {
-            Some(owner) if owner != mine && have != want => out.push(Conflict::Owned {
-                kind: "consumer",
-                route: config
-                    .routes
-                    .iter()
-                    .find(|r| route_consumer_name(config, &r.name) == name)
-                    .map(|r| r.name.clone()),
-                name,
-                owner: owner.to_string(),
-                mine: mine.to_string(),
-                would: format!("rebind it from {have:?} to {want:?}"),
-            }),
-            _ => {}
-        }
+        out.extend(consumer_conflict(config, mine, &name, &info.config, &want));
     }
+}
+
+/// Whether binding consumer `name` (now `have`) to the filters `want` would take it from
+/// another deployment: it records another owner and other filters (a consumer another
+/// deployment owns with these very filters consumes what this config would anyway, and is
+/// only read). Checked before every create or update of a route consumer, at set-up, at
+/// start, on reload and on every re-bind.
+pub fn consumer_conflict(
+    config: &Config,
+    mine: &str,
+    name: &str,
+    have: &consumer::Config,
+    want: &[String],
+) -> Option<Conflict> {
+    let owner = owner(&have.metadata)?;
+    let filters = filters(have);
+    (owner != mine && filters != want).then(|| Conflict::Owned {
+        kind: "consumer",
+        route: config
+            .routes
+            .iter()
+            .find(|r| route_consumer_name(config, &r.name) == name)
+            .map(|r| r.name.clone()),
+        name: name.to_string(),
+        owner: owner.to_string(),
+        mine: mine.to_string(),
+        would: format!("rebind it from {filters:?} to {want:?}"),
+    })
 }
 
 /// New routes whose subject a consumer of this deployment serves for a route it no longer
@@ -176,7 +201,11 @@ fn renames(config: &Config, mine: &str, existing: &[consumer::Info], out: &mut V
                 continue;
             };
             let named = config.routes.iter().any(|o| o.name == old_route);
-            if named || owner(&info.config.metadata) != Some(mine) {
+            // A consumer of another deployment is never this config's old route; one with
+            // no owner (made before owners were recorded) or a default name may be.
+            let theirs =
+                owner(&info.config.metadata).is_some_and(|o| config.is_other_deployment(o));
+            if named || theirs {
                 continue;
             }
             if filters(&info.config)
@@ -211,7 +240,7 @@ async fn contracts(
             continue;
         };
         match record.deployment {
-            Some(owner) if owner != mine => out.push(Conflict::Owned {
+            Some(owner) if config.is_other_deployment(&owner) => out.push(Conflict::Owned {
                 kind: "contract",
                 name: format!("{}/{}", store.name, r.name),
                 owner,

@@ -170,21 +170,30 @@ async fn contracts(js: &Context, config: &Config, dry_run: bool) -> anyhow::Resu
     let mut items = Vec::new();
     for r in &config.routes {
         let recorded = match &store {
-            Some(store) => crate::contract::read(store, &r.name).await?,
-            None => None,
+            Some(store) => crate::contract::lookup(store, &r.name).await?,
+            None => crate::contract::Lookup::Never,
         };
         let found = match (recorded, &store) {
-            (Some((recorded, _)), _) => {
+            (crate::contract::Lookup::Recorded(recorded, _), _) => {
                 match crate::contract::compare(&r.name, &recorded, crate::contract::of(config, r)) {
                     Ok(_) => Found::Matches,
                     Err(e) => Found::Differs(vec![e.to_string()]),
                 }
             }
-            (None, Some(store)) if !dry_run => {
+            // Hosts keep serving under the contract they hold: a plain set-up recording this
+            // config's over a deleted one would let a refused config take the route.
+            (
+                crate::contract::Lookup::Deleted(_) | crate::contract::Lookup::Unreadable(..),
+                _,
+            ) => Found::Differs(vec![format!(
+                "route `{}`'s contract was deleted or cannot be read: hosts keep serving under the contract they hold; record one with `dedup-host setup --config <this config> --change-route {}` (it checks that no host still serves the route)",
+                r.name, r.name
+            )]),
+            (crate::contract::Lookup::Never, Some(store)) if !dry_run => {
                 crate::contract::agree(store, config, r, "setup").await?;
                 Found::Created
             }
-            (None, _) => Found::WouldCreate,
+            (crate::contract::Lookup::Never, _) => Found::WouldCreate,
         };
         items.push(Item {
             kind: "contract",

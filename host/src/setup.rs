@@ -398,6 +398,16 @@ pub(crate) async fn create_consumer_at(
     // The owner stays whoever it is (a consumer another deployment owns with these very
     // filters is only read, `crate::ownership`); one without an owner is adopted.
     let existing = source.consumer_info(name).await.ok();
+    if let Some(info) = &existing {
+        // A reload or a re-bind reaches here without `ensure`'s checks: never re-filter
+        // another deployment's consumer (its messages would be skipped for good).
+        let mine = config.deployment_name();
+        if let Some(conflict) =
+            crate::ownership::consumer_conflict(config, &mine, name, &info.config, &filter_subjects)
+        {
+            return Err(conflict.into());
+        }
+    }
     let mut metadata = std::collections::HashMap::new();
     match existing
         .as_ref()

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Checks that each vendored crate, host/vendor/CRATE, is the crates.io crate of the same version
-# plus host/vendor/CRATE.patch, byte for byte (README.md here says why each patch exists).
+# plus host/vendor/CRATE.patch, byte for byte, the crate's SHA-256 pinned in host/vendor/checksums
+# (README.md here says why each patch exists).
 #
 #   bash host/vendor/check.sh                           check every vendored crate (run by
 #                                                       tests/run.sh, so by CI)
@@ -31,10 +32,25 @@ fetch_crate() {
     echo "$found"
 }
 
-# Unpacks the published crate $1 of version $2 into $3/upstream.
+# Fails unless the .crate at $1 has the SHA-256 that host/vendor/checksums pins for $2 (crates.io's
+# own checksum, as Cargo.lock records it for a crate that is not patched).
+verify() {
+    local crate=$1 file=$2 want have
+    want=$(awk -v f="$file" '$2 == f { print $1 }' "$here/checksums")
+    have=$(sha256sum "$crate" | cut -d' ' -f1)
+    [ -n "$want" ] || { echo "vendor: host/vendor/checksums pins no checksum for $file: add \"$have  $file\" once you have checked it against crates.io" >&2; exit 1; }
+    [ "$want" = "$have" ] || { echo "vendor: $file has SHA-256 $have, but host/vendor/checksums pins $want: the registry served another crate" >&2; exit 1; }
+}
+
+# Unpacks the published crate $1 of version $2 into $3/upstream, checked against its pinned
+# checksum (an upgrade pins the new version's, read from the registry cargo verified it with).
 unpack() {
     local crate
     crate=$(fetch_crate "$1" "$2")
+    if [ "$mode" = upgrade ] && ! grep -q " $1-$2.crate\$" "$here/checksums"; then
+        echo "$(sha256sum "$crate" | cut -d' ' -f1)  $1-$2.crate" >>"$here/checksums"
+    fi
+    verify "$crate" "$1-$2.crate"
     tar xzf "$crate" -C "$3"
     mv "$3/$1-$2" "$3/upstream"
 }

@@ -34,7 +34,23 @@ impl Config {
             text.push('\n');
             text.push_str(s);
         }
-        format!("auto-{:016x}", fnv1a(text.as_bytes()))
+        format!("{AUTO_PREFIX}{:016x}", fnv1a(text.as_bytes()))
+    }
+}
+
+/// The prefix of a default (`auto-`) deployment name.
+pub const AUTO_PREFIX: &str = "auto-";
+
+impl Config {
+    /// Whether `owner`, recorded on the server, is another deployment than this config's.
+    /// Two default names are not told apart by name: the default hashes the source subjects,
+    /// which a deployment's own reload or `setup --apply` changes (its next restart would
+    /// then refuse its own routes). Between two configs that both left `[deployment] name`
+    /// unset, what each consumes tells them apart instead: a route consumer whose filters
+    /// differ from this config's ([`crate::ownership`]).
+    pub fn is_other_deployment(&self, owner: &str) -> bool {
+        let mine = self.deployment_name();
+        owner != mine && !(owner.starts_with(AUTO_PREFIX) && mine.starts_with(AUTO_PREFIX))
     }
 }
 
@@ -55,6 +71,31 @@ mod tests {
             "[nats]\nurls = [\"nats://127.0.0.1:4222\"]\n{extra}\n[source]\nsubjects = [{subjects}]\n[[routes]]\nname = \"handler\"\nsubject = \"x.*\"\n"
         );
         super::Config::parse(&text, Path::new("t.toml"), std::env::temp_dir()).expect("valid")
+    }
+
+    #[test]
+    fn default_names_are_told_apart_by_what_they_consume_not_by_name() {
+        let grown = config("", "\"x.*\", \"y.*\"");
+        let first = config("", "\"x.*\"").deployment_name();
+        assert_ne!(
+            grown.deployment_name(),
+            first,
+            "the default hashes the subjects"
+        );
+        assert!(
+            !grown.is_other_deployment(&first),
+            "a grown deployment is still itself"
+        );
+        assert!(
+            grown.is_other_deployment("shop"),
+            "an explicit name is another deployment"
+        );
+        let named = config("[deployment]\nname = \"shop\"", "\"x.*\"");
+        assert!(!named.is_other_deployment("shop"));
+        assert!(
+            named.is_other_deployment(&first),
+            "a default name is not `shop`"
+        );
     }
 
     #[test]

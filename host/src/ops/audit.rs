@@ -17,8 +17,8 @@ use serde::Serialize;
 use super::letters::{self, Letter, Selection};
 use crate::claim::{key, ClaimRecord, ClaimState};
 use crate::config::{Config, EffectsMode, MissingKey};
-use crate::idempotency;
 use crate::pipeline::effects::output_id;
+use crate::pipeline::replayed::key_of;
 use crate::scan;
 use crate::subject;
 
@@ -144,8 +144,9 @@ pub async fn run(
             }
             continue; // no route: dead-lettered by the unrouted consumer, or waiting for it
         };
-        let derived =
-            idempotency::derive_replayed(&route.key, &m.subject, m.headers.as_ref(), &m.payload);
+        let dead = &config.dead_letter.stream;
+        let (subject, headers) = (&m.subject, m.headers.as_ref());
+        let derived = key_of(js, dead, &route.key, subject, headers, &m.payload).await?;
         let id = match (derived, route.missing_key) {
             (Ok(k), _) => k,
             (Err(_), MissingKey::StreamSequence) => format!("seq-{}", m.sequence),

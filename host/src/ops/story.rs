@@ -8,8 +8,8 @@ use serde::Serialize;
 use super::letters::{self, Letter, Selection};
 use crate::claim::{key, ClaimRecord, ClaimStore as _};
 use crate::config::Config;
-use crate::idempotency;
 use crate::pipeline::effects::output_id;
+use crate::pipeline::replayed::key_of;
 use crate::scan;
 
 /// Which key to tell about.
@@ -86,7 +86,9 @@ pub async fn tell(
                     r.subject
                 );
             }
-            idempotency::derive_replayed(&r.key, &m.subject, Some(&m.headers), &m.payload)
+            let dead = &config.dead_letter.stream;
+            key_of(js, dead, &r.key, &m.subject, Some(&m.headers), &m.payload)
+                .await?
                 .map_err(|e| anyhow::anyhow!("source message {seq} has no key: {e}"))?
         }
     };
@@ -147,15 +149,14 @@ pub async fn tell(
         .into_iter()
         .filter(|l| l.key == key)
         .collect();
-    let source_sequences = scan::stream(js, &config.source.stream, &r.subject, None)
-        .await?
-        .into_iter()
-        .filter(|m| {
-            idempotency::derive_replayed(&r.key, &m.subject, m.headers.as_ref(), &m.payload)
-                .is_ok_and(|k| k == key)
-        })
-        .map(|m| m.sequence)
-        .collect();
+    let mut source_sequences = Vec::new();
+    for m in scan::stream(js, &config.source.stream, &r.subject, None).await? {
+        let dead = &config.dead_letter.stream;
+        let derived = key_of(js, dead, &r.key, &m.subject, m.headers.as_ref(), &m.payload).await?;
+        if derived.is_ok_and(|k| k == key) {
+            source_sequences.push(m.sequence);
+        }
+    }
     let mut story = Story {
         route: route.to_string(),
         key,

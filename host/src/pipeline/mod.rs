@@ -24,7 +24,7 @@ mod guest_call;
 pub mod heartbeat;
 mod message;
 mod queue;
-mod replayed;
+pub mod replayed;
 mod settle;
 mod undeliverable;
 mod unreadable;

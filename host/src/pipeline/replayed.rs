@@ -49,6 +49,16 @@ impl<S: ClaimStore> Shared<S> {
             if proven(&self.js, stream, claim, &m.subject, &m.payload).await? {
                 return Ok(Ok(claim.0.to_string()));
             }
+            // A replay redelivered after its letter was purged proves nothing any more, and
+            // under its own id `replay:<n>` it would run a second time. When the key it names
+            // is completed, answering under that key only acks this message as a duplicate
+            // (harmless even for a forgery: the key ran already, and stays completed).
+            if let Ok(Some((record, _))) = self.claimer.store().get(&route.claim_key(claim.0)).await
+            {
+                if record.state == crate::claim::ClaimState::Completed {
+                    return Ok(Ok(claim.0.to_string()));
+                }
+            }
             tracing::warn!(
                 route = route.name,
                 sequence = d.sequence,
@@ -65,6 +75,25 @@ impl<S: ClaimStore> Shared<S> {
             &m.payload,
         ))
     }
+}
+
+/// The key a message runs under outside a delivery (the poison-message path, `audit`,
+/// `story`): a replay's first message id when dead letter `n` of `dead_letters` proves the
+/// message its replay, else derived from the message alone (as [`Shared::derive_key`]).
+pub async fn key_of(
+    js: &async_nats::jetstream::Context,
+    dead_letters: &str,
+    source: &crate::config::KeySource,
+    subject: &str,
+    headers: Option<&HeaderMap>,
+    payload: &[u8],
+) -> Result<Result<String, MissingKey>, ProofUnavailable> {
+    if let Some(claim) = idempotency::replay_claim(source, headers) {
+        if proven(js, dead_letters, claim, subject, payload).await? {
+            return Ok(Ok(claim.0.to_string()));
+        }
+    }
+    Ok(idempotency::derive(source, subject, headers, payload))
 }
 
 /// Whether dead letter `letter` of `stream` proves that the message (`subject`, `payload`)

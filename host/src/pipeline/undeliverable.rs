@@ -190,15 +190,20 @@ impl<S: ClaimStore> Shared<S> {
         let mut attempt = 0;
         let mut last_reason = None;
         let mut claim = None;
-        let key = route.as_ref().and_then(|r| {
-            let derived = crate::idempotency::derive(
+        // Keyed as the pipeline keys it: a proven replay under its first message id.
+        let key = match &route {
+            Some(r) => super::replayed::key_of(
+                &self.js,
+                &self.config.dead_letter.stream,
                 &r.key,
                 &message.subject,
                 message.headers.as_ref(),
                 &message.payload,
-            );
-            derived.ok()
-        });
+            )
+            .await?
+            .ok(),
+            None => None,
+        };
         if let (Some(route), Some(key)) = (&route, &key) {
             let claim_key = route.claim_key(key);
             if let Some((record, revision)) = self.claimer.store().get(&claim_key).await? {

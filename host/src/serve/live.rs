@@ -197,9 +197,11 @@ impl Live {
             let store = &self.contracts;
             match crate::contract::agree_serving(store, config, rc, by, held.as_ref()).await {
                 Ok(contract) => Ok(Ok(contract)),
-                Err(e @ (ContractError::Differs { .. } | ContractError::Deleted { .. })) => {
-                    Ok(Err(e.to_string()))
-                }
+                Err(
+                    e @ (ContractError::Differs { .. }
+                    | ContractError::Deleted { .. }
+                    | ContractError::Owned { .. }),
+                ) => Ok(Err(e.to_string())),
                 Err(e) => Err(anyhow::Error::from(e)),
             }
         })

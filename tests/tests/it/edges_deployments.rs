@@ -217,6 +217,18 @@ async fn a_second_team_on_the_default_stream_changes_nothing_of_the_first() {
         "{refused}"
     );
 
+    // A reload or a re-bind skips `ensure` and binds the route's consumer directly: that
+    // path refuses too, before it changes anything.
+    let source = env.js.get_stream(SOURCE).await.unwrap();
+    let rebind = dedup_host::setup::route_consumer(&source, &two, "handler", "billing.*", false)
+        .await
+        .expect_err("a re-bind with team 2's config is refused");
+    let rebind = format!("{rebind:#}");
+    assert!(
+        rebind.contains(&theirs) && rebind.contains(&mine),
+        "{rebind}"
+    );
+
     publisher.await.unwrap();
     assert_eq!(
         before,

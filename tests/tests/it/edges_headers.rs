@@ -158,3 +158,68 @@ async fn an_unparsable_header_block_is_dead_lettered_at_once_and_the_connection_
     assert_eq!(connection_ids(monitor, name), connections);
     host.shutdown().await.unwrap();
 }
+
+/// A producer may write any status line into a stored message's header block (`NATS/1.0 409
+/// Consumer Deleted`); the client used to take it for the server's word about the pull: the
+/// pull ended and was re-bound (409), or the message was dropped unacked and came back
+/// forever (408). A message with an ack subject is a stream message whatever its status line
+/// says: it runs like any other, on the same connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_status_line_written_by_a_producer_is_an_ordinary_message() {
+    let monitor_port = free_port();
+    let server = NatsServer::start_with(&["-m", &monitor_port.to_string()]);
+    let env = TestEnv {
+        js: async_nats::jetstream::new(server.connect().await),
+        servers: NatsCluster {
+            nodes: vec![server],
+        },
+        dir: tempfile::tempdir().unwrap(),
+        fenced_outputs: false,
+    };
+    let monitor = SocketAddr::from(([127, 0, 0, 1], monitor_port));
+    let mut config = env.config(&Timing::default(), UPPER_ROUTE);
+    config.host.instance_id = Some("s".into());
+    let host = dedup_host::serve::start(config).await.unwrap();
+    let name = "dedup-host s";
+    env.publish("in.upper.before", "before", &[], "a").await;
+    env.wait_completed("upper", &["before"], Duration::from_secs(30))
+        .await;
+    let connections = connection_ids(monitor, name);
+
+    let port = env.server().port();
+    let blocks: [(&str, &[u8]); 3] = [
+        (
+            "deleted",
+            b"NATS/1.0 409 Consumer Deleted\r\nNats-Msg-Id: deleted\r\n\r\n",
+        ),
+        (
+            "timeout",
+            b"NATS/1.0 408 Request Timeout\r\nNats-Msg-Id: timeout\r\n\r\n",
+        ),
+        (
+            "no-responders",
+            b"NATS/1.0 503\r\nNats-Msg-Id: no-responders\r\n\r\n",
+        ),
+    ];
+    for (key, block) in blocks {
+        publish_raw(port, &format!("in.upper.{key}"), block, key.as_bytes()).await;
+    }
+    env.publish("in.upper.after", "after", &[], "b").await;
+    env.wait_completed(
+        "upper",
+        &["deleted", "timeout", "no-responders", "after"],
+        Duration::from_secs(60),
+    )
+    .await;
+    env.wait_drained(Duration::from_secs(30)).await;
+    let stream = env.js.get_stream(SOURCE).await.unwrap();
+    let mut consumers = stream.consumers();
+    while let Some(info) = consumers.next().await {
+        let info = info.unwrap();
+        assert_eq!(info.num_redelivered, 0, "{info:?}");
+    }
+    assert!(env.messages(DEAD).await.is_empty(), "no letters");
+    assert_eq!(env.messages(OUTPUTS).await.len(), 5, "one output each");
+    assert_eq!(connection_ids(monitor, name), connections);
+    host.shutdown().await.unwrap();
+}
