@@ -13,7 +13,7 @@ use crate::routes::Routes;
 #[derive(Debug, Error)]
 pub enum DrainError {
     /// The drain did not finish within `host.drain_timeout`.
-    #[error("shutdown: the drain did not finish within `host.drain_timeout` ({timeout:?}){why}; gave up flushing: {unacked} delivery(ies) could not be acked; the server redelivers them after the ack wait and their claims answer the redelivery (a completed key is acked without running again); raise `host.drain_timeout` if draining needs longer")]
+    #[error("shutdown: the drain did not finish within `host.drain_timeout` ({timeout:?}){why}; gave up flushing: {unacked} delivery(ies) still in flight were not acked, and acks already queued for a server that did not take them may be lost too; the server redelivers those after the ack wait and their claims answer the redelivery (a completed key is acked without running again); raise `host.drain_timeout` if draining needs longer")]
     TimedOut {
         /// The bound that passed.
         timeout: Duration,

@@ -219,7 +219,7 @@ async fn a_second_team_on_the_default_stream_changes_nothing_of_the_first() {
 
     // A reload or a re-bind skips `ensure` and binds the route's consumer directly: that
     // path refuses too, before it changes anything.
-    let source = env.js.get_stream(SOURCE).await.unwrap();
+    let source = env.js.get_stream(&one.source.stream).await.unwrap();
     let rebind = dedup_host::setup::route_consumer(&source, &two, "handler", "billing.*", false)
         .await
         .expect_err("a re-bind with team 2's config is refused");

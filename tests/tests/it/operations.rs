@@ -221,7 +221,7 @@ fn free_addr() -> SocketAddr {
 async fn readyz_goes_503_200_503_across_a_refused_start_serving_and_sigterm_and_logs_are_json() {
     let env = TestEnv::start().await;
     let component = env.path("slow.wasm");
-    std::fs::write(&component, b"not wasm").unwrap();
+    std::fs::copy(guest("hostile"), &component).unwrap();
     let routes = format!(
         r#"
 [[routes]]
@@ -232,6 +232,26 @@ allowed_outputs = ["in.slow.*.done"]
 "#,
         component.display()
     );
+    // The route's contract on the server differs from this config (another host's config
+    // recorded it): the host starts refusing the route. (A component that can never be
+    // served stops `run` at start instead: `edges_operator`.)
+    let path = env.path("host.toml");
+    std::fs::write(&path, env.config_text(&Timing::default(), &routes)).unwrap();
+    let config = dedup_host::config::Config::load(&path).unwrap();
+    let contracts = dedup_host::contract::open(&env.js, &config).await.unwrap();
+    let wanted = dedup_host::contract::of(&config, &config.routes[0]);
+    let record = |contract| {
+        let record = dedup_host::contract::ContractRecord {
+            contract,
+            recorded_by: "another host".into(),
+            recorded_ms: 0,
+            deployment: None,
+        };
+        serde_json::to_vec(&record).unwrap()
+    };
+    let mut other = wanted.clone();
+    other.forever = !other.forever;
+    contracts.put("slow", record(other).into()).await.unwrap();
     let addr = free_addr();
     let mut child = run_host(
         &env,
@@ -248,7 +268,7 @@ allowed_outputs = ["in.slow.*.done"]
 
     let body = wait_for(Duration::from_secs(30), "/readyz answering 503", || async {
         match http_get(addr, "/readyz") {
-            Some((503, body)) if body.contains("refused") => Some(body),
+            Some((503, body)) if body.contains("route `slow`") => Some(body),
             _ => None,
         }
     })
@@ -268,7 +288,8 @@ allowed_outputs = ["in.slow.*.done"]
         "alive while not ready"
     );
 
-    std::fs::copy(guest("hostile"), &component).unwrap();
+    // The contract becomes this config's (what `setup --change-route` records).
+    contracts.put("slow", record(wanted).into()).await.unwrap();
     wait_for(Duration::from_secs(30), "/readyz answering 200", || async {
         (http_get(addr, "/readyz")?.0 == 200).then_some(())
     })

@@ -395,7 +395,7 @@ impl futures_util::Stream for Batch {
         }
         match self.subscriber.receiver.poll_recv(cx) {
             Poll::Ready(maybe_message) => match maybe_message {
-                Some(message) => match pull_status(&message) {
+                Some(message) => match message.status.unwrap_or(StatusCode::OK) {
                     StatusCode::TIMEOUT => {
                         debug!("received timeout. Iterator done");
                         self.terminated = true;
@@ -1209,7 +1209,7 @@ impl futures_util::Stream for Stream {
                 Poll::Ready(maybe_message) => {
                     self.heartbeat_timeout = None;
                     match maybe_message {
-                        Some(message) => match pull_status(&message) {
+                        Some(message) => match message.status.unwrap_or(StatusCode::OK) {
                             StatusCode::TIMEOUT
                             | StatusCode::REQUEST_TERMINATED
                             | StatusCode::PIN_ID_MISMATCH => {
@@ -2585,17 +2585,6 @@ struct PullRequest<'a> {
     #[cfg(feature = "server_2_11")]
     #[serde(rename = "id", skip_serializing_if = "Option::is_none")]
     pin_id: Option<String>,
-}
-
-/// The status of a message on a pull subscription. A message with an ack subject
-/// (`$JS.ACK.`) is a stored stream message: a status line in its header block was written by
-/// its publisher (the server stores any), not sent by the server about the pull, and must
-/// not end or re-issue the pull.
-fn pull_status(message: &crate::Message) -> StatusCode {
-    match &message.reply {
-        Some(reply) if reply.starts_with("$JS.ACK.") => StatusCode::OK,
-        _ => message.status.unwrap_or(StatusCode::OK),
-    }
 }
 
 fn is_default<T: Default + Eq>(t: &T) -> bool {
