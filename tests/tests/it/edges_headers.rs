@@ -64,17 +64,9 @@ fn connection_ids(monitor: SocketAddr, name: &str) -> BTreeSet<u64> {
         .collect()
 }
 
-fn header(letter: &StreamMessage, name: &str) -> String {
-    letter
-        .headers
-        .get(name)
-        .map(|v| v.to_string())
-        .unwrap_or_default()
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_unparsable_header_block_is_dead_lettered_at_once_and_the_connection_stays_up() {
-    // A server with its monitoring port open, to read its connections.
+/// A test environment whose server has its monitoring port open (to read its connections),
+/// and that port's address.
+async fn monitored_env() -> (TestEnv, SocketAddr) {
     let monitor_port = free_port();
     let server = NatsServer::start_with(&["-m", &monitor_port.to_string()]);
     let env = TestEnv {
@@ -86,6 +78,20 @@ async fn an_unparsable_header_block_is_dead_lettered_at_once_and_the_connection_
         fenced_outputs: false,
     };
     let monitor = SocketAddr::from(([127, 0, 0, 1], monitor_port));
+    (env, monitor)
+}
+
+fn header(letter: &StreamMessage, name: &str) -> String {
+    letter
+        .headers
+        .get(name)
+        .map(|v| v.to_string())
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unparsable_header_block_is_dead_lettered_at_once_and_the_connection_stays_up() {
+    let (env, monitor) = monitored_env().await;
     // A server max deliver that only redeliveries would reach: the letters must not need it.
     let mut config = env.config(&Timing::default(), UPPER_ROUTE);
     config.source.server_max_deliver = 50;
@@ -166,17 +172,7 @@ async fn an_unparsable_header_block_is_dead_lettered_at_once_and_the_connection_
 /// would end; with nats-server 2.15 and async-nats 0.51 it does not.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_status_line_written_by_a_producer_is_an_ordinary_message() {
-    let monitor_port = free_port();
-    let server = NatsServer::start_with(&["-m", &monitor_port.to_string()]);
-    let env = TestEnv {
-        js: async_nats::jetstream::new(server.connect().await),
-        servers: NatsCluster {
-            nodes: vec![server],
-        },
-        dir: tempfile::tempdir().unwrap(),
-        fenced_outputs: false,
-    };
-    let monitor = SocketAddr::from(([127, 0, 0, 1], monitor_port));
+    let (env, monitor) = monitored_env().await;
     let mut config = env.config(&Timing::default(), UPPER_ROUTE);
     config.host.instance_id = Some("s".into());
     let host = dedup_host::serve::start(config).await.unwrap();

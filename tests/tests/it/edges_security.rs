@@ -138,6 +138,33 @@ async fn a_producer_cannot_take_a_key_with_a_forged_replay_header() {
     host.shutdown().await.unwrap();
 }
 
+/// A replay redelivered after its letter was purged (its first ack lost) proves nothing any
+/// more, and under its own id `replay:<n>` it would run a second time. When the key it names
+/// is completed, it is answered as that key's duplicate (harmless for a forgery too: the key
+/// ran already).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_whose_letter_is_gone_is_a_duplicate_of_its_completed_key() {
+    let env = TestEnv::start().await;
+    let host = chain_host(&env).await;
+    env.publish("in.second.y", "done-key", &[], "the first run")
+        .await;
+    completed(&env, "second", "done-key").await;
+    let replayed = [(REPLAYED_MSG_ID, "done-key")];
+    env.publish("in.second.y", "replay:7", &replayed, "the first run")
+        .await;
+    env.publish("in.second.y", "after", &[], "after").await;
+    completed(&env, "second", "after").await;
+    env.wait_drained(Duration::from_secs(30)).await;
+    let mut ran = outputs_on(&env, "in.second.y.done").await;
+    ran.sort();
+    assert_eq!(
+        ran,
+        ["after", "the first run"],
+        "the replay did not run again"
+    );
+    host.shutdown().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_console_answers_only_its_hosts_runs_nothing_on_a_get_and_takes_only_live_sessions() {
     let env = TestEnv::start().await;
