@@ -81,6 +81,16 @@ async fn monitored_env() -> (TestEnv, SocketAddr) {
     (env, monitor)
 }
 
+/// No consumer of the source stream ever redelivered a message.
+async fn assert_nothing_redelivered(env: &TestEnv) {
+    let stream = env.js.get_stream(SOURCE).await.unwrap();
+    let mut consumers = stream.consumers();
+    while let Some(info) = consumers.next().await {
+        let info = info.unwrap();
+        assert_eq!(info.num_redelivered, 0, "{info:?}");
+    }
+}
+
 fn header(letter: &StreamMessage, name: &str) -> String {
     letter
         .headers
@@ -152,12 +162,7 @@ async fn an_unparsable_header_block_is_dead_lettered_at_once_and_the_connection_
     env.wait_completed("upper", &["after"], Duration::from_secs(30))
         .await;
     env.wait_drained(Duration::from_secs(30)).await;
-    let stream = env.js.get_stream(SOURCE).await.unwrap();
-    let mut consumers = stream.consumers();
-    while let Some(info) = consumers.next().await {
-        let info = info.unwrap();
-        assert_eq!(info.num_redelivered, 0, "{info:?}");
-    }
+    assert_nothing_redelivered(&env).await;
     assert_eq!(env.messages(DEAD).await.len(), 2, "one letter each");
     assert_eq!(env.messages(OUTPUTS).await.len(), 2, "before and after");
     // The same connections as before: none was dropped and re-made.
@@ -208,12 +213,7 @@ async fn a_status_line_written_by_a_producer_is_an_ordinary_message() {
     )
     .await;
     env.wait_drained(Duration::from_secs(30)).await;
-    let stream = env.js.get_stream(SOURCE).await.unwrap();
-    let mut consumers = stream.consumers();
-    while let Some(info) = consumers.next().await {
-        let info = info.unwrap();
-        assert_eq!(info.num_redelivered, 0, "{info:?}");
-    }
+    assert_nothing_redelivered(&env).await;
     assert!(env.messages(DEAD).await.is_empty(), "no letters");
     assert_eq!(env.messages(OUTPUTS).await.len(), 5, "one output each");
     assert_eq!(connection_ids(monitor, name), connections);
