@@ -4,7 +4,8 @@
 # every language by default, or those named in GUEST_LANGUAGES (e.g. "rust" for the demo);
 # promtool (Debian's prometheus package) for the alert-rule tests unless NEEDS_PROMTOOL=0;
 # headless Chromium and ChromeDriver (Debian's chromium, chromium-driver) for the console's
-# browser test unless NEEDS_BROWSER=0.
+# browser test unless NEEDS_BROWSER=0; iproute2 and iptables (Debian) for the chaos suite's
+# network faults unless NEEDS_NETLAB=0.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 
@@ -42,6 +43,18 @@ if [ "${NEEDS_BROWSER:-1}" = 1 ] && ! { command -v chromium >/dev/null 2>&1 && c
         || { $sudo apt-get update >/dev/null && $sudo apt-get install -y --no-install-recommends chromium chromium-driver >/dev/null; }
 fi
 [ "${NEEDS_BROWSER:-1}" != 1 ] || command -v chromedriver >/dev/null 2>&1 || { echo "setup: chromedriver is still not on PATH" >&2; exit 1; }
+
+# The chaos suite's network faults put servers and hosts in network namespaces (ip netns) and
+# cut, delay and drop their packets with iptables (DROP, NFQUEUE): root, iproute2, iptables.
+if [ "${NEEDS_NETLAB:-1}" = 1 ] && ! { command -v ip >/dev/null 2>&1 && command -v iptables >/dev/null 2>&1; }; then
+    echo "setup: installing iproute2 and iptables (apt-get)" >&2
+    sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    export DEBIAN_FRONTEND=noninteractive
+    $sudo apt-get install -y --no-install-recommends iproute2 iptables >/dev/null \
+        || { $sudo apt-get update >/dev/null && $sudo apt-get install -y --no-install-recommends iproute2 iptables >/dev/null; }
+fi
+[ "${NEEDS_NETLAB:-1}" != 1 ] || command -v iptables >/dev/null 2>&1 || { echo "setup: iptables is still not on PATH" >&2; exit 1; }
 
 # shellcheck disable=SC2086 # a list of languages
 "$root/guests/build.sh" ${GUEST_LANGUAGES:-}

@@ -1,5 +1,7 @@
 //! Connecting to NATS with the configured authentication and TLS.
 
+use std::time::Duration;
+
 use anyhow::Context;
 use async_nats::{ConnectOptions, ServerAddr};
 
@@ -47,6 +49,7 @@ pub async fn connect(config: &Config, name: &str) -> anyhow::Result<async_nats::
         })?;
         servers.push(server);
     }
+    options = liveness(options, config.claims.heartbeat);
     // Every URL is handed over as its own server, so the client fails over among them.
     let client = options.name(name).connect(servers).await.with_context(|| {
         let origin = n.urls_origin.as_deref().unwrap_or("`nats.urls` in the config");
@@ -57,6 +60,26 @@ pub async fn connect(config: &Config, name: &str) -> anyhow::Result<async_nats::
     })?;
     check_version(&client.server_info().version)?;
     Ok(client)
+}
+
+/// How soon a dead connection is noticed and a healed one used again.
+///
+/// A connection cut off by the network (no reset, no FIN: a partition, a dead middlebox) looks
+/// alive to TCP for minutes, and the client's default ping every 60 s notices it only after
+/// three of them; meanwhile every claim, renewal and publish waits on it. Pinging an idle
+/// connection every heartbeat (at least 1 s, at most 30 s) drops one that answered nothing for
+/// three pings, so a host notices within a few heartbeats, while its leases still run (a lease
+/// outlasts three heartbeats, rule 9). A new connection is then tried at once, then every 0.5–1 s, each
+/// attempt given 2 s, so work resumes within about a second of the heal instead of after TCP's
+/// retransmission backoff on the dead connection.
+fn liveness(options: ConnectOptions, heartbeat: Duration) -> ConnectOptions {
+    options
+        .ping_interval(heartbeat.clamp(Duration::from_secs(1), Duration::from_secs(30)))
+        .connection_timeout(Duration::from_secs(2))
+        .reconnect_delay_callback(|attempts| match attempts {
+            0 | 1 => Duration::ZERO,
+            n => Duration::from_millis((n as u64 * 250).min(1_000)),
+        })
 }
 
 /// The oldest nats-server the claim protocol is sound on (message TTLs and the replicated

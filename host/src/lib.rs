@@ -51,6 +51,7 @@ pub mod ops;
 pub mod ownership;
 pub mod pipeline;
 pub mod plan;
+pub mod presence;
 pub mod project;
 pub mod provision;
 pub mod rename;
@@ -61,6 +62,7 @@ pub mod scan;
 pub mod serve;
 pub mod setup;
 pub mod size;
+pub mod source_consumer;
 pub mod stranded;
 
 pub mod subject;

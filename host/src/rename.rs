@@ -5,7 +5,10 @@
 //! no host serving the old name:
 //! 1. checks everything first (the config names `NEW` and not `OLD`; `OLD`'s consumer and
 //!    contract exist and belong to this deployment; nothing of `NEW` exists yet; `NEW`'s
-//!    settings match `OLD`'s contract; no live host serves `OLD`);
+//!    settings match `OLD`'s contract and its subject `OLD`'s consumer's filter; no live host
+//!    serves `OLD`; none of `OLD`'s keys is unsettled: a key in progress, or failed and due
+//!    again, may have published part of its outputs under ids derived from `OLD`, which a
+//!    run under `NEW` would publish again under other ids);
 //! 2. copies `OLD`'s claim records to `NEW`'s keys in the same claim store (bucket or fenced
 //!    stream), so a key settled under the old name is not run again;
 //! 3. records `OLD`'s contract under `NEW`;
@@ -76,6 +79,17 @@ pub async fn rename(
         crate::ownership::owner(&info.config.metadata),
         &mine,
     )?;
+    let filters = match info.config.filter_subjects.as_slice() {
+        [] => vec![info.config.filter_subject.clone()],
+        many => many.to_vec(),
+    };
+    anyhow::ensure!(
+        filters == [route.subject.clone()],
+        "route `{new}` consumes `{}`, but route `{old}`'s consumer `{old_consumer}` takes {}: a rename keeps the subject (the new consumer starts where the old one stopped, so the old subject's waiting messages would never run and the new one's earlier messages would be skipped); rename with `subject = \"{}\"`, then change the subject with a plain `dedup-host setup`",
+        route.subject,
+        filters.join(", "),
+        filters.join(", ")
+    );
     anyhow::ensure!(
         source.consumer_info(&new_consumer).await.is_err(),
         "consumer `{new_consumer}` of route `{new}` exists already: the route has started under its new name; delete that consumer to rename over it"
@@ -108,11 +122,15 @@ pub async fn rename(
 
     let claims = &recorded.contract.claims;
     let claim_store = crate::fenced::host_store(js, config).await?;
-    let mut claims_copied = 0;
+    let mut records = Vec::new();
     for key in claim_keys(js, claims, old).await? {
-        let Some((record, _)) = claim_store.get(&store_key(claims, &key)).await? else {
-            continue;
-        };
+        if let Some((record, _)) = claim_store.get(&store_key(claims, &key)).await? {
+            records.push((key, record));
+        }
+    }
+    refuse_unsettled(old, new, &records)?;
+    let mut claims_copied = 0;
+    for (key, record) in records {
         let renamed = format!("{new}{}", &key[old.len()..]);
         match claim_store
             .create(&store_key(claims, &renamed), &record)
@@ -162,6 +180,41 @@ pub async fn rename(
         claims_copied,
         starts_at,
     })
+}
+
+/// Refuses a rename while a key of `old` is unsettled (in progress, or failed and due again):
+/// it may have published part of its outputs under ids derived from `old`, and its next run,
+/// under `new`, would publish them again under other ids.
+fn refuse_unsettled(
+    old: &str,
+    new: &str,
+    records: &[(String, crate::claim::ClaimRecord)],
+) -> anyhow::Result<()> {
+    use crate::claim::ClaimState;
+    let unsettled: Vec<&str> = records
+        .iter()
+        .filter(|(_, r)| match r.state {
+            ClaimState::InProgress => true,
+            ClaimState::Failed => !r.permanent,
+            ClaimState::Completed => false,
+        })
+        .map(|(key, _)| key.as_str())
+        .collect();
+    if unsettled.is_empty() {
+        return Ok(());
+    }
+    const SHOWN: usize = 10;
+    let more = unsettled.len().saturating_sub(SHOWN);
+    let more = if more > 0 {
+        format!(" and {more} more")
+    } else {
+        String::new()
+    };
+    anyhow::bail!(
+        "route `{old}` has {} unsettled claim key(s) ({}{more}): in progress or due again, they may have published outputs under ids of `{old}`, which a run under `{new}` would publish again; run a host with the config that still names `{old}` until they settle (completed or dead-lettered; `dedup-host inspect --route {old} --key <key>` shows one), stop it, then run `dedup-host setup --rename-route {old} {new}` again",
+        unsettled.len(),
+        unsettled[..unsettled.len().min(SHOWN)].join(", ")
+    )
 }
 
 /// Refuses what another deployment owns (something without an owner is this deployment's).

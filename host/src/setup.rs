@@ -3,7 +3,6 @@
 //! dead-letter stream and the output streams.
 
 use anyhow::Context as _;
-use async_nats::jetstream::consumer::{pull, AckPolicy, DeliverPolicy, PullConsumer};
 use async_nats::jetstream::kv::{self, Store};
 use async_nats::jetstream::stream::{self, StorageType};
 use async_nats::jetstream::Context;
@@ -13,8 +12,11 @@ use std::time::Duration;
 use futures::StreamExt;
 
 use crate::config::{Config, DedupMode, EffectsMode, Storage};
+#[cfg(test)]
 use crate::consumers::uncovered_subjects;
 pub use crate::consumers::{consumer_specs, route_consumer_name};
+pub(crate) use crate::source_consumer::{create_consumer, create_consumer_at};
+pub use crate::source_consumer::{route_consumer, unrouted_consumer};
 use crate::subject;
 
 /// Handles to everything set up.
@@ -328,132 +330,6 @@ fn is_transient(e: &anyhow::Error) -> bool {
     ]
     .iter()
     .any(|t| text.contains(t))
-}
-
-/// Creates or updates the durable consumer of one route: it sees only the route's subject,
-/// so a slow route never holds back another, and a route that is not served leaves its
-/// messages waiting in the stream. `exclusive` comes from the route as it is served now (a
-/// reload may have added it or changed it), never from the config the host started with:
-/// a re-bind with the start-up config rewrote a reloaded exclusive route's consumer to many
-/// in flight, for every host.
-pub async fn route_consumer(
-    source: &stream::Stream,
-    config: &Config,
-    route: &str,
-    filter: &str,
-    exclusive: bool,
-) -> anyhow::Result<PullConsumer> {
-    let name = route_consumer_name(config, route);
-    create_consumer(source, config, &name, vec![filter.to_string()], exclusive).await
-}
-
-/// The consumer for source subjects no route covers, named `source.consumer`: it
-/// dead-letters what no route takes. It filters on the source subjects that no single route
-/// covers whole, so a subject one route takes entirely is never delivered to it (only a
-/// subject routes cover in part is delivered twice: to its route and here, where it is
-/// acked). `None` when the routes cover every source subject (a leftover consumer of that
-/// name is then deleted).
-pub async fn unrouted_consumer(
-    source: &stream::Stream,
-    config: &Config,
-) -> anyhow::Result<Option<PullConsumer>> {
-    let name = &config.source.consumer;
-    let uncovered = uncovered_subjects(config);
-    if uncovered.is_empty() {
-        if source.consumer_info(name).await.is_ok() {
-            source
-                .delete_consumer(name)
-                .await
-                .with_context(|| format!("cannot delete unused consumer `{name}`"))?;
-        }
-        return Ok(None);
-    }
-    let consumer = create_consumer(source, config, name, uncovered, false).await?;
-    Ok(Some(consumer))
-}
-
-/// Creates or updates a durable consumer of the source stream. An exclusive route's
-/// (`queue`) hands out one message at a time, which the host queues per entity in order
-/// (`crate::exclusive`).
-pub(crate) async fn create_consumer(
-    source: &stream::Stream,
-    config: &Config,
-    name: &str,
-    filter_subjects: Vec<String>,
-    queue: bool,
-) -> anyhow::Result<PullConsumer> {
-    create_consumer_at(source, config, name, filter_subjects, queue, None).await
-}
-
-/// [`create_consumer`], delivering from stream sequence `start` when given (a renamed
-/// route's consumer starts where the old one stopped) instead of from the first message.
-pub(crate) async fn create_consumer_at(
-    source: &stream::Stream,
-    config: &Config,
-    name: &str,
-    filter_subjects: Vec<String>,
-    queue: bool,
-    start: Option<u64>,
-) -> anyhow::Result<PullConsumer> {
-    // The owner stays whoever it is (a consumer another deployment owns with these very
-    // filters is only read, `crate::ownership`); one without an owner is adopted.
-    let existing = source.consumer_info(name).await.ok();
-    if let Some(info) = &existing {
-        // A reload or a re-bind reaches here without `ensure`'s checks: never re-filter
-        // another deployment's consumer (its messages would be skipped for good).
-        let mine = config.deployment_name();
-        if let Some(conflict) =
-            crate::ownership::consumer_conflict(config, &mine, name, &info.config, &filter_subjects)
-        {
-            return Err(conflict.into());
-        }
-    }
-    let mut metadata = std::collections::HashMap::new();
-    match existing
-        .as_ref()
-        .and_then(|i| crate::ownership::owner(&i.config.metadata))
-    {
-        Some(owner) => {
-            metadata.insert(crate::ownership::OWNER_KEY.to_string(), owner.to_string());
-        }
-        None => crate::ownership::stamp(&mut metadata, config),
-    }
-    // The server refuses to change where an existing consumer starts (a renamed route's).
-    let deliver_policy = match (start, &existing) {
-        (Some(start_sequence), _) => DeliverPolicy::ByStartSequence { start_sequence },
-        (None, Some(info)) => info.config.deliver_policy,
-        (None, None) => DeliverPolicy::All,
-    };
-    source
-        .create_consumer(pull::Config {
-            durable_name: Some(name.to_string()),
-            ack_policy: AckPolicy::Explicit,
-            ack_wait: if queue {
-                crate::exclusive::ORDER_ACK_WAIT
-            } else {
-                config.source.ack_wait
-            },
-            // Far above the host's own attempt count (it counts per key and dead-letters by
-            // itself); bounded only so that a message the client cannot parse stops coming
-            // back. The server then advises, and `pipeline::undeliverable` dead-letters it.
-            max_deliver: config.source.server_max_deliver,
-            max_ack_pending: if queue {
-                1
-            } else {
-                config.source.max_ack_pending
-            },
-            filter_subjects,
-            metadata,
-            deliver_policy,
-            ..Default::default()
-        })
-        .await
-        .with_context(|| {
-            format!(
-                "cannot create or update consumer `{name}` on stream `{}` (`source.consumer`)",
-                config.source.stream
-            )
-        })
 }
 
 async fn ensure_stream(

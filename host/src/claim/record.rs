@@ -43,6 +43,12 @@ pub struct ClaimRecord {
     pub lease_expires_ms: u64,
     /// Digest of the component that ran (or runs).
     pub digest: String,
+    /// The version (component digest) whose window outputs may already be stored for this
+    /// key: written before its first output is published, and kept by every later record.
+    /// A re-run runs this version or, when it is no longer installed, none (dead-lettered):
+    /// one key's effects never mix two versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub effects_by: Option<String>,
     /// Why the last attempt failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
@@ -127,8 +133,9 @@ impl ClaimRecord {
 pub const STALE_READS: u32 = 3;
 
 /// The header of a replayed message naming the revision at which the replay reset its key:
-/// a read of the key below it is stale. Honoured for the first [`RESET_DELIVERIES`]
-/// deliveries only, so a producer that forges it delays its message a little, nothing more.
+/// a read of the key below it is stale. Only the replay command sets it: a host honours it
+/// only on a message the dead-letter stream proves a replay of its key (`pipeline/reset.rs`),
+/// and for its first [`RESET_DELIVERIES`] deliveries only.
 pub const RESET_REVISION: &str = "Dedup-Reset-Revision";
 
 /// The deliveries of a replayed message that wait for a read of its reset key.

@@ -127,13 +127,15 @@ pub async fn undeploy(args: UndeployArgs) -> anyhow::Result<ExitCode> {
 
 /// Prints every route with the version deployed and the version each live host serves, or
 /// why a host does not serve it (a refused version, a config that differs from the route's
-/// contract).
+/// contract). Exits non-zero, naming each, when a host refuses to serve a route or refused
+/// the last config reload.
 pub async fn routes(args: RoutesArgs) -> anyhow::Result<ExitCode> {
     let config = args.config.load()?;
     let js = connect(&config, "routes").await?;
     let bucket = store::open(&js, &config).await?;
     let hosts = status::read_all(&status::open(&js, &config).await?).await?;
     let mut listing = Vec::new();
+    let refusals = refusals(&config, &hosts);
     for r in &config.routes {
         let dir = config.components.dir.as_ref().map(|d| config.resolve(d));
         let source = match (&r.component, dir) {
@@ -210,9 +212,13 @@ pub async fn routes(args: RoutesArgs) -> anyhow::Result<ExitCode> {
             .iter()
             .filter_map(|h| Some((h.instance_id.as_str(), h.config_refused.as_deref()?)))
             .collect();
-        let out = serde_json::json!({ "routes": listing, "config_refused": config_refused });
+        let out = serde_json::json!({
+            "routes": listing,
+            "config_refused": config_refused,
+            "refused": refusals,
+        });
         println!("{}", serde_json::to_string_pretty(&out)?);
-        return Ok(ExitCode::SUCCESS);
+        return Ok(refused_exit(&refusals));
     }
     for h in &hosts {
         if let Some(problems) = &h.config_refused {
@@ -222,7 +228,52 @@ pub async fn routes(args: RoutesArgs) -> anyhow::Result<ExitCode> {
             );
         }
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(refused_exit(&refusals))
+}
+
+/// Every refusal a live host reports: a route of `config` it will not serve (its contract
+/// refused, or its component refused with no version serving), or its last config reload.
+fn refusals(config: &Config, hosts: &[status::HostStatus]) -> Vec<String> {
+    let mut out = Vec::new();
+    for h in hosts {
+        let host = &h.instance_id;
+        for r in &config.routes {
+            let Some(s) = h.routes.get(&r.name) else {
+                continue;
+            };
+            let route = &r.name;
+            if let Some(reason) = &s.contract_refused {
+                out.push(format!(
+                    "host `{host}` refuses route `{route}` by contract: {reason}"
+                ));
+            } else if let (Some(reason), None) = (&s.refused, &s.digest) {
+                out.push(format!(
+                    "host `{host}` refused route `{route}`'s component: {reason}"
+                ));
+            }
+        }
+        if let Some(problems) = &h.config_refused {
+            out.push(format!(
+                "host `{host}` refused the last config reload: {problems}"
+            ));
+        }
+    }
+    out
+}
+
+/// Success when nothing was refused; else names each refusal on stderr and fails.
+fn refused_exit(refusals: &[String]) -> ExitCode {
+    if refusals.is_empty() {
+        return ExitCode::SUCCESS;
+    }
+    for r in refusals {
+        eprintln!("refused: {r}");
+    }
+    eprintln!(
+        "{} refused: each line above names the host, the route and the reason to fix",
+        refusals.len()
+    );
+    ExitCode::FAILURE
 }
 
 /// How `routes` shows a candidate: digest, mode, since when, state.

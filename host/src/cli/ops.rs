@@ -68,6 +68,7 @@ pub async fn inspect(args: InspectArgs) -> anyhow::Result<ExitCode> {
     println!("route             {}", s.route);
     println!("key               {}", s.key);
     println!("claim key         {}", s.claim_key);
+    println!("claims in         {}", s.claims.describe());
     println!("verdict           {}", s.verdict);
     if let Some(c) = &s.claim {
         let now = crate::claim::record::now_ms();
@@ -229,7 +230,7 @@ pub async fn dead_letters(args: LettersArgs) -> anyhow::Result<ExitCode> {
             json,
         } => {
             let list = letters::list(&js, &config, &which.selection()).await?;
-            let actions = letters::replay(&js, &config, list, dry_run).await?;
+            let actions = crate::ops::replay::replay(&js, &config, list, dry_run).await?;
             if !dry_run {
                 record(&js, &config, "replay", &which, &actions).await;
             }

@@ -74,7 +74,7 @@ pub async fn run(args: SetupArgs) -> anyhow::Result<ExitCode> {
             println!("{}", serde_json::to_string_pretty(&changed)?);
         } else {
             println!(
-                "route `{route}`: contract {} ({} settled claim(s) moved, {} queued message(s) moved){}",
+                "route `{route}`: contract {} ({} claim record(s) moved, {} queued message(s) moved){}",
                 changed.action,
                 changed.claims_moved,
                 changed.queued_moved,

@@ -1,10 +1,16 @@
 //! Values derived from a configuration: backoff per attempt, the duplicate-window rule,
-//! long-running lanes and the instance pool's per-route shares.
+//! long-running lanes and the host-wide instance pool's size.
 
 use std::time::Duration;
 
 use super::Config;
 use crate::runtime::engine::PoolTotals;
+
+/// The most slots of the host-wide instance pool (guests alive at once in the pool), unless
+/// one route's share is larger: past it, guests are instantiated on demand. Far more than two
+/// cores run at once, and small enough that the pool's address space stays well inside
+/// x86-64's 128 TB at default limits (256 slots x 8 memories x (64 MiB + 32 MiB guard): 192 GiB).
+pub const POOL_MAX_SLOTS: u64 = crate::runtime::engine::DEFAULT_MAX_INSTANCES as u64;
 
 /// What [`Config::longest_rerun_gap`] adds up, as error messages name it.
 pub const RERUN_GAP_TERMS: &str = "largest route limits.wall (default 3 x limits.deadline) + lease + clock_skew + largest backoff (source.backoff, or the 5-minute outage backoff when longer) + ack_wait + claims.pause_margin";
@@ -38,26 +44,42 @@ impl Config {
         self.lanes().saturating_sub(others).max(1)
     }
 
-    /// The instance pool: every route's share (its concurrency, plus one trial instantiation
-    /// of a new version, times its limits), so no route can take room a neighbour needs.
+    /// The host-wide instance pool that routes share: one slot per guest that may run at
+    /// once (each route's concurrency plus one trial instantiation of a new version), at most
+    /// [`POOL_MAX_SLOTS`] (or one route's whole share when that is more), each slot with room
+    /// for the largest per-invocation limits configured, and its memories reserved for the
+    /// largest `limits.memory_bytes` any route allows. Address space then grows with the pool,
+    /// not with routes × concurrency × memories (40 routes with a share each asked for 90 TB of
+    /// x86-64's 128 TB); an invocation that finds the pool full is instantiated on demand.
     pub fn pool(&self) -> PoolTotals {
-        let mut pool = PoolTotals {
-            component_instances: 0,
-            core_instances: 0,
-            memories: 0,
-            tables: 0,
-            per_component: (1, 1, 1),
+        let share = |r: &super::RouteConfig| r.concurrency(&self.host) as u64 + 1;
+        let wanted: u64 = self.routes.iter().map(share).sum();
+        let largest = self.routes.iter().map(share).max().unwrap_or(1);
+        let slots = wanted.min(POOL_MAX_SLOTS.max(largest)).max(1);
+        let slots = u32::try_from(slots).unwrap_or(u32::MAX);
+        let most = |f: fn(&crate::limits::Limits) -> usize| {
+            let n = self.routes.iter().map(|r| f(&r.limits)).max().unwrap_or(1);
+            u32::try_from(n.max(1)).unwrap_or(u32::MAX)
         };
-        for r in &self.routes {
-            let l = &r.limits;
-            pool.add_share(
-                r.concurrency(&self.host) as u32 + 1,
-                l.instances as u32,
-                l.memories as u32,
-                l.tables as u32,
-            );
+        let (instances, memories, tables) = (
+            most(|l| l.instances),
+            most(|l| l.memories),
+            most(|l| l.tables),
+        );
+        let memory_bytes = self
+            .routes
+            .iter()
+            .map(|r| r.limits.memory_bytes)
+            .max()
+            .unwrap_or(crate::limits::DEFAULT_MEMORY_BYTES);
+        PoolTotals {
+            component_instances: slots,
+            core_instances: slots.saturating_mul(instances),
+            memories: slots.saturating_mul(memories),
+            tables: slots.saturating_mul(tables),
+            per_component: (instances, memories, tables),
+            memory_bytes,
         }
-        pool
     }
 
     /// The largest configured backoff: a guest's requested retry delay is clamped to it.
@@ -96,5 +118,58 @@ impl Config {
     /// by the run after a lapsed lease or a backoff.
     pub fn dead_letter_gap(&self) -> Duration {
         self.claims.lease + self.claims.clock_skew + self.max_backoff()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::runtime::engine::{memory_reservation, MEMORY_GUARD_BYTES};
+
+    /// A config with `n` routes at default settings.
+    fn routes(n: usize, extra: &str) -> Config {
+        let mut text = String::from(
+            "[nats]\nurls = [\"nats://127.0.0.1:4222\"]\n[source]\nsubjects = [\"in.>\"]\n",
+        );
+        for i in 0..n {
+            text += &format!("[[routes]]\nname = \"r{i}\"\nsubject = \"in.r{i}\"\n{extra}");
+        }
+        Config::parse(&text, Path::new("t.toml"), std::env::temp_dir()).expect("valid")
+    }
+
+    #[test]
+    fn the_pool_is_shared_by_routes_and_sized_from_configured_limits() {
+        let one = routes(1, "").pool();
+        // One route keeps its whole share: concurrency 64 plus a trial instantiation.
+        assert_eq!(one.component_instances, 65);
+        assert_eq!(one.memory_bytes, crate::limits::DEFAULT_MEMORY_BYTES);
+        assert_eq!(memory_reservation(one.memory_bytes), 64 << 20);
+        for n in [40, 500, 1000] {
+            let pool = routes(n, "").pool();
+            assert_eq!(
+                pool.component_instances as u64, POOL_MAX_SLOTS,
+                "{n} routes"
+            );
+            assert_eq!(pool.memories, pool.component_instances * 8, "{n} routes");
+            // 256 slots x 8 memories x (64 MiB + 32 MiB guard): 192 GiB, whatever the routes.
+            assert_eq!(
+                pool.reserved_bytes(),
+                2048 * ((64 << 20) + MEMORY_GUARD_BYTES)
+            );
+            assert!(pool.reserved_bytes() < 1 << 40, "{n} routes: {pool:?}");
+        }
+    }
+
+    #[test]
+    fn the_largest_route_sets_the_slot_memory_and_a_big_route_keeps_its_share() {
+        let mut config = routes(3, "");
+        config.routes[1].limits.memory_bytes = 100 << 20;
+        config.routes[2].concurrency = Some(1000);
+        let pool = config.pool();
+        assert_eq!(pool.memory_bytes, 100 << 20);
+        assert_eq!(memory_reservation(pool.memory_bytes), 128 << 20);
+        assert_eq!(pool.component_instances, 1001);
     }
 }

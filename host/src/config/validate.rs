@@ -179,6 +179,15 @@ impl Config {
             "host.max_in_flight",
             "must be at least host.concurrency",
         );
+        // The drain waits up to the grace for in-flight work, then acks and flushes.
+        p.check(
+            self.host.drain_timeout > self.host.shutdown_grace,
+            "host.drain_timeout",
+            format!(
+                "{:?} does not exceed host.shutdown_grace ({:?}), the wait for in-flight work that the drain includes: the host would give up before that wait ends, leaving work unacked at every stop; raise host.drain_timeout above host.shutdown_grace (with time for the final flush) or lower host.shutdown_grace, keeping host.drain_timeout below the platform's kill deadline (Kubernetes' terminationGracePeriodSeconds, 30 s by default)",
+                self.host.drain_timeout, self.host.shutdown_grace
+            ),
+        );
         p.check(
             s.max_ack_pending >= self.host.max_in_flight as i64,
             "source.max_ack_pending",
@@ -526,6 +535,41 @@ fn check_key_source(p: &mut Problems, at: &str, subject: &str, source: &KeySourc
                 format!(
                     "subject `{subject}` has no token {t} on every message (tokens count from 0)"
                 ),
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use crate::config::Config;
+
+    /// Parses a minimal config with `host` lines in `[host]`.
+    fn parse(host: &str) -> Result<Config, String> {
+        let text = format!(
+            "[nats]\nurls = [\"nats://127.0.0.1:4222\"]\n[host]\n{host}\n[source]\nsubjects = [\"in.>\"]\n[[routes]]\nname = \"r\"\nsubject = \"in.r\"\n"
+        );
+        Config::parse(&text, Path::new("t.toml"), std::env::temp_dir())
+            .map_err(|e| format!("{e:#}"))
+    }
+
+    #[test]
+    fn the_drain_timeout_must_exceed_the_shutdown_grace_it_includes() {
+        parse("").expect("the defaults fit");
+        parse("shutdown_grace = \"5s\"\ndrain_timeout = \"6s\"").expect("above the grace");
+        for host in [
+            "shutdown_grace = \"20s\"\ndrain_timeout = \"10s\"",
+            "shutdown_grace = \"10s\"\ndrain_timeout = \"10s\"",
+            "drain_timeout = \"5s\"",
+        ] {
+            let error = parse(host).expect_err(host);
+            assert!(
+                error.contains("host.drain_timeout")
+                    && error.contains("host.shutdown_grace")
+                    && error.contains("raise host.drain_timeout above host.shutdown_grace"),
+                "{host}: {error}"
             );
         }
     }

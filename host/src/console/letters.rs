@@ -283,7 +283,9 @@ pub async fn act(
     for batch in matching.chunks(BATCH) {
         let batch = batch.to_vec();
         let done = match action {
-            "replay" => letters::replay(&console.js, &console.config, batch, false).await?,
+            "replay" => {
+                crate::ops::replay::replay(&console.js, &console.config, batch, false).await?
+            }
             _ => letters::purge(&console.js, &console.config, batch, named, false).await?,
         };
         actions.extend(done);

@@ -171,6 +171,7 @@ pub struct Metrics {
     serving: Family<ServingLabels, Gauge>,
     stranded: Gauge,
     spans_dropped: Counter,
+    pool_overflows: Counter,
     ready: Gauge,
     consumers: Family<ConsumerLabels, Gauge>,
     rollout: crate::rollout_metrics::RolloutSeries,
@@ -213,6 +214,7 @@ impl Metrics {
             serving: Family::default(),
             stranded: Gauge::default(),
             spans_dropped: Counter::default(),
+            pool_overflows: Counter::default(),
             ready: Gauge::default(),
             consumers: Family::default(),
             rollout: Default::default(),
@@ -240,6 +242,7 @@ impl Metrics {
             "serving_info", "The component version a route serves (value 1)", m.serving;
             "stranded_messages", "Messages past their last delivery whose dead letter is not stored yet", m.stranded;
             "spans_dropped", "Trace spans dropped: the export queue was full or an export failed", m.spans_dropped;
+            "pool_overflow", "Guest instances made outside the host-wide instance pool (it was full, or a reload raised a route's memory limit past its slots): slower, never refused; lower concurrency if it keeps rising", m.pool_overflows;
             "host_ready", "1 while /readyz answers 200 (ready), 0 otherwise", m.ready;
             "consumer_info", "The stream and durable consumer of a route (value 1), labelled as the NATS exporters label theirs", m.consumers;
         }
@@ -285,6 +288,10 @@ impl Metrics {
 
     /// The registry in the OpenMetrics text format.
     pub fn encode(&self) -> String {
+        // The runtime counts overflows for the whole process; the series catches up here.
+        self.pool_overflows
+            .inner()
+            .fetch_max(crate::runtime::pool_overflows(), Ordering::Relaxed);
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry)
             .expect("writing to a String cannot fail");

@@ -5,27 +5,27 @@
 //! message id `replay:<letter sequence>`, after resetting the key's permanent failure with a
 //! revision-checked write, so the key runs again (attempt 1) on the version deployed now. A
 //! replay run twice by mistake runs the key once: the second run finds the key completed (or
-//! in progress) and skips it, and its publish would repeat the first's message id. A route
-//! keyed by `Nats-Msg-Id` keeps its key: the replay carries the first message id in
-//! [`REPLAYED_MSG_ID`], which a host honours only after checking it against this letter
-//! (`crate::pipeline::replayed`: the letter's claim key, subject and payload).
+//! in progress) and skips it, or its publish repeats the first's message id and the reset is
+//! put back ([`super::replay`]). Replay and purge find the key where the route's contract
+//! says its claims live ([`super::claims`]). A route keyed by `Nats-Msg-Id` keeps its key:
+//! the replay carries the first message id in
+//! [`REPLAYED_MSG_ID`](crate::idempotency::REPLAYED_MSG_ID), which a host honours only after
+//! checking it against this letter (`crate::pipeline::replayed`: the letter's claim key,
+//! subject and payload).
 
 use std::time::SystemTime;
 
 use async_nats::jetstream::Context;
-use async_nats::HeaderMap;
-use bytes::Bytes;
 use serde::Serialize;
 
-use crate::claim::{key, ClaimState, ClaimStore as _};
+use super::claims::Claims;
+use crate::claim::{key, ClaimState};
 use crate::config::Config;
-use crate::idempotency::{MSG_ID, REPLAYED_MSG_ID, REPLAY_ID_PREFIX};
+use crate::idempotency::{MSG_ID, REPLAY_ID_PREFIX};
 use crate::pipeline::effects::headers;
-use crate::runtime::outputs::CONTROL_HEADER_PREFIX;
 use crate::scan::{self, Stored};
 
 pub use crate::claim::record::REPLAY_REASON;
-use crate::claim::record::RESET_REVISION;
 
 /// One dead letter, as `dead-letters list` shows it.
 #[derive(Debug, Clone, Serialize)]
@@ -50,7 +50,7 @@ pub struct Letter {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub truncated: Option<u64>,
     #[serde(skip)]
-    stored: Option<Stored>,
+    pub(super) stored: Option<Stored>,
 }
 
 impl Letter {
@@ -113,7 +113,7 @@ impl Letter {
     /// `Dedup-Original-Nats-Msg-Id` header (two values) or a key from elsewhere gives none;
     /// the host checks the same against this letter before honouring it
     /// (`crate::pipeline::replayed`).
-    fn first_msg_id(&self) -> Option<String> {
+    pub(super) fn first_msg_id(&self) -> Option<String> {
         let m = self.stored.as_ref()?.headers.as_ref()?;
         let name = format!("{}{MSG_ID}", headers::ORIGINAL_PREFIX);
         let mut values = m.get_all(name.as_str());
@@ -122,7 +122,13 @@ impl Letter {
         };
         let id = id.as_str().trim();
         let recorded = m.get(headers::CLAIM_KEY)?.as_str();
-        (recorded == key::encode(&self.route, id)).then(|| id.to_string())
+        if recorded == key::encode(&self.route, id) {
+            return Some(id.to_string());
+        }
+        // The letter of a replay (its own id `replay:<n>`) ran under the first message id,
+        // which its shown key is when it encodes to the recorded claim key.
+        (id.starts_with(REPLAY_ID_PREFIX) && recorded == key::encode(&self.route, &self.key))
+            .then(|| self.key.clone())
     }
 }
 
@@ -260,150 +266,6 @@ pub fn summary(actions: &[Action]) -> String {
         .join(", ")
 }
 
-/// Replays each letter (see the module documentation). With `dry_run`, only says what it
-/// would do.
-pub async fn replay(
-    js: &Context,
-    config: &Config,
-    letters: Vec<Letter>,
-    dry_run: bool,
-) -> anyhow::Result<Vec<Action>> {
-    let store = crate::fenced::host_store(js, config).await?;
-    let mut actions = Vec::with_capacity(letters.len());
-    for letter in letters {
-        let action = |action, detail: String| Action {
-            sequence: letter.sequence,
-            route: letter.route.clone(),
-            key: letter.key.clone(),
-            action,
-            detail,
-        };
-        if letter.subject.is_empty() {
-            actions.push(action(
-                "skipped",
-                "not a dead letter: no Dedup-Original-Subject".into(),
-            ));
-            continue;
-        }
-        let (payload, original_headers) = match original(js, config, &letter).await {
-            Ok(found) => found,
-            Err(e) => {
-                actions.push(action("skipped", format!("{e:#}")));
-                continue;
-            }
-        };
-        let mut reset = None;
-        if let Some(claim_key) = letter.claim_key() {
-            let claim_key = crate::fenced::store_key(config, &letter.route, &claim_key);
-            // No record (aged out or never claimed): the replay claims afresh.
-            if let Some((record, revision)) = store.get(&claim_key).await? {
-                if !record.replayable() {
-                    let state = format!("{:?}", record.state).to_lowercase();
-                    actions.push(action("skipped", format!("key is {state} (attempt {}): replayed already, or retried by the pipeline", record.attempt)));
-                    continue;
-                }
-                reset = Some((claim_key, record, revision));
-            }
-        }
-        let detail = format!(
-            "on `{}` as message id `{REPLAY_ID_PREFIX}{}`{}",
-            letter.subject,
-            letter.sequence,
-            if reset.is_some() {
-                ", key reset to run again"
-            } else {
-                ""
-            }
-        );
-        if dry_run {
-            actions.push(action("would replay", detail));
-            continue;
-        }
-        let mut h = original_headers;
-        if let Some((claim_key, mut record, revision)) = reset {
-            record.reset_for_replay(letter.sequence);
-            match store.update(&claim_key, &record, revision).await {
-                // Hosts reading the key from a lagging replica wait for this revision.
-                Ok(reset) => h.insert(RESET_REVISION, reset.to_string().as_str()),
-                Err(e) => {
-                    actions.push(action(
-                        "skipped",
-                        format!("key changed meanwhile, not reset: {e}"),
-                    ));
-                    continue;
-                }
-            }
-        }
-        if let Some(id) = letter.first_msg_id() {
-            h.insert(REPLAYED_MSG_ID, id.as_str());
-        }
-        h.insert(
-            MSG_ID,
-            format!("{REPLAY_ID_PREFIX}{}", letter.sequence).as_str(),
-        );
-        let published = match js
-            .publish_with_headers(letter.subject.clone(), h, payload)
-            .await
-        {
-            Ok(ack) => ack.await.map(|_| ()).map_err(|e| e.to_string()),
-            Err(e) => Err(e.to_string()),
-        };
-        match published {
-            Ok(()) => actions.push(action("replayed", detail)),
-            // The key stays reset (marked as a replay's): running the replay again retries it.
-            Err(e) => actions.push(action(
-                "skipped",
-                format!(
-                    "publish on `{}` failed, run the replay again: {e}",
-                    letter.subject
-                ),
-            )),
-        }
-    }
-    Ok(actions)
-}
-
-/// The original payload and headers: the letter's own copy, or the source stream's message
-/// when the letter was cut short. The host's `Dedup-*` headers and every `Nats-*` control
-/// header are left out (kept copies included): they belong to the first delivery.
-async fn original(
-    js: &Context,
-    config: &Config,
-    letter: &Letter,
-) -> anyhow::Result<(Bytes, HeaderMap)> {
-    let stored = letter
-        .stored
-        .as_ref()
-        .expect("listed letters carry their message");
-    let (payload, source_headers) = match (letter.truncated, letter.source_sequence) {
-        (None, _) => (stored.payload.clone(), stored.headers.clone()),
-        (Some(_), Some(seq)) => {
-            let stream = js.get_stream(&config.source.stream).await?;
-            let m = stream.get_raw_message(seq).await.map_err(|e| {
-                anyhow::anyhow!("the letter holds a cut payload and source message {seq} is gone ({e}): nothing whole to replay")
-            })?;
-            (m.payload, Some(m.headers))
-        }
-        (Some(_), None) => {
-            anyhow::bail!("the letter holds a cut payload and names no source message")
-        }
-    };
-    let mut h = HeaderMap::new();
-    for (name, values) in source_headers.iter().flat_map(|h| h.iter()) {
-        let n: &str = name.as_ref();
-        let lower = n.to_ascii_lowercase();
-        if lower.starts_with("dedup-")
-            || lower.starts_with(&CONTROL_HEADER_PREFIX.to_ascii_lowercase())
-        {
-            continue;
-        }
-        for v in values {
-            h.append(name.clone(), v.clone());
-        }
-    }
-    Ok((payload, h))
-}
-
 /// Deletes the letters whose key has completed since (their replay ran). A letter without a
 /// key is deleted only when named by sequence: nothing else can tell that it was handled.
 pub async fn purge(
@@ -413,29 +275,28 @@ pub async fn purge(
     named: bool,
     dry_run: bool,
 ) -> anyhow::Result<Vec<Action>> {
-    let store = crate::fenced::host_store(js, config).await?;
+    let mut claims = Claims::new(js, config).await;
     let stream = js.get_stream(&config.dead_letter.stream).await?;
     let mut actions = Vec::new();
     for letter in letters {
-        let done = match letter.claim_key() {
+        let (done, place) = match letter.claim_key() {
             Some(claim_key) => {
-                let claim_key = crate::fenced::store_key(config, &letter.route, &claim_key);
-                store
-                    .get(&claim_key)
-                    .await?
-                    .is_some_and(|(r, _)| r.state == ClaimState::Completed)
+                let claim = claims.get(&letter.route, &claim_key).await?;
+                let done =
+                    (claim.record.as_ref()).is_some_and(|(r, _)| r.state == ClaimState::Completed);
+                (done, format!("claims in {}", claim.claims.describe()))
             }
-            None => named,
+            None => (named, "named by sequence".to_string()),
         };
         let (action, detail) = match (done, dry_run) {
             (false, _) => (
                 "skipped",
-                "its key has not completed since: replay it first".to_string(),
+                format!("its key has not completed since: replay it first ({place})"),
             ),
-            (true, true) => ("would purge", String::new()),
+            (true, true) => ("would purge", place),
             (true, false) => {
                 stream.delete_message(letter.sequence).await?;
-                ("purged", String::new())
+                ("purged", place)
             }
         };
         actions.push(Action {

@@ -5,8 +5,9 @@
 use async_nats::jetstream::Context;
 use serde::Serialize;
 
+use super::claims::{Claims, RouteClaims};
 use super::letters::{self, Letter, Selection};
-use crate::claim::{key, ClaimRecord, ClaimStore as _};
+use crate::claim::{key, ClaimRecord};
 use crate::config::Config;
 use crate::pipeline::effects::output_id;
 use crate::pipeline::replayed::key_of;
@@ -30,6 +31,9 @@ pub struct Story {
     pub key: String,
     /// The key in the claim bucket.
     pub claim_key: String,
+    /// Where the claim was looked up: the route's contract decides, this config only when
+    /// none is recorded.
+    pub claims: RouteClaims,
     /// One line: what became of the key.
     pub verdict: String,
     /// The claim record, if the bucket holds one.
@@ -93,9 +97,9 @@ pub async fn tell(
         }
     };
     let claim_key = key::encode(route, &key);
-    let store = crate::fenced::host_store(js, config).await?;
-    let store_key = crate::fenced::store_key(config, route, &claim_key);
-    let (claim, revision) = match store.get(&store_key).await? {
+    let found = Claims::new(js, config).await.get(route, &claim_key).await?;
+    let store_key = found.key.clone();
+    let (claim, revision) = match found.record {
         Some((record, revision)) => (Some(record), Some(revision)),
         None => (None, None),
     };
@@ -161,6 +165,7 @@ pub async fn tell(
         route: route.to_string(),
         key,
         claim_key,
+        claims: found.claims,
         verdict: String::new(),
         claim,
         revision,

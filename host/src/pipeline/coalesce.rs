@@ -3,14 +3,16 @@
 //! runs with the newest state. Only when it will run: a newer message whose key already
 //! completed (a key from a JSON pointer, a resend after the dedup window) or was
 //! dead-lettered is acked as a duplicate, and one without a key may be dead-lettered, so
-//! skipping for it would leave the entity's update run by neither.
+//! skipping for it would leave the entity's update run by neither. And only for a newer
+//! message of the same entity value: the queue subject carries the entity's hash, which two
+//! values may share.
 
 use async_nats::jetstream::message::StreamMessage;
 
-use super::message::Claimed;
+use super::message::{Claimed, Delivery};
 use super::Shared;
 use crate::claim::{ClaimState, ClaimStore};
-use crate::config::MissingKey;
+use crate::config::{KeySource, MissingKey};
 use crate::idempotency;
 use crate::routes::Route;
 
@@ -19,8 +21,10 @@ impl<S: ClaimStore> Shared<S> {
     /// will run. Any doubt (a read that fails, a key that cannot be told) runs this one:
     /// running both is only wasted work, running neither loses the update.
     pub(super) async fn superseded(&self, c: &Claimed<'_, S>) -> bool {
-        let coalesce = c.route.exclusive.as_ref().is_some_and(|e| e.coalesce);
-        let Some((subject, sequence)) = c.d.queued.as_ref().filter(|_| coalesce) else {
+        let Some(exclusive) = c.route.exclusive.as_ref().filter(|e| e.coalesce) else {
+            return false;
+        };
+        let Some((subject, sequence)) = c.d.queued.as_ref() else {
             return false;
         };
         let Ok(queue) = self
@@ -41,6 +45,10 @@ impl<S: ClaimStore> Shared<S> {
                 return false;
             }
         };
+        if !same_entity(&exclusive.by, c.d, &newest) {
+            tracing::debug!("the newer message on this queue subject is of another entity (their hashes collide), running this one");
+            return false;
+        }
         match self.will_run(c.route, &newest).await {
             Ok(will) => will,
             Err(why) => {
@@ -87,4 +95,17 @@ impl<S: ClaimStore> Shared<S> {
             },
         })
     }
+}
+
+/// Whether the queued message `newest` is of the same entity as delivery `d`, compared by the
+/// full entity value: a queue subject carries only the entity's 64-bit FNV-1a hash, which
+/// crafted values can share, and one entity's update must never be skipped for another's.
+fn same_entity(by: &KeySource, d: &Delivery, newest: &StreamMessage) -> bool {
+    let Some((subject, _, headers)) = crate::exclusive::original(Some(&newest.headers)) else {
+        return false;
+    };
+    let theirs = idempotency::derive(by, &subject, Some(&headers), &newest.payload);
+    let m = &d.message;
+    let ours = idempotency::derive(by, &m.subject, m.headers.as_ref(), &m.payload);
+    matches!((ours, theirs), (Ok(a), Ok(b)) if a == b)
 }

@@ -55,6 +55,8 @@ pub(super) struct Delivery {
     /// Whether this delivery ended the message's life (acked or termed here, not naked or
     /// left to another route's consumer): only those count in the end-to-end latency.
     pub(super) ended: std::sync::atomic::AtomicBool,
+    /// The revision a proven replay reset its key at (`reset.rs`), else 0.
+    reset_revision: std::sync::atomic::AtomicU64,
     /// Its spans (inert when traces are off).
     pub(super) trace: Trace,
 }
@@ -173,7 +175,9 @@ impl<S: ClaimStore> Shared<S> {
             Some(claimed) => claimed,
             None => return,
         };
-        let (route, guest, key, lease) = claimed;
+        let (route, chosen, key, lease) = claimed;
+        let claimed_version = lease.digest().await;
+        let (guest, gone) = self.pinned_version(&route, &key, chosen, &claimed_version);
         let span = tracing::warn_span!(
             "message",
             route = route.name,
@@ -191,6 +195,11 @@ impl<S: ClaimStore> Shared<S> {
             key: &key,
             lease: Arc::from(lease),
         };
+        if let Some(reason) = gone {
+            return Box::pin(self.give_up(&claimed, &reason))
+                .instrument(span)
+                .await;
+        }
         Box::pin(self.run(&claimed)).instrument(span).await
     }
 
@@ -261,6 +270,15 @@ impl<S: ClaimStore> Shared<S> {
                 return None;
             }
         };
+        if let Err(unavailable) = self.prove_reset(d, &route, &key).await {
+            log_span().in_scope(|| tracing::warn!("{unavailable}"));
+            route.metrics.outcome(MessageOutcome::Error);
+            let delay = outage_retry(&route.metrics, d.delivered);
+            self.settle(d, AckKind::Nak(Some(delay)))
+                .instrument(log_span())
+                .await;
+            return None;
+        }
         // The version now served runs this message to its end, whatever is swapped meanwhile.
         let Some(guest) = route.guest_for(&key) else {
             // The route stopped being served after this message was pulled (a swap, a reload):
@@ -407,7 +425,15 @@ impl<S: ClaimStore> Shared<S> {
         };
         invoked(c.route, &invocation);
         match invocation.outcome {
-            Outcome::Success(outputs) => self.succeed(c, &outputs, published).await,
+            Outcome::Success(outputs) => {
+                if c.route.fenced.is_none() && !outputs.is_empty() {
+                    // Window outputs go out one by one: a re-run must be this version's.
+                    if let Err(e) = c.lease.begin_effects().await {
+                        return self.effects_not_begun(c, e).await;
+                    }
+                }
+                self.succeed(c, &outputs, published).await
+            }
             Outcome::Retry { reason, delay } => self.retry_or_give_up(c, &reason, delay).await,
             Outcome::Trap(trap) if trap.kind == TrapKind::PoolFull => {
                 let delay = pool_full_retry(c.d.delivered);
@@ -462,6 +488,7 @@ impl Delivery {
             queued: None,
             delivered,
             ended: Default::default(),
+            reset_revision: Default::default(),
             trace: Trace::default(),
         }
     }
@@ -472,19 +499,19 @@ impl Delivery {
     }
 
     /// The revision a dead-letter replay reset this message's key at (its
-    /// [`RESET_REVISION`](crate::claim::record::RESET_REVISION) header), on its first few
-    /// deliveries; 0 otherwise.
+    /// [`RESET_REVISION`](crate::claim::record::RESET_REVISION) header, honoured only on a
+    /// proven replay: `reset.rs`), on its first few deliveries; 0 otherwise.
     pub(super) fn fresh_from(&self) -> u64 {
-        use crate::claim::record::{RESET_DELIVERIES, RESET_REVISION};
-        if self.delivered > RESET_DELIVERIES {
+        if self.delivered > crate::claim::record::RESET_DELIVERIES {
             return 0;
         }
-        let header = self
-            .message
-            .headers
-            .as_ref()
-            .and_then(|h| h.get(RESET_REVISION));
-        header.and_then(|v| v.as_str().parse().ok()).unwrap_or(0)
+        self.reset_revision
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Records the revision a proven replay reset this message's key at.
+    pub(super) fn reset_at(&self, revision: u64) {
+        (self.reset_revision).store(revision, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The span of this delivery's lines until it is claimed: its route and sequence.

@@ -1,5 +1,6 @@
 //! The wasmtime engine: compiled once per process, tuned for many short invocations.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use wasmtime::{Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
@@ -14,9 +15,14 @@ pub const DEFAULT_MAX_INSTANCES: u32 = 256;
 /// Default largest linear memory the instance pool reserves room for, per memory.
 pub const DEFAULT_POOL_MEMORY_BYTES: u64 = 256 << 20;
 
-/// How much of each kind of thing the instance pool holds. The host sizes it as the sum of
-/// every route's share (its concurrency times its per-invocation limits, plus one for a trial
-/// instantiation), so a route can never take space a neighbour needs.
+/// The smallest address-space reservation of one linear memory in the pool. Reservations are
+/// rounded up to a power of two from here, so raising one route's memory limit a little
+/// keeps the engine's code settings (and every compile-cache entry) as they were.
+pub const MIN_MEMORY_RESERVATION: u64 = 64 << 20;
+
+/// How much of each kind of thing the host-wide instance pool holds. Routes share it (see
+/// `Config::pool`); an invocation that finds it full is instantiated outside it, on demand
+/// ([`pool_overflows`]), so a full pool slows a message down but never refuses it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PoolTotals {
     /// Component instances (one per invocation) alive at once.
@@ -29,6 +35,10 @@ pub struct PoolTotals {
     pub tables: u32,
     /// The most core instances, memories and tables one component may have.
     pub per_component: (u32, u32, u32),
+    /// The largest linear memory any slot holds: the largest memory limit configured. Each
+    /// pooled memory reserves [`memory_reservation`] of this plus a guard region of address
+    /// space; an invocation allowed more runs outside the pool.
+    pub memory_bytes: u64,
 }
 
 impl PoolTotals {
@@ -40,7 +50,14 @@ impl PoolTotals {
             memories: instances * 2,
             tables: instances * 4,
             per_component: (64, 8, 16),
+            memory_bytes: DEFAULT_POOL_MEMORY_BYTES,
         }
+    }
+
+    /// The address space the pool's linear memories reserve up front: every memory slot's
+    /// reservation plus its guard region.
+    pub fn reserved_bytes(&self) -> u64 {
+        u64::from(self.memories) * (memory_reservation(self.memory_bytes) + MEMORY_GUARD_BYTES)
     }
 
     /// Adds `slots` invocations each allowed `core_instances`, `memories` and `tables`.
@@ -54,14 +71,26 @@ impl PoolTotals {
     }
 }
 
+/// The guard region after each linear memory (wasmtime's default on 64-bit hosts): accesses
+/// at constant offsets below it need no bounds check of their own.
+pub const MEMORY_GUARD_BYTES: u64 = 32 << 20;
+
+/// The address space reserved for one linear memory that may grow to `memory_bytes`: the
+/// next power of two, at least [`MIN_MEMORY_RESERVATION`]. Not wasmtime's 4 GiB default,
+/// which at hundreds of routes asked for more than x86-64's 128 TB of user address space;
+/// the price is an explicit bounds check on memory accesses the guard does not cover.
+pub fn memory_reservation(memory_bytes: u64) -> u64 {
+    memory_bytes
+        .max(MIN_MEMORY_RESERVATION)
+        .checked_next_power_of_two()
+        .unwrap_or(u64::MAX)
+}
+
 /// Process-wide engine settings.
 #[derive(Debug, Clone)]
 pub struct EngineSettings {
-    /// What the instance pool holds. Invocations beyond it trap with
-    /// [`super::TrapKind::PoolFull`], an infrastructure condition.
+    /// What the instance pool holds. Invocations beyond it are instantiated on demand.
     pub pool: PoolTotals,
-    /// The largest linear memory any route may allow; per-route limits must not exceed it.
-    pub max_memory_bytes: u64,
     /// Enforce limits (deadline, fuel, memory, tables). Always on in the host; turning it off
     /// exists only to measure what the limits cost.
     pub metered: bool,
@@ -94,7 +123,6 @@ impl Default for EngineSettings {
     fn default() -> Self {
         Self {
             pool: PoolTotals::for_instances(DEFAULT_MAX_INSTANCES),
-            max_memory_bytes: DEFAULT_POOL_MEMORY_BYTES,
             metered: true,
             long_running_lanes: default_lanes(),
             keep_resident_bytes: DEFAULT_KEEP_RESIDENT_BYTES,
@@ -102,9 +130,19 @@ impl Default for EngineSettings {
     }
 }
 
-/// Builds the engine (pooling allocator, epoch interruption); its epoch advances by
-/// [`super::ticker::EpochTicker`].
-pub fn build(settings: &EngineSettings) -> anyhow::Result<Engine> {
+/// The process's two engines, built with the same code settings so a component compiled for
+/// one loads into the other: the pooled engine every invocation tries first, and an
+/// on-demand engine for invocations the pool has no room for.
+pub struct Engines {
+    /// Instances come from the preallocated pool (fast, bounded).
+    pub pooled: Engine,
+    /// Instances are mapped and unmapped per invocation (slower, unbounded).
+    pub on_demand: Engine,
+}
+
+/// Builds both engines (epoch interruption; their epochs advance by
+/// [`super::ticker::EpochTicker`]).
+pub fn build(settings: &EngineSettings) -> anyhow::Result<Engines> {
     let mut pool = PoolingAllocationConfig::new();
     // A Rust or C guest is a handful of core instances (the program plus WASI adapters);
     // interpreted languages bring more.
@@ -121,7 +159,12 @@ pub fn build(settings: &EngineSettings) -> anyhow::Result<Engine> {
         // A module may define several memories (multi-memory) within the component's share.
         .max_memories_per_module(memories)
         .max_tables_per_module(tables)
-        .max_memory_size(settings.max_memory_bytes as usize)
+        // The whole reservation, not the largest route limit: a route's own limit is enforced
+        // at instantiation by its resource limiter, with a message naming the route, where a
+        // pool limit below a module's minimum would refuse it at compile time.
+        .max_memory_size(
+            usize::try_from(memory_reservation(totals.memory_bytes)).unwrap_or(usize::MAX),
+        )
         .max_component_instance_size(1 << 20)
         .max_core_instance_size(1 << 20)
         .linear_memory_keep_resident(settings.keep_resident_bytes)
@@ -133,9 +176,39 @@ pub fn build(settings: &EngineSettings) -> anyhow::Result<Engine> {
         .wasm_component_model(true)
         .epoch_interruption(settings.metered)
         .consume_fuel(settings.metered)
+        // Both engines compile the same code: the reservation and guard are code settings.
+        .memory_reservation(memory_reservation(totals.memory_bytes))
+        .memory_guard_size(MEMORY_GUARD_BYTES)
         // Trap reasons come from the trap code and the guest's stderr; backtraces of
         // untrusted, usually stripped guests only cost time.
-        .wasm_backtrace_max_frames(None)
-        .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
-    Ok(Engine::new(&config)?)
+        .wasm_backtrace_max_frames(None);
+    let on_demand = Engine::new(&config)?;
+    config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+    let pooled = Engine::new(&config).map_err(|e| {
+        anyhow::anyhow!(
+            "cannot reserve the instance pool ({} memories of {} MiB plus a {} MiB guard, {} GiB of address space): {e:#}; lower routes' limits.memory_bytes or limits.memories",
+            totals.memories,
+            memory_reservation(totals.memory_bytes) >> 20,
+            MEMORY_GUARD_BYTES >> 20,
+            totals.reserved_bytes() >> 30,
+        )
+    })?;
+    Ok(Engines { pooled, on_demand })
+}
+
+static POOL_OVERFLOWS: AtomicU64 = AtomicU64::new(0);
+
+/// Invocations (and trial instantiations) in this process that found the instance pool full
+/// and were instantiated on demand instead (`dedup_pool_overflow_total`).
+pub fn pool_overflows() -> u64 {
+    POOL_OVERFLOWS.load(Ordering::Relaxed)
+}
+
+/// Counts one instantiation outside the pool; the first is logged with what to do about it.
+pub(super) fn count_overflow(component: &str) {
+    if POOL_OVERFLOWS.fetch_add(1, Ordering::Relaxed) == 0 {
+        tracing::warn!(
+            "instance pool full (first overflow: component `{component}`): instantiating outside it, on demand, which is slower; dedup_pool_overflow_total counts these. Lower routes' concurrency if it keeps rising"
+        );
+    }
 }

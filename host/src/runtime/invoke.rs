@@ -16,13 +16,51 @@ use super::outcome::{Invocation, Outcome, Trap, TrapKind};
 use super::outputs::check_outputs;
 use super::state::{GuestState, InvokeOptions, LogContext};
 use super::Handler;
-use crate::bindings::{Event, Failure};
+use crate::bindings::{Event, Failure, HandlerGuestPre};
 use crate::limits::Limits;
 use crate::text;
 
 impl Handler {
     /// Runs `event` in a fresh instance. Never fails: guest misbehaviour is an [`Outcome`].
+    /// The instance comes from the pool; when the pool is full (or the route allows more
+    /// memory than a slot holds) it is made on demand instead, counted in
+    /// [`super::pool_overflows`]. Nothing the first try did is kept: a guest's only effects
+    /// are what it returns.
     pub async fn invoke(&self, event: Event, options: &InvokeOptions) -> Invocation {
+        let mut first = None;
+        if self.fits_pool(options.limits.memory_bytes) {
+            let invocation = self.invoke_on(&self.inner.pre, &event, options).await;
+            if !is_pool_full(&invocation.outcome) {
+                return invocation;
+            }
+            first = Some(invocation);
+        }
+        match self.on_demand_pre() {
+            Ok(pre) => {
+                super::engine::count_overflow(self.name());
+                self.invoke_on(pre, &event, options).await
+            }
+            Err(trap) => match first {
+                Some(invocation) => invocation,
+                None => Invocation {
+                    outcome: Outcome::Trap(trap),
+                    logs: Vec::new(),
+                    elapsed: Duration::ZERO,
+                    instantiate: Duration::ZERO,
+                    fuel: None,
+                    memory_bytes: 0,
+                },
+            },
+        }
+    }
+
+    /// Runs `event` in a fresh instance of `pre` (the pooled or the on-demand engine's).
+    async fn invoke_on(
+        &self,
+        pre: &HandlerGuestPre<GuestState>,
+        event: &Event,
+        options: &InvokeOptions,
+    ) -> Invocation {
         let started = Instant::now();
         let context = LogContext {
             route: event.route.clone(),
@@ -46,7 +84,7 @@ impl Handler {
                 };
             }
         };
-        let mut store = Store::new(self.inner.pre.engine(), state);
+        let mut store = Store::new(pre.engine(), state);
         if self.inner.metered {
             meter(&mut store, options, self.inner.lanes.clone());
         }
@@ -57,13 +95,13 @@ impl Handler {
         let wall = tokio::time::Instant::from_std(store.data().wall_deadline) + WALL_GRACE;
         let mut instantiate = None;
         let run = async {
-            let instantiated = self.inner.pre.instantiate_async(&mut store).await;
+            let instantiated = pre.instantiate_async(&mut store).await;
             instantiate = Some(started.elapsed());
             match instantiated {
                 Ok(bindings) => {
                     let call = bindings
                         .dedup_handler_handler()
-                        .call_handle(&mut store, &event)
+                        .call_handle(&mut store, event)
                         .await;
                     call.map_err(|e| classify(store.data_mut(), e, TrapKind::Guest))
                 }
@@ -118,17 +156,34 @@ impl Handler {
     /// version whose instance does not fit the route (initial memory, tables, instances) before
     /// it serves a message.
     pub async fn probe(&self, options: &InvokeOptions) -> Result<(), Trap> {
+        if self.fits_pool(options.limits.memory_bytes) {
+            match self.probe_on(&self.inner.pre, options).await {
+                Err(trap) if trap.kind == TrapKind::PoolFull => {}
+                done => return done,
+            }
+        }
+        let pre = self.on_demand_pre()?;
+        super::engine::count_overflow(self.name());
+        self.probe_on(pre, options).await
+    }
+
+    /// Instantiates `pre` (the pooled or the on-demand engine's) without calling it.
+    async fn probe_on(
+        &self,
+        pre: &HandlerGuestPre<GuestState>,
+        options: &InvokeOptions,
+    ) -> Result<(), Trap> {
         let context = LogContext::default();
         let state = GuestState::new(options, context).map_err(|e| Trap {
             kind: TrapKind::Instantiate,
             message: e.to_string(),
         })?;
-        let mut store = Store::new(self.inner.pre.engine(), state);
+        let mut store = Store::new(pre.engine(), state);
         if self.inner.metered {
             meter(&mut store, options, self.inner.lanes.clone());
         }
         let _running = self.inner.ticker.as_ref().map(|t| t.enter());
-        match self.inner.pre.instantiate_async(&mut store).await {
+        match pre.instantiate_async(&mut store).await {
             Ok(_) => Ok(()),
             Err(e) => Err(classify(store.data_mut(), e, TrapKind::Instantiate)),
         }
@@ -224,6 +279,12 @@ fn wall_message(state: &GuestState, cpu: Duration) -> String {
         cpu.as_millis(),
         state.limits.deadline.as_millis()
     )
+}
+
+/// Whether an invocation ended because the pool had no room (nothing of the guest ran to
+/// completion: it is tried again outside the pool).
+fn is_pool_full(outcome: &Outcome) -> bool {
+    matches!(outcome, Outcome::Trap(trap) if trap.kind == TrapKind::PoolFull)
 }
 
 /// Turns a wasmtime error into a trap, preferring the limit a host hook recorded.

@@ -8,6 +8,7 @@ mod invoke;
 pub mod load;
 pub mod outcome;
 pub mod outputs;
+mod overflow;
 pub mod state;
 pub mod ticker;
 
@@ -21,17 +22,20 @@ use wasmtime::Engine;
 
 use crate::bindings::HandlerGuestPre;
 pub use cache::{CompileCache, Compiled};
-pub use engine::EngineSettings;
+pub use engine::{pool_overflows, EngineSettings};
 pub use load::LoadError;
 pub use outcome::{Invocation, LogLine, Outcome, Trap, TrapKind};
+use overflow::OnDemand;
 use state::GuestState;
 pub use state::InvokeOptions;
 use ticker::EpochTicker;
 
-/// The process's wasmtime engine and the linker holding every host import.
+/// The process's wasmtime engines (pooled, and on demand for what the pool has no room
+/// for) and the linker holding every host import.
 #[derive(Clone)]
 pub struct Runtime {
     engine: Engine,
+    on_demand: Arc<OnDemand>,
     cache: Option<CompileCache>,
     metered: bool,
     lanes: Arc<Semaphore>,
@@ -41,21 +45,22 @@ pub struct Runtime {
 }
 
 impl Runtime {
-    /// Builds the engine and links WASI 0.2 plus the `dedup:handler` imports.
+    /// Builds the engines and links WASI 0.2 plus the `dedup:handler` imports.
     pub fn new(settings: &EngineSettings) -> anyhow::Result<Self> {
-        let engine = engine::build(settings)?;
-        let mut linker = Linker::new(&engine);
-        wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
-        crate::bindings::HandlerGuest::add_to_linker::<_, wasmtime::component::HasSelf<_>>(
-            &mut linker,
-            |state| state,
-        )?;
+        let engine::Engines { pooled, on_demand } = engine::build(settings)?;
+        let linker = link_imports(&pooled)?;
         let ticker = match settings.metered {
-            true => Some(EpochTicker::start(&engine)?),
+            true => Some(EpochTicker::start(&[&pooled, &on_demand])?),
             false => None,
         };
+        let on_demand = OnDemand {
+            linker: Arc::new(link_imports(&on_demand)?),
+            engine: on_demand,
+            pool_memory_bytes: settings.pool.memory_bytes,
+        };
         Ok(Self {
-            engine,
+            engine: pooled,
+            on_demand: Arc::new(on_demand),
             ticker,
             cache: None,
             metered: settings.metered,
@@ -71,7 +76,7 @@ impl Runtime {
         Ok(self)
     }
 
-    /// The wasmtime engine.
+    /// The wasmtime engine components are compiled for (the pooled one).
     pub fn engine(&self) -> &Engine {
         &self.engine
     }
@@ -136,12 +141,25 @@ impl Runtime {
                 component,
                 compiled,
                 pre,
+                on_demand: self.on_demand.clone(),
+                on_demand_pre: std::sync::OnceLock::new(),
                 metered: self.metered,
                 lanes: self.lanes.clone(),
                 ticker: self.ticker.clone(),
             }),
         })
     }
+}
+
+/// A linker for `engine` with WASI 0.2 and the `dedup:handler` imports.
+fn link_imports(engine: &Engine) -> anyhow::Result<Linker<GuestState>> {
+    let mut linker = Linker::new(engine);
+    wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+    crate::bindings::HandlerGuest::add_to_linker::<_, wasmtime::component::HasSelf<_>>(
+        &mut linker,
+        |state| state,
+    )?;
+    Ok(linker)
 }
 
 /// The `sha256:<hex>` digest of a component's bytes, which identifies a version.
@@ -162,6 +180,10 @@ struct HandlerInner {
     component: Component,
     compiled: Compiled,
     pre: HandlerGuestPre<GuestState>,
+    /// Where instances go when the pool has no room for them.
+    on_demand: Arc<OnDemand>,
+    /// This component linked in the on-demand engine, made at its first overflow.
+    on_demand_pre: std::sync::OnceLock<Result<HandlerGuestPre<GuestState>, String>>,
     metered: bool,
     /// The process's long-running lanes (see [`EngineSettings::long_running_lanes`]).
     lanes: Arc<Semaphore>,

@@ -14,7 +14,7 @@ use super::engine::EPOCH_TICK;
 /// How often an idle ticker checks whether its engine was dropped.
 const IDLE_CHECK: Duration = Duration::from_secs(1);
 
-/// Counts the guests running on one engine and wakes its ticker for the first.
+/// Counts the guests running on the process's engines and wakes its ticker for the first.
 pub struct EpochTicker {
     running: AtomicUsize,
     thread: Thread,
@@ -24,9 +24,10 @@ pub struct EpochTicker {
 pub struct Running(Arc<EpochTicker>);
 
 impl EpochTicker {
-    /// Starts ticking `engine`; the thread ends by itself once the engine is dropped.
-    pub fn start(engine: &Engine) -> std::io::Result<Arc<Self>> {
-        let weak = engine.weak();
+    /// Starts ticking `engines` (the pooled and the on-demand one: a guest may run on
+    /// either); the thread ends by itself once the first engine is dropped.
+    pub fn start(engines: &[&Engine]) -> std::io::Result<Arc<Self>> {
+        let weak: Vec<_> = engines.iter().map(|e| e.weak()).collect();
         let (tx, rx) = std::sync::mpsc::channel::<Arc<EpochTicker>>();
         let handle = std::thread::Builder::new()
             .name("wasm-epoch".into())
@@ -36,9 +37,13 @@ impl EpochTicker {
                     // A full tick after waking too: a guest that woke the ticker runs a whole
                     // tick before its first yield, as it would beside a ticking one.
                     std::thread::sleep(EPOCH_TICK);
-                    let Some(engine) = weak.upgrade() else { return };
-                    engine.increment_epoch();
-                    drop(engine);
+                    let Some(first) = weak.first().and_then(|w| w.upgrade()) else {
+                        return;
+                    };
+                    drop(first);
+                    for engine in weak.iter().filter_map(|w| w.upgrade()) {
+                        engine.increment_epoch();
+                    }
                     if ticker.running.load(Ordering::Acquire) == 0 {
                         // A guest starting now unparks: its wake-up is kept if it comes first.
                         std::thread::park_timeout(IDLE_CHECK);

@@ -43,6 +43,8 @@ struct Served {
     route: Arc<Route>,
     stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
+    /// Holds the route's serving subscription ([`crate::presence`]) until `tasks` drained.
+    presence: crate::presence::Held,
 }
 
 /// The live route set of a host.
@@ -127,6 +129,14 @@ impl Live {
             )
         })
         .await?;
+        // Taken before the first pull: `setup --change-route` finds this host serving.
+        let presence = crate::presence::hold(
+            &self.js.client(),
+            &config.source.stream,
+            &route.name,
+            &self.instance_id,
+        )
+        .await?;
         let (stop, stopped) = watch::channel(false);
         let role = match route.exclusive {
             Some(_) => Role::Queue,
@@ -168,7 +178,12 @@ impl Live {
             );
             tasks.extend(watcher);
         }
-        let served = Served { route, stop, tasks };
+        let served = Served {
+            route,
+            stop,
+            tasks,
+            presence,
+        };
         let previous = self
             .served
             .lock()
@@ -355,6 +370,8 @@ impl Live {
 async fn stop(served: Served) {
     let _ = served.stop.send(true);
     futures::future::join_all(served.tasks).await;
+    // Only now, drained, does the route stop counting as served.
+    drop(served.presence);
 }
 
 /// The fenced routes that the running output streams cannot fence (a reload that needs an

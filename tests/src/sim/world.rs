@@ -346,6 +346,7 @@ impl World {
                     attempt: 0,
                     lease_expires_ms: 0,
                     digest: String::new(),
+                    effects_by: None,
                     reason: None,
                     permanent: true,
                     retry_at_ms: None,

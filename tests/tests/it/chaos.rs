@@ -178,7 +178,7 @@ async fn chaos(routes: String, fenced: bool) {
 }
 
 /// Every message of a stream, read again until the cluster answers.
-async fn read_stream(
+pub(crate) async fn read_stream(
     env: &TestEnv,
     stream: &str,
 ) -> Vec<async_nats::jetstream::message::StreamMessage> {
@@ -214,7 +214,7 @@ async fn completed(env: &TestEnv) -> Option<usize> {
 }
 
 /// Pending and unacknowledged messages over the source stream's consumers, if it answers.
-async fn pending(env: &TestEnv) -> Option<(u64, usize)> {
+pub(crate) async fn pending(env: &TestEnv) -> Option<(u64, usize)> {
     use futures::StreamExt;
     let stream = env.js.get_stream("EVENTS").await.ok()?;
     let mut infos = stream.consumers();
@@ -228,14 +228,15 @@ async fn pending(env: &TestEnv) -> Option<(u64, usize)> {
 }
 
 /// The publishing half of a test environment, movable into a task.
-struct PublishOnly {
-    js: async_nats::jetstream::Context,
+pub(crate) struct PublishOnly {
+    /// The test's JetStream context.
+    pub(crate) js: async_nats::jetstream::Context,
 }
 
 impl PublishOnly {
     /// Publishes until the stream acknowledges (a node may be down meanwhile); the message
     /// id makes a repeat harmless.
-    async fn publish(&self, key: &str, msg_id: &str) {
+    pub(crate) async fn publish(&self, key: &str, msg_id: &str) {
         let env = self;
         let mut headers = HeaderMap::new();
         headers.insert("Nats-Msg-Id", msg_id);

@@ -19,7 +19,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 /// Stores `header_block` and `payload` on `subject` over a raw connection (`HPUB`), as a
 /// producer in any language can; returns once the server answered a `PING` after it.
-async fn publish_raw(port: u16, subject: &str, header_block: &[u8], payload: &[u8]) {
+pub(super) async fn publish_raw(port: u16, subject: &str, header_block: &[u8], payload: &[u8]) {
     let stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
         .await
         .expect("connect to nats-server");
@@ -51,7 +51,7 @@ async fn publish_raw(port: u16, subject: &str, header_block: &[u8], payload: &[u
 }
 
 /// The client ids of the connections named `name`, from the server's `/connz`.
-fn connection_ids(monitor: SocketAddr, name: &str) -> BTreeSet<u64> {
+pub(super) fn connection_ids(monitor: SocketAddr, name: &str) -> BTreeSet<u64> {
     let (status, body) = http_get(monitor, "/connz?limit=1000").expect("/connz answers");
     assert_eq!(status, 200, "{body}");
     let connz: serde_json::Value = serde_json::from_str(&body).expect("/connz is JSON");
@@ -66,7 +66,7 @@ fn connection_ids(monitor: SocketAddr, name: &str) -> BTreeSet<u64> {
 
 /// A test environment whose server has its monitoring port open (to read its connections),
 /// and that port's address.
-async fn monitored_env() -> (TestEnv, SocketAddr) {
+pub(super) async fn monitored_env() -> (TestEnv, SocketAddr) {
     let monitor_port = free_port();
     let server = NatsServer::start_with(&["-m", &monitor_port.to_string()]);
     let env = TestEnv {

@@ -1,0 +1,99 @@
+//! Whether any host serves a route, from a fact that lasts exactly as long as the serving:
+//! while a host serves route R, its connection holds a subscription on
+//! `dedup.control.serving.<source stream>.R` (taken before its first pull, dropped after its
+//! drain). A request there finds:
+//!
+//! - no subscriber: the server answers "no responders" at once, so no connected host serves R;
+//! - an answer: the host named in it serves R;
+//! - silence: a host holds the subscription but did not answer (paused, say by SIGSTOP, or
+//!   too busy): it still serves R, since its connection is alive.
+//!
+//! Status records ([`crate::components::status`]) expire while a host is paused; this does not
+//! (the server drops the subscription only with the connection, when the host died or the
+//! server's ping timeout cut it off).
+
+use std::time::Duration;
+
+use async_nats::{Client, RequestErrorKind};
+use futures::StreamExt as _;
+use tokio::task::JoinHandle;
+
+use crate::subject::CONTROL_PREFIX;
+
+/// How long a probe waits for a serving host's answer before taking its silence as "paused".
+const ANSWER_WITHIN: Duration = Duration::from_secs(2);
+
+/// The subject a host serving route `route` of source stream `stream` holds.
+pub fn serving_subject(stream: &str, route: &str) -> String {
+    format!("{CONTROL_PREFIX}serving.{stream}.{route}")
+}
+
+/// A held serving subscription: dropped (after the route drained), it is given up.
+#[derive(Debug)]
+pub struct Held(JoinHandle<()>);
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Holds route `route`'s serving subscription for host `instance_id`, answering probes with
+/// the instance id, until the returned [`Held`] is dropped.
+pub async fn hold(
+    client: &Client,
+    stream: &str,
+    route: &str,
+    instance_id: &str,
+) -> Result<Held, async_nats::SubscribeError> {
+    let mut subscription = client.subscribe(serving_subject(stream, route)).await?;
+    let client = client.clone();
+    let answer = bytes::Bytes::from(instance_id.to_string());
+    Ok(Held(tokio::spawn(async move {
+        while let Some(probe) = subscription.next().await {
+            if let Some(reply) = probe.reply {
+                let _ = client.publish(reply, answer.clone()).await;
+            }
+        }
+    })))
+}
+
+/// What a probe found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Probe {
+    /// No host holds the subscription.
+    NoneServes,
+    /// Host (instance id) answered: it serves the route.
+    Answered(String),
+    /// A host holds the subscription but did not answer (paused or busy).
+    Silent,
+}
+
+/// Asks who serves route `route` of source stream `stream`.
+pub async fn probe(client: &Client, stream: &str, route: &str) -> Result<Probe, ProbeError> {
+    let request = client.request(serving_subject(stream, route), bytes::Bytes::new());
+    match tokio::time::timeout(ANSWER_WITHIN, request).await {
+        Err(_) => Ok(Probe::Silent),
+        Ok(Ok(answer)) => Ok(Probe::Answered(
+            String::from_utf8_lossy(&answer.payload).into_owned(),
+        )),
+        Ok(Err(e)) => match e.kind() {
+            RequestErrorKind::NoResponders => Ok(Probe::NoneServes),
+            RequestErrorKind::TimedOut => Ok(Probe::Silent),
+            _ => Err(ProbeError {
+                subject: serving_subject(stream, route),
+                reason: e.to_string(),
+            }),
+        },
+    }
+}
+
+/// A probe could not be sent.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot ask who serves the route on `{subject}`: {reason}; check the connection and that this user may publish there and subscribe to `_INBOX.>`")]
+pub struct ProbeError {
+    /// The serving subject.
+    pub subject: String,
+    /// What the client said.
+    pub reason: String,
+}
