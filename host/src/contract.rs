@@ -58,6 +58,20 @@ pub struct ContractRecord {
     /// before owners were recorded (the first deployment to set the route up adopts it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deployment: Option<String>,
+    /// The durable consumer that serves the route (`<source.consumer>-<route>`); `None` in a
+    /// record written before consumers were recorded. Two deployments on one stream with the
+    /// same route name but their own `[source] consumer` would share the route's claim keys
+    /// (one team's key completed is the other's duplicate): the consumer tells them apart
+    /// where two default deployment names cannot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consumer: Option<String>,
+}
+
+/// The consumer `recorded` was recorded for, when it is not the one `config` gives `route`:
+/// another deployment serves this route name on the stream.
+pub fn other_consumer(recorded: &ContractRecord, config: &Config, route: &str) -> Option<String> {
+    let mine = crate::consumers::route_consumer_name(config, route);
+    recorded.consumer.clone().filter(|c| *c != mine)
 }
 
 /// Why a route's contract could not be agreed.
@@ -91,6 +105,18 @@ pub enum ContractError {
         /// The deployment that recorded it.
         owner: String,
         /// This config's deployment.
+        mine: String,
+    },
+    /// The contract was recorded for another deployment's consumer of the same route name.
+    #[error("route `{route}`'s contract in `{bucket}` was recorded for consumer `{recorded}`, and this config's consumer of the route is `{mine}`: another deployment serves a route of this name on this stream, and the two would share its claim keys (a key one completed would be the other's duplicate, never run); give the route a name of its own, or use another `[source] stream`. If this config is that deployment, set `[source] consumer` back to what it was")]
+    OtherConsumer {
+        /// The route.
+        route: String,
+        /// The contracts bucket.
+        bucket: String,
+        /// The consumer the contract was recorded for.
+        recorded: String,
+        /// This config's consumer of the route.
         mine: String,
     },
     /// The contract bucket did not answer or holds something unreadable.
@@ -283,6 +309,14 @@ async fn settle(
                         });
                     }
                 }
+                if let Some(other) = other_consumer(&recorded, config, &route.name) {
+                    return Err(ContractError::OtherConsumer {
+                        route: route.name.clone(),
+                        bucket: store.name.clone(),
+                        recorded: other,
+                        mine: crate::consumers::route_consumer_name(config, &route.name),
+                    });
+                }
                 return compare(&route.name, &recorded, wanted);
             }
             (Lookup::Never, _) => 0,
@@ -311,6 +345,7 @@ async fn settle(
             recorded_by: by.to_string(),
             recorded_ms: crate::claim::record::now_ms(),
             deployment: Some(config.deployment_name()),
+            consumer: Some(crate::consumers::route_consumer_name(config, &route.name)),
         };
         let bytes = serde_json::to_vec(&record).expect("record serializes");
         // Written against the revision read (not `create`, which also writes over a deleted
@@ -388,6 +423,7 @@ mod tests {
             recorded_by: "h1".into(),
             recorded_ms: 0,
             deployment: None,
+            consumer: None,
         };
         let e = compare("r", &record, w).unwrap_err().to_string();
         assert!(

@@ -14,6 +14,17 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
+    if !cli.serves() {
+        // A command that prints and exits behaves in a pipe as every Unix tool does: when
+        // the reader goes away (`dedup-host routes --json | head -1`), it ends quietly on
+        // SIGPIPE instead of panicking in `println!`. Serving commands keep Rust's default
+        // (ignored), so a write to a closed socket is an error they handle, never a kill.
+        // SAFETY: restores the default disposition of one signal, process-wide; nothing in
+        // this process installs a SIGPIPE handler of its own.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
     match cli.run().await {
         Ok(code) => code,
         Err(e) => {

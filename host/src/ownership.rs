@@ -43,6 +43,18 @@ pub enum Conflict {
         /// The route it belongs to, if any.
         route: Option<String>,
     },
+    /// A contract recorded for another consumer of the same route name on the stream.
+    #[error("contract `{name}` was recorded for consumer `{recorded}`, and this config's consumer of route `{route}` is `{mine}`: another deployment serves a route of this name on this stream, and the two would share its claim keys (a key one completed would be the other's duplicate, never run); give the route a name of its own, or use another `[source] stream`. If this config is that deployment, set `[source] consumer` back to what it was")]
+    Consumer {
+        /// The contract, `<bucket>/<route>`.
+        name: String,
+        /// The route.
+        route: String,
+        /// The consumer it was recorded for.
+        recorded: String,
+        /// This config's consumer of the route.
+        mine: String,
+    },
     /// A new route takes the subject of a consumer of a route this config no longer names.
     #[error("route `{route}` is new, but consumer `{old}` of route `{old_route}`, which this config no longer names, serves its subject `{subject}` (deployment `{mine}`): set up as a new route it would run every retained message again (a new consumer from the start, new claim keys and output ids, a new contract). To rename the route, run `dedup-host setup --config <this config> --rename-route {old_route} {route}` once no host serves `{old_route}` (it carries the claims and the consumer's position over), or keep the name `{old_route}`; to start it over on purpose, delete the old consumer first (`nats consumer rm {stream} {old}`)")]
     Rename {
@@ -66,7 +78,7 @@ impl Conflict {
     pub fn route(&self) -> Option<&str> {
         match self {
             Conflict::Owned { route, .. } => route.as_deref(),
-            Conflict::Rename { route, .. } => Some(route),
+            Conflict::Rename { route, .. } | Conflict::Consumer { route, .. } => Some(route),
         }
     }
 }
@@ -102,6 +114,27 @@ pub async fn check(js: &Context, config: &Config) -> anyhow::Result<Vec<Conflict
         renames(config, &mine, &existing, &mut conflicts);
     }
     contracts(js, config, &mine, &mut conflicts).await?;
+    Ok(conflicts)
+}
+
+/// New routes of `config` that would take over the subject of a route it no longer names (a
+/// rename that is not `setup --rename-route`): what a reload refuses, as a start does.
+pub async fn renamed(js: &Context, config: &Config) -> anyhow::Result<Vec<Conflict>> {
+    let mut conflicts = Vec::new();
+    let Ok(source) = js.get_stream(&config.source.stream).await else {
+        return Ok(conflicts);
+    };
+    let mut existing = Vec::new();
+    let mut list = source.consumers();
+    while let Some(info) = list.next().await {
+        existing.push(info.with_context(|| {
+            format!(
+                "cannot list the consumers of stream `{}` to check for renamed routes",
+                config.source.stream
+            )
+        })?);
+    }
+    renames(config, &config.deployment_name(), &existing, &mut conflicts);
     Ok(conflicts)
 }
 
@@ -239,6 +272,15 @@ async fn contracts(
         let Some((record, _)) = crate::contract::read(&store, &r.name).await? else {
             continue;
         };
+        if let Some(recorded) = crate::contract::other_consumer(&record, config, &r.name) {
+            out.push(Conflict::Consumer {
+                name: format!("{}/{}", store.name, r.name),
+                route: r.name.clone(),
+                recorded,
+                mine: route_consumer_name(config, &r.name),
+            });
+            continue;
+        }
         match record.deployment {
             Some(owner) if config.is_other_deployment(&owner) => out.push(Conflict::Owned {
                 kind: "contract",

@@ -49,6 +49,9 @@ pub async fn provision(js: &Context, config: &Config, dry_run: bool) -> anyhow::
             crate::ownership::Conflict::Owned {
                 kind, name, route, ..
             } => (*kind, name.clone(), route.clone()),
+            crate::ownership::Conflict::Consumer { name, route, .. } => {
+                ("contract", name.clone(), Some(route.clone()))
+            }
             crate::ownership::Conflict::Rename { route, .. } => (
                 "consumer",
                 setup::route_consumer_name(config, route),

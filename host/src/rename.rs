@@ -145,6 +145,7 @@ pub async fn rename(
         recorded_by: format!("setup --rename-route {old} {new}"),
         recorded_ms: crate::claim::record::now_ms(),
         deployment: Some(mine),
+        consumer: Some(crate::consumers::route_consumer_name(config, new)),
         ..recorded
     };
     let bytes = serde_json::to_vec(&record).expect("record serializes");

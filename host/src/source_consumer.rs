@@ -109,8 +109,12 @@ impl Settings {
 
 /// The settings `writer` gives a consumer that has `have` (`None`: it does not exist yet)
 /// when `wanted` are the config's. A host keeps what exists, except that the contract
-/// decides whether the route is exclusive: a queue consumer is made one at a time, and a
-/// consumer left one at a time by a route no longer exclusive gets the config's values.
+/// decides whether the route is exclusive (a queue consumer is made one at a time, and a
+/// consumer left one at a time by a route no longer exclusive gets the config's values),
+/// and the filter is the route's subject as served: a consumer left on an old subject after
+/// a reload would leave the new subject's messages to the unrouted consumer, which finds the
+/// route and acks them without a run. Another deployment's consumer is never re-filtered
+/// (checked before this, [`crate::ownership`]).
 pub fn to_write(
     writer: Writer,
     have: Option<&Settings>,
@@ -121,6 +125,7 @@ pub fn to_write(
         return wanted.clone();
     };
     let mut bound = have.clone();
+    bound.filter_subjects = wanted.filter_subjects.clone();
     if queue || have.one_at_a_time() {
         bound.ack_wait = wanted.ack_wait;
         bound.max_ack_pending = wanted.max_ack_pending;
@@ -316,7 +321,12 @@ mod tests {
         let have = settings(30, 1000, "in.a.*");
         let mut wanted = settings(7, 50, "in.b.*");
         wanted.max_deliver = 9;
-        assert_eq!(to_write(Writer::Host, Some(&have), &wanted, false), have);
+        // The tuning stays as setup recorded it; the filter follows the route as served.
+        let kept = Settings {
+            filter_subjects: wanted.filter_subjects.clone(),
+            ..have.clone()
+        };
+        assert_eq!(to_write(Writer::Host, Some(&have), &wanted, false), kept);
         assert_eq!(to_write(Writer::Setup, Some(&have), &wanted, false), wanted);
         assert_eq!(to_write(Writer::Host, None, &wanted, false), wanted);
         assert_eq!(have.differences(&wanted).len(), 4);

@@ -306,7 +306,13 @@ async fn refuse_others(
     let conflicts = crate::ownership::check(js, config).await?;
     let theirs = conflicts
         .into_iter()
-        .filter(|c| matches!(c, crate::ownership::Conflict::Owned { .. }))
+        .filter(|c| {
+            matches!(
+                c,
+                crate::ownership::Conflict::Owned { .. }
+                    | crate::ownership::Conflict::Consumer { .. }
+            )
+        })
         .filter(|c| c.route() == Some(route))
         .collect();
     crate::ownership::refuse(theirs)

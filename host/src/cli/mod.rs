@@ -29,6 +29,17 @@ pub struct Cli {
     pub command: Command,
 }
 
+impl Cli {
+    /// Whether this command serves until stopped (`run`, `dev`, `console`) rather than
+    /// printing a result and exiting.
+    pub fn serves(&self) -> bool {
+        matches!(
+            self.command,
+            Command::Run(_) | Command::Dev(_) | Command::Console(_)
+        )
+    }
+}
+
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {

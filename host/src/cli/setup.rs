@@ -44,7 +44,7 @@ pub struct SetupArgs {
     share_stream: Vec<String>,
     /// Rename route OLD to NEW (the config names NEW): carry its claims, contract and
     /// consumer position over instead of running its retained messages again, once no host
-    /// serves OLD ([`crate::rename`]).
+    /// serves OLD.
     #[arg(long, num_args = 2, value_names = ["OLD", "NEW"], conflicts_with_all = ["dry_run", "plan", "apply", "change_route"])]
     rename_route: Option<Vec<String>>,
 }

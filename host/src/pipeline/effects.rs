@@ -197,6 +197,10 @@ pub async fn publish_outputs(
             payload,
             send,
         } = o;
+        let id = headers
+            .get(async_nats::header::NATS_MESSAGE_ID)
+            .map(|v| v.as_str().to_string())
+            .unwrap_or_default();
         let ack = js
             .publish_with_headers(subject.clone(), headers, payload)
             .await
@@ -211,6 +215,12 @@ pub async fn publish_outputs(
                 }),
                 // A forever stream already holds this subject's message: a duplicate.
                 Err(e) if forever::refused_as_duplicate(&e) => held(js, &subject).await,
+                // Sent, but no answer: it may be stored all the same (it may sit in a socket
+                // buffer until a cut connection heals), so say so rather than that it was
+                // dropped. A re-run sends it again under the same message id.
+                Err(e) if e.kind() == PublishErrorKind::TimedOut => Err(anyhow::anyhow!(
+                    "output {i} on `{subject}` got no answer ({e}): it may still be stored, now or once the connection recovers; a re-run publishes it again as message id `{id}`, which the stream drops as a duplicate within its window"
+                )),
                 Err(e) => Err(anyhow::anyhow!(
                     "output {i}: {e} (is a stream capturing this subject?)"
                 )),

@@ -73,12 +73,7 @@ impl<'a, S: ClaimStore, P: Progress> Heartbeat<'a, S, P> {
             let left = self.lease.left_locally().await;
             let renewed = match tokio::time::timeout(left, self.lease.renew()).await {
                 Ok(renewed) => renewed,
-                Err(_) => {
-                    tracing::warn!(
-                        "lease lapsed by this host's clock (no renewal answered for a whole lease): stopping the work; another host may now run the key"
-                    );
-                    return;
-                }
+                Err(_) => return lapsed(),
             };
             match renewed {
                 Ok(()) => {
@@ -87,12 +82,24 @@ impl<'a, S: ClaimStore, P: Progress> Heartbeat<'a, S, P> {
                     }
                 }
                 Err(LeaseLost::Reclaimed) => return,
+                // Lapsed meanwhile, though the renewal failed at once rather than hung (a
+                // server that answers only "no responders", say).
+                Err(LeaseLost::Unavailable(_)) if self.lease.left_locally().await.is_zero() => {
+                    return lapsed()
+                }
                 Err(LeaseLost::Unavailable(e)) => {
                     tracing::warn!("lease renewal failed, will retry: {e}");
                 }
             }
         }
     }
+}
+
+/// Says why the work stops: its lease lapsed by this host's clock.
+fn lapsed() {
+    tracing::warn!(
+        "lease lapsed by this host's clock (no renewal answered for a whole lease): stopping the work; another host may now run the key"
+    );
 }
 
 #[cfg(test)]

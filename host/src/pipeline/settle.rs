@@ -300,9 +300,9 @@ impl<S: ClaimStore> Shared<S> {
     /// by stream sequence and would settle the new owner's delivery).
     pub(super) fn lost(&self, c: &Claimed<'_, S>, published: bool) {
         if published {
-            tracing::warn!("claim taken over after this attempt's outputs were published; the new owner's outputs carry the same message ids");
+            tracing::warn!("claim taken over after this attempt began publishing: outputs sent without an answer may still be stored, now or once the connection recovers; the new owner's outputs carry the same message ids, so within the window one copy of each is kept");
         } else {
-            tracing::warn!("claim taken over by another owner; dropping this attempt's effects");
+            tracing::warn!("claim taken over by another owner before this attempt published anything; its effects are dropped");
         }
         c.route.metrics.outcome(MessageOutcome::LostClaim);
     }

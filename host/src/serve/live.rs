@@ -215,7 +215,8 @@ impl Live {
                 Err(
                     e @ (ContractError::Differs { .. }
                     | ContractError::Deleted { .. }
-                    | ContractError::Owned { .. }),
+                    | ContractError::Owned { .. }
+                    | ContractError::OtherConsumer { .. }),
                 ) => Ok(Err(e.to_string())),
                 Err(e) => Err(anyhow::Error::from(e)),
             }
@@ -309,6 +310,7 @@ impl Live {
             ..(*old).clone()
         });
         report.problems = unfenced(&running);
+        report.problems.extend(self.renamed(&running).await);
         if !report.problems.is_empty() {
             let text = report.problems.join("; ");
             tracing::error!("config reload refused, the running config keeps serving: {text}");
@@ -372,6 +374,31 @@ async fn stop(served: Served) {
     futures::future::join_all(served.tasks).await;
     // Only now, drained, does the route stop counting as served.
     drop(served.presence);
+}
+
+impl Live {
+    /// Routes a reload would add under a new name over a route it removes: set up as new
+    /// routes they would run every retained message again, so the reload is refused whole
+    /// (as a start refuses them), with the way to rename.
+    async fn renamed(&self, running: &Config) -> Vec<String> {
+        match crate::ownership::renamed(&self.js, running).await {
+            Ok(conflicts) => conflicts
+                .iter()
+                .map(|c| {
+                    let (old, new) = match c {
+                        crate::ownership::Conflict::Rename { old_route, route, .. } => {
+                            (old_route.as_str(), route.as_str())
+                        }
+                        _ => ("", ""),
+                    };
+                    format!("{c}. To rename by reload: reload the hosts with a config that leaves out both `{old}` and `{new}`, run `dedup-host setup --config <this config> --rename-route {old} {new}`, then reload with this config")
+                })
+                .collect(),
+            Err(e) => vec![format!(
+                "cannot check whether a new route renames a removed one: {e:#}; reload again once the server answers"
+            )],
+        }
+    }
 }
 
 /// The fenced routes that the running output streams cannot fence (a reload that needs an

@@ -175,6 +175,7 @@ pub fn agree(recorded: &mut Option<ContractRecord>, served: &Served, by: &str) -
                 recorded_by: by.to_string(),
                 recorded_ms: 0,
                 deployment: None,
+                consumer: None,
             });
             true
         }

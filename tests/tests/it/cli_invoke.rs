@@ -207,3 +207,32 @@ fn invoke_explains_wrong_arguments() {
         );
     }
 }
+
+/// A command that prints and exits ends quietly when its reader has gone (`... | head -1`),
+/// as Unix tools do, instead of panicking on a broken pipe (found by a new user).
+#[test]
+fn a_printing_command_whose_reader_is_gone_ends_quietly_on_sigpipe() {
+    use std::os::unix::process::ExitStatusExt;
+    let dir = tempfile::tempdir().unwrap();
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader); // nobody will read: the first write meets a broken pipe
+    let out = Command::new(host_binary())
+        .args(["wit", "--out"])
+        .arg(dir.path())
+        .stdout(writer)
+        .output()
+        .expect("run dedup-host");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(
+        out.status.signal(),
+        Some(libc_sigpipe()),
+        "ended by SIGPIPE, not {:?}: {stderr}",
+        out.status
+    );
+}
+
+/// SIGPIPE's number on Linux.
+fn libc_sigpipe() -> i32 {
+    13
+}

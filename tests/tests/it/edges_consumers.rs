@@ -220,3 +220,37 @@ async fn a_message_is_not_coalesced_for_a_newer_one_of_another_entity_with_the_s
     );
     host.shutdown().await.unwrap();
 }
+
+/// A reload that moves a route to another subject re-filters the route's consumer: kept on
+/// the old subject, the new subject's messages went to the unrouted consumer, which found the
+/// route and acked them without a run (found by a review of the settings fix).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_that_moves_a_route_to_another_subject_runs_that_subjects_messages() {
+    let env = TestEnv::start().await;
+    let timing = Timing::default();
+    let before = route("moving", "");
+    let host = env.host(&timing, &before, "h").await;
+    env.publish("in.moving.k1", "k1", &[], "x").await;
+    env.wait_completed("moving", &["k1"], Duration::from_secs(60))
+        .await;
+    let after = before
+        .replace("subject = \"in.moving.*\"", "subject = \"in.moved.*\"")
+        .replace("[\"in.moving.*.done\"]", "[\"in.moved.*.done\"]");
+    let report = host.reload(Ok(config(&env, &timing, &after, "h"))).await;
+    assert!(report.applied, "{report:?}");
+    env.publish("in.moved.k2", "k2", &[], "x").await;
+    env.wait_completed("moving", &["k2"], Duration::from_secs(60))
+        .await;
+    let outputs = env.outputs().await;
+    assert!(
+        outputs
+            .iter()
+            .any(|m| m.subject.as_str() == "in.moved.k2.done"),
+        "the moved subject's message ran: {:?}",
+        outputs
+            .iter()
+            .map(|m| m.subject.to_string())
+            .collect::<Vec<_>>()
+    );
+    host.shutdown().await.unwrap();
+}

@@ -336,3 +336,95 @@ async fn a_renamed_route_carries_its_history_over_or_is_refused() {
         );
     }
 }
+
+/// A reload that renames a route (adds one over the subject of one it removes) is refused
+/// whole, as a start is: applied, it would make a new consumer from the start of the stream
+/// and run every retained message again (found by a new user following the rename advice).
+#[tokio::test]
+async fn a_reload_that_renames_a_route_is_refused_and_reruns_nothing() {
+    for fenced in [false, true] {
+        let mut env = TestEnv::start().await;
+        env.fenced_outputs = fenced;
+        let timing = Timing::default();
+        let host = env.host(&timing, &renamed_route("old", fenced), "h1").await;
+        let done = ["a", "b", "c"];
+        for k in done {
+            env.publish(&format!("in.ren.{k}"), k, &[], "x").await;
+        }
+        env.wait_completed("old", &done, Duration::from_secs(60))
+            .await;
+        let mut renamed = env.config(&timing, &renamed_route("new", fenced));
+        renamed.host.instance_id = Some("h1".into());
+        let report = host.reload(Ok(renamed)).await;
+        assert!(!report.applied, "fenced {fenced}: {report:?}");
+        let text = report.problems.join("\n");
+        assert!(
+            text.contains("route `new` is new") && text.contains("--rename-route old new"),
+            "fenced {fenced}: {text}"
+        );
+        // The old route still serves, and nothing ran again.
+        env.publish("in.ren.d", "d", &[], "x").await;
+        env.wait_completed("old", &["d"], Duration::from_secs(60))
+            .await;
+        let source = env.js.get_stream(SOURCE).await.unwrap();
+        assert!(
+            source
+                .get_consumer::<async_nats::jetstream::consumer::pull::Config>(&format!(
+                    "{CONSUMER}-new"
+                ))
+                .await
+                .is_err(),
+            "fenced {fenced}: no consumer made for the renamed route"
+        );
+        host.shutdown().await.unwrap();
+        assert_eq!(env.outputs().await.len(), 4, "fenced {fenced}");
+    }
+}
+
+/// A second team on the same stream and subjects with its own `[source] consumer` and the
+/// same route name is refused the route's contract: served, it would share the first team's
+/// claim keys, and a key the first team completed would be its duplicate, never run (found
+/// by a new user following the refusal's first suggestion).
+#[tokio::test]
+async fn a_second_team_with_its_own_consumer_is_refused_the_first_teams_contract() {
+    let env = TestEnv::start().await;
+    let timing = Timing::default();
+    let routes = dedup_host_tests::harness::UPPER_ROUTE;
+    let host = env.host(&timing, routes, "team1").await;
+    env.publish("in.upper.k1", "k1", &[], "x").await;
+    env.wait_completed("upper", &["k1"], Duration::from_secs(60))
+        .await;
+    let text = env.config_text(&timing, routes).replace(
+        &format!("consumer = \"{CONSUMER}\""),
+        "consumer = \"team2\"",
+    );
+    let team2 = Config::parse(&text, Path::new("team2.toml"), env.dir.path().to_path_buf())
+        .expect("valid config");
+    let store = env
+        .js
+        .get_key_value(dedup_host::contract::bucket_name(&team2))
+        .await
+        .unwrap();
+    let refused = dedup_host::contract::agree(&store, &team2, &team2.routes[0], "team2")
+        .await
+        .expect_err("refused");
+    let text = refused.to_string();
+    assert!(
+        text.contains(&format!("recorded for consumer `{CONSUMER}-upper`"))
+            && text.contains("`team2-upper`"),
+        "{text}"
+    );
+    let items = dedup_host::provision::provision(&env.js, &team2, true)
+        .await
+        .unwrap();
+    assert!(
+        items.iter().any(|i| matches!(&i.found, dedup_host::provision::Found::Differs(d) if d.iter().any(|d| d.contains("recorded for consumer")))),
+        "setup names the conflict: {items:?}"
+    );
+    // The first team's own host keeps agreeing with it.
+    let team1 = env.config(&timing, routes);
+    dedup_host::contract::agree(&store, &team1, &team1.routes[0], "team1")
+        .await
+        .expect("the first team agrees with its own contract");
+    host.shutdown().await.unwrap();
+}

@@ -246,6 +246,7 @@ allowed_outputs = ["in.slow.*.done"]
             recorded_by: "another host".into(),
             recorded_ms: 0,
             deployment: None,
+            consumer: None,
         };
         serde_json::to_vec(&record).unwrap()
     };
