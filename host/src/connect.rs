@@ -69,7 +69,7 @@ pub async fn connect(config: &Config, name: &str) -> anyhow::Result<async_nats::
 /// three of them; meanwhile every claim, renewal and publish waits on it. Pinging an idle
 /// connection every heartbeat (at least 1 s, at most 30 s) drops one that answered nothing for
 /// three pings, so a host notices within a few heartbeats, while its leases still run (a lease
-/// outlasts three heartbeats, rule 9). A new connection is then tried at once, then every 0.5–1 s, each
+/// outlasts three heartbeats, rule 9). A new connection is then tried at once, then every 0.5–1.25 s (spread at random), each
 /// attempt given 2 s, so work resumes within about a second of the heal instead of after TCP's
 /// retransmission backoff on the dead connection.
 fn liveness(options: ConnectOptions, heartbeat: Duration) -> ConnectOptions {
@@ -78,7 +78,8 @@ fn liveness(options: ConnectOptions, heartbeat: Duration) -> ConnectOptions {
         .connection_timeout(Duration::from_secs(2))
         .reconnect_delay_callback(|attempts| match attempts {
             0 | 1 => Duration::ZERO,
-            n => Duration::from_millis((n as u64 * 250).min(1_000)),
+            // Spread by up to 250 ms, so a fleet cut off together does not reconnect in step.
+            n => Duration::from_millis((n as u64 * 250).min(1_000) + rand::random::<u64>() % 250),
         })
 }
 

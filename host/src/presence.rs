@@ -51,8 +51,14 @@ pub async fn hold(
     let answer = bytes::Bytes::from(instance_id.to_string());
     Ok(Held(tokio::spawn(async move {
         while let Some(probe) = subscription.next().await {
-            if let Some(reply) = probe.reply {
-                let _ = client.publish(reply, answer.clone()).await;
+            match probe.reply {
+                Some(reply) if crate::subject::is_request_inbox(&reply) => {
+                    let _ = client.publish(reply, answer.clone()).await;
+                }
+                Some(reply) => {
+                    tracing::warn!("a serving probe asked for its answer on `{reply}`, not a request inbox: not answered")
+                }
+                None => {}
             }
         }
     })))

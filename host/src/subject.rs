@@ -46,6 +46,14 @@ pub const RESERVED_PREFIXES: [&str; 11] = [
 /// Where hosts take orders (`dedup-host reload`): never reachable by a guest.
 pub const CONTROL_PREFIX: &str = "dedup.control.";
 
+/// Whether a control request's reply subject is a request inbox (`_INBOX.`, what every
+/// NATS client's requests use). A host answers only there: an answer goes out with the
+/// host's own permissions, so a reply subject chosen by whoever may publish on the control
+/// subjects (`$KV.<claims bucket>.<key>`, say) would write there as the host.
+pub fn is_request_inbox(reply: &str) -> bool {
+    reply.starts_with("_INBOX.") && reply.len() > "_INBOX.".len() && !reply.contains(['*', '>'])
+}
+
 /// Where exclusive routes queue their messages per entity (`crate::exclusive`): only the
 /// host writes there.
 pub const EXCLUSIVE_PREFIX: &str = "dedup.exclusive.";
@@ -147,6 +155,21 @@ pub fn overlaps(a: &str, b: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hosts_answer_control_requests_only_on_request_inboxes() {
+        assert!(is_request_inbox("_INBOX.abc.def"));
+        for hostile in [
+            "$KV.claims.r.k.x",
+            "$JS.API.STREAM.DELETE.EVENTS",
+            "_INBOX.",
+            "_INBOX.>",
+            "dedup.control.x",
+            "other",
+        ] {
+            assert!(!is_request_inbox(hostile), "{hostile}");
+        }
+    }
 
     #[test]
     fn matching_follows_nats_wildcards() {

@@ -100,6 +100,32 @@ impl RouteClaims {
     }
 }
 
+/// The deployment's contract bucket: `None` only when the server says it does not exist;
+/// a server that does not answer is waited out for a few seconds, then an error.
+async fn contract_bucket(
+    js: &Context,
+    config: &Config,
+) -> anyhow::Result<Option<async_nats::jetstream::kv::Store>> {
+    use async_nats::jetstream::context::GetStreamErrorKind;
+    use async_nats::jetstream::ErrorCode;
+    let bucket = contract::bucket_name(config);
+    for _ in 0..10 {
+        match js.get_stream(format!("KV_{bucket}")).await {
+            Err(e) if matches!(e.kind(), GetStreamErrorKind::JetStream(j) if j.error_code() == ErrorCode::STREAM_NOT_FOUND) => {
+                return Ok(None)
+            }
+            Ok(_) => {
+                if let Ok(store) = js.get_key_value(&bucket).await {
+                    return Ok(Some(store));
+                }
+            }
+            Err(e) => tracing::warn!("contract bucket `{bucket}` did not answer, retrying: {e}"),
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+    anyhow::bail!("the contract bucket `{bucket}` did not answer: cannot tell where the routes' claims live; nothing was read or changed, run the command again once the server answers")
+}
+
 /// The claims of a deployment's routes, located once per route, with one store per bucket.
 pub struct Claims {
     js: Context,
@@ -111,16 +137,18 @@ pub struct Claims {
 
 impl Claims {
     /// Locates claims for `config`'s routes on demand.
-    pub async fn new(js: &Context, config: &Config) -> Self {
+    pub async fn new(js: &Context, config: &Config) -> anyhow::Result<Self> {
         // No contract bucket: no route was ever set up with contracts, the config decides.
-        let contracts = js.get_key_value(contract::bucket_name(config)).await.ok();
-        Self {
+        // Only a bucket known to be absent counts as none: one that did not answer (a
+        // timeout, a leader election) would send a replay or purge to the config's store.
+        let contracts = contract_bucket(js, config).await?;
+        Ok(Self {
             js: js.clone(),
             config: config.clone(),
             contracts,
             routes: BTreeMap::new(),
             stores: BTreeMap::new(),
-        }
+        })
     }
 
     /// Where `route`'s claims live.

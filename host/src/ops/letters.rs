@@ -275,7 +275,7 @@ pub async fn purge(
     named: bool,
     dry_run: bool,
 ) -> anyhow::Result<Vec<Action>> {
-    let mut claims = Claims::new(js, config).await;
+    let mut claims = Claims::new(js, config).await?;
     let stream = js.get_stream(&config.dead_letter.stream).await?;
     let mut actions = Vec::new();
     for letter in letters {

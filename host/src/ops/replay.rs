@@ -28,7 +28,7 @@ pub async fn replay(
     letters: Vec<Letter>,
     dry_run: bool,
 ) -> anyhow::Result<Vec<Action>> {
-    let mut claims = Claims::new(js, config).await;
+    let mut claims = Claims::new(js, config).await?;
     let mut actions = Vec::with_capacity(letters.len());
     for letter in letters {
         let action = |action, detail: String| Action {

@@ -97,7 +97,10 @@ pub async fn tell(
         }
     };
     let claim_key = key::encode(route, &key);
-    let found = Claims::new(js, config).await.get(route, &claim_key).await?;
+    let found = Claims::new(js, config)
+        .await?
+        .get(route, &claim_key)
+        .await?;
     let store_key = found.key.clone();
     let (claim, revision) = match found.record {
         Some((record, revision)) => (Some(record), Some(revision)),

@@ -261,21 +261,13 @@ impl<S: ClaimStore> Shared<S> {
                 MissingKey::StreamSequence => format!("seq-{}", d.sequence),
             },
             Err(unavailable) => {
-                log_span().in_scope(|| tracing::warn!("{unavailable}"));
-                route.metrics.outcome(MessageOutcome::Error);
-                let delay = outage_retry(&route.metrics, d.delivered);
-                self.settle(d, AckKind::Nak(Some(delay)))
-                    .instrument(log_span())
+                self.nak_unavailable(d, &route, unavailable.to_string())
                     .await;
                 return None;
             }
         };
         if let Err(unavailable) = self.prove_reset(d, &route, &key).await {
-            log_span().in_scope(|| tracing::warn!("{unavailable}"));
-            route.metrics.outcome(MessageOutcome::Error);
-            let delay = outage_retry(&route.metrics, d.delivered);
-            self.settle(d, AckKind::Nak(Some(delay)))
-                .instrument(log_span())
+            self.nak_unavailable(d, &route, unavailable.to_string())
                 .await;
             return None;
         }
@@ -515,7 +507,7 @@ impl Delivery {
     }
 
     /// The span of this delivery's lines until it is claimed: its route and sequence.
-    fn span(&self, route: &str) -> tracing::Span {
+    pub(super) fn span(&self, route: &str) -> tracing::Span {
         tracing::warn_span!(
             "message",
             route,

@@ -19,6 +19,7 @@ use crate::bindings::Output;
 use crate::claim::{ClaimStore, LeaseLost};
 use crate::config::AckMode;
 use crate::metrics::{DedupLayer, MessageOutcome, RouteMetrics};
+use crate::routes::Route;
 
 impl<S: ClaimStore> Shared<S> {
     /// Success: publish outputs (raced against losing the lease), record completion, then
@@ -294,6 +295,19 @@ impl<S: ClaimStore> Shared<S> {
                     .await;
             }
         }
+    }
+
+    /// The key, or the proof a replay carries, could not be read (the server did not
+    /// answer): nak with the outage backoff; no attempt is counted.
+    pub(super) async fn nak_unavailable(&self, d: &Delivery, route: &Route, why: String) {
+        use tracing::Instrument as _;
+        let span = d.span(&route.name);
+        span.in_scope(|| tracing::warn!("{why}"));
+        route.metrics.outcome(MessageOutcome::Error);
+        let delay = super::delays::outage_retry(&route.metrics, d.delivered);
+        self.settle(d, AckKind::Nak(Some(delay)))
+            .instrument(span)
+            .await;
     }
 
     /// The claim was taken over: no more outputs, no record, no ack or nak (acks are keyed

@@ -115,6 +115,16 @@ impl Live {
     /// messages wait in the stream). `added` marks a route added by a reload.
     pub(crate) async fn start(&self, route: Arc<Route>, added: bool) -> anyhow::Result<()> {
         let config = self.config();
+        // Taken before the contract is read, and so before the first pull: a
+        // `setup --change-route` that finds no host serving cannot meet one that read the
+        // old contract a moment earlier (dropped again when the route is refused).
+        let presence = crate::presence::hold(
+            &self.js.client(),
+            &config.source.stream,
+            &route.name,
+            &self.instance_id,
+        )
+        .await?;
         if !self.agrees(&config, &route).await? {
             return Ok(());
         }
@@ -128,14 +138,6 @@ impl Live {
                 route.exclusive.is_some(),
             )
         })
-        .await?;
-        // Taken before the first pull: `setup --change-route` finds this host serving.
-        let presence = crate::presence::hold(
-            &self.js.client(),
-            &config.source.stream,
-            &route.name,
-            &self.instance_id,
-        )
         .await?;
         let (stop, stopped) = watch::channel(false);
         let role = match route.exclusive {

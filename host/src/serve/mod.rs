@@ -335,7 +335,10 @@ async fn follow_reload_requests(
             };
             let Some(message) = message else { return };
             let request = ReloadRequest {
-                reply: message.reply,
+                // Answered only on a request inbox (see `subject::is_request_inbox`).
+                reply: message
+                    .reply
+                    .filter(|r| crate::subject::is_request_inbox(r)),
             };
             if requests.send(request).await.is_err() {
                 return;

@@ -14,7 +14,8 @@ use async_nats::HeaderMap;
 use dedup_host::claim::ClaimState;
 use dedup_host_tests::harness::{TestEnv, Timing, DEAD, OUTPUTS};
 
-const ROUTES: &str = r#"
+/// The chaos suite's route: the hostile guest, keyed by a header (also the network faults').
+pub(crate) const ROUTES: &str = r#"
 [[routes]]
 name = "chaos"
 subject = "in.chaos.*"

@@ -18,16 +18,7 @@ use dedup_host::claim::{ClaimRecord, ClaimState};
 use dedup_host_tests::harness::{TestEnv, Timing, DEAD, OUTPUTS};
 use dedup_host_tests::netlab::{self, Lab, Member};
 
-use super::chaos::{pending, read_stream, PublishOnly};
-
-const ROUTES: &str = r#"
-[[routes]]
-name = "chaos"
-subject = "in.chaos.*"
-component = "{guest:hostile}"
-key = { header = "Key" }
-allowed_outputs = ["in.chaos.*.done"]
-"#;
+use super::chaos::{pending, read_stream, PublishOnly, ROUTES};
 
 /// Distinct keys per run: enough that every fault meets work in flight.
 const KEYS: usize = 600;
