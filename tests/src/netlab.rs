@@ -69,7 +69,9 @@ impl Lab {
                 tool[0]
             );
         }
-        run(&["sysctl", "-qw", "net.ipv4.ip_forward=1"]);
+        // The root namespace routes between the members (no `sysctl` binary needed).
+        std::fs::write("/proc/sys/net/ipv4/ip_forward", "1")
+            .expect("enable IPv4 forwarding (the network-fault tests run as root)");
         Self {
             net: allocate_net(),
             members: Vec::new(),
