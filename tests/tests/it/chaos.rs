@@ -129,7 +129,7 @@ async fn chaos(routes: String, fenced: bool) {
     let mut settled = None;
     let mut done = 0;
     while faults_over.elapsed() < SETTLE_BOUND {
-        done = completed(&env).await.unwrap_or(0);
+        done = completed(&env, KEYS).await.unwrap_or(0);
         if done == KEYS && pending(&env).await == Some((0, 0)) {
             settled = Some(faults_over.elapsed());
             break;
@@ -191,8 +191,9 @@ pub(crate) async fn read_stream(
     }
 }
 
-/// How many keys are completed, if the bucket (or the fenced stream) answers.
-async fn completed(env: &TestEnv) -> Option<usize> {
+/// How many of the keys `k0`..`k<keys>` of route `chaos` are completed, if the bucket (or
+/// the fenced stream) answers.
+pub(crate) async fn completed(env: &TestEnv, keys: usize) -> Option<usize> {
     if env.fenced_outputs {
         let claims = dedup_host::scan::fenced_claims(&env.js, OUTPUTS)
             .await
@@ -204,7 +205,7 @@ async fn completed(env: &TestEnv) -> Option<usize> {
     }
     let kv = env.js.get_key_value("claims").await.ok()?;
     let mut done = 0;
-    for k in 0..KEYS {
+    for k in 0..keys {
         let key = dedup_host::claim::key::encode("chaos", &format!("k{k}"));
         if let Some(v) = kv.get(key).await.ok()? {
             let record = dedup_host::claim::ClaimRecord::from_bytes(&v).unwrap();

@@ -14,11 +14,11 @@ use std::collections::HashMap;
 use std::process::Child;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use dedup_host::claim::{ClaimRecord, ClaimState};
+use dedup_host::claim::ClaimRecord;
 use dedup_host_tests::harness::{TestEnv, Timing, DEAD, OUTPUTS};
 use dedup_host_tests::netlab::{self, Lab, Member};
 
-use super::chaos::{pending, read_stream, PublishOnly, ROUTES};
+use super::chaos::{completed, pending, read_stream, PublishOnly, ROUTES};
 
 /// Distinct keys per run: enough that every fault meets work in flight.
 const KEYS: usize = 600;
@@ -106,7 +106,7 @@ impl World {
     async fn settle_and_check(&self, faults_over: Instant) {
         let mut done = 0;
         let settled = loop {
-            done = completed(&self.env).await.unwrap_or(done);
+            done = completed(&self.env, KEYS).await.unwrap_or(done);
             if done == KEYS && pending(&self.env).await == Some((0, 0)) {
                 break faults_over.elapsed();
             }
@@ -280,27 +280,4 @@ async fn resumed_after(
     })
     .await;
     seen.ok().flatten().map(Duration::from_millis)
-}
-
-/// How many of the [`KEYS`] keys are completed, if the bucket (or fenced stream) answers.
-async fn completed(env: &TestEnv) -> Option<usize> {
-    if env.fenced_outputs {
-        let claims = dedup_host::scan::fenced_claims(&env.js, OUTPUTS)
-            .await
-            .ok()?;
-        let done = claims
-            .values()
-            .filter(|(r, _)| r.state == ClaimState::Completed);
-        return Some(done.count());
-    }
-    let kv = env.js.get_key_value("claims").await.ok()?;
-    let mut done = 0;
-    for k in 0..KEYS {
-        let key = dedup_host::claim::key::encode("chaos", &format!("k{k}"));
-        if let Some(v) = kv.get(key).await.ok()? {
-            let record = ClaimRecord::from_bytes(&v).unwrap();
-            done += usize::from(record.state == ClaimState::Completed);
-        }
-    }
-    Some(done)
 }
