@@ -421,7 +421,7 @@ impl<S: ClaimStore> Shared<S> {
                 if c.route.fenced.is_none() && !outputs.is_empty() {
                     // Window outputs go out one by one: a re-run must be this version's.
                     if let Err(e) = c.lease.begin_effects().await {
-                        return self.effects_not_begun(c, e).await;
+                        return self.write_failed(c, e, false).await;
                     }
                 }
                 self.succeed(c, &outputs, published).await

@@ -14,30 +14,10 @@
 //! that died mid-guest) leaves no mark: its re-run may take any version. Fenced outputs need
 //! no mark: they are stored with the completed record in one atomic batch, or not at all.
 
-use async_nats::jetstream::AckKind;
 
-use super::message::Claimed;
 use super::Shared;
-use crate::claim::{ClaimStore, LeaseLost};
-use crate::metrics::MessageOutcome;
+use crate::claim::ClaimStore;
 use crate::routes::{Guest, Route};
-
-impl<S: ClaimStore> Shared<S> {
-    /// The claim could not record that this version begins the key's effects: nothing was
-    /// published. Taken over: touch nothing (rule 5). The store did not answer: the write may
-    /// have landed, so nak until the lease lapses, as for any lost write.
-    pub(super) async fn effects_not_begun(&self, c: &Claimed<'_, S>, e: LeaseLost) {
-        match e {
-            LeaseLost::Reclaimed => self.lost(c, false),
-            LeaseLost::Unavailable(e) => {
-                tracing::warn!("claim write before publishing failed, will retry: {e}");
-                c.route.metrics.outcome(MessageOutcome::Error);
-                self.settle(c.d, AckKind::Nak(Some(self.config.claims.lease)))
-                    .await;
-            }
-        }
-    }
-}
 
 /// The installed version of `route` whose digest is `digest`: the live one or its
 /// candidate (even one this host has decided to roll back or promote: it is still loaded).

@@ -285,7 +285,7 @@ impl<S: ClaimStore> Shared<S> {
 
     /// A write through the lease failed: if the key was reclaimed, touch nothing; if the
     /// store did not answer, nak so the message comes back once the lease lapses.
-    async fn write_failed(&self, c: &Claimed<'_, S>, e: LeaseLost, published: bool) {
+    pub(super) async fn write_failed(&self, c: &Claimed<'_, S>, e: LeaseLost, published: bool) {
         match e {
             LeaseLost::Reclaimed => self.lost(c, published),
             LeaseLost::Unavailable(e) => {
