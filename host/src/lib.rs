@@ -1,10 +1,10 @@
 //! dedup-host: a WebAssembly plugin host for dedup-guarded NATS JetStream message handlers.
 //!
-//! Where things live:
-//! - [`bindings`]: the Rust side of the WIT contract in `wit/` (the one `bindgen!`).
-//! - [`runtime`]: the wasmtime engine, loading and validating components, invoking them.
-//! - [`host_api`]: the imports guests may call (logging, route configuration).
-//! - [`limits`]: per-invocation resource limits.
+//! Where things live: below this crate, `dedup-delivery` (`host/delivery`: the delivery logic,
+//! free of the NATS client and wasmtime) and `dedup-runtime` (`host/runtime`: the wasmtime
+//! engine, loading, validating and invoking components, the imports guests may call, limits),
+//! re-exported here as [`runtime`], [`bindings`], [`host_api`], [`limits`], [`subject`] and
+//! [`text`] so that paths inside the host read as before. In this crate:
 //! - [`cli`]: the `dedup-host` command line.
 //! - [`serve`]: a host's life (connect, set up, start, reload routes, drain, stop), the one module that knows
 //!   both the [`pipeline`] (processing deliveries) and the [`components`] sources (finding and
@@ -19,8 +19,11 @@
 
 #![warn(missing_docs)]
 
+pub use dedup_delivery::{subject, text};
+pub use dedup_runtime as runtime;
+pub use dedup_runtime::{bindings, cpu, durations, host_api, limits, size};
+
 pub mod activity;
-pub mod bindings;
 pub mod candidate;
 pub mod cases;
 pub mod claim;
@@ -32,18 +35,14 @@ pub mod console;
 pub mod consumers;
 pub mod contract;
 pub mod contract_change;
-pub mod cpu;
 pub mod dev;
-pub mod durations;
 pub mod exclusive;
 pub mod feed;
 pub mod fenced;
 pub mod forever;
 pub mod health;
-pub mod host_api;
 pub mod idempotency;
 pub mod inspect;
-pub mod limits;
 pub mod logging;
 pub mod metrics;
 pub mod objects;
@@ -57,16 +56,12 @@ pub mod provision;
 pub mod rename;
 pub mod rollout_metrics;
 pub mod routes;
-pub mod runtime;
 pub mod scan;
 pub mod serve;
 pub mod setup;
-pub mod size;
 pub mod source_consumer;
 pub mod stranded;
 
-pub mod subject;
 pub mod telemetry;
-pub mod text;
 pub mod times;
 pub mod wit;

@@ -19,7 +19,7 @@ pub const RERUN_GAP_TERMS: &str = "largest route limits.wall (default 3 x limits
 /// does not answer, DESIGN.md rule 20). A message whose first outputs were published before
 /// another output's stream failed runs again this long after, at most: every window that
 /// protects its outputs must outlast it.
-pub const OUTAGE_BACKOFF_MAX: Duration = Duration::from_secs(300);
+pub use dedup_delivery::backoff::OUTAGE_BACKOFF_MAX;
 
 impl Config {
     /// The nak delay after failed attempt number `attempt` (1-based).

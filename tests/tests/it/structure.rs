@@ -81,3 +81,67 @@ fn no_module_imports_one_that_imports_it_back() {
         "sibling files"
     );
 }
+
+/// The packages `Cargo.lock` says `package` depends on, directly or not.
+fn locked_dependencies(lock: &str, package: &str) -> BTreeSet<String> {
+    let mut deps: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for entry in lock.split("[[package]]").skip(1) {
+        let field = |key: &str| {
+            entry
+                .lines()
+                .find_map(|l| l.strip_prefix(key))
+                .map(|v| v.trim().trim_matches('"').to_string())
+        };
+        let name = field("name = ").expect("a locked package has a name");
+        let listed = entry
+            .split_once("dependencies = [")
+            .map(|(_, rest)| rest.split_once(']').map_or(rest, |(list, _)| list))
+            .unwrap_or("");
+        // `"name"` or `"name version"`: the name is the first word.
+        let names = listed
+            .split(',')
+            .filter_map(|d| d.trim().trim_matches('"').split(' ').next())
+            .filter(|d| !d.is_empty())
+            .map(str::to_string);
+        deps.entry(name).or_default().extend(names);
+    }
+    let (mut seen, mut todo) = (BTreeSet::new(), vec![package.to_string()]);
+    while let Some(p) = todo.pop() {
+        for d in deps.get(&p).into_iter().flatten() {
+            if seen.insert(d.clone()) {
+                todo.push(d.clone());
+            }
+        }
+    }
+    seen
+}
+
+#[test]
+fn the_delivery_logic_depends_on_neither_the_nats_client_nor_the_wasm_runtime() {
+    let root = workspace_root();
+    let lock = std::fs::read_to_string(root.join("Cargo.lock")).unwrap();
+    let deps = locked_dependencies(&lock, "dedup-delivery");
+    for banned in ["async-nats", "wasmtime", "dedup-host"] {
+        assert!(
+            !deps.contains(banned),
+            "dedup-delivery (host/delivery) depends on {banned}: its I/O comes in through its \
+             own traits (DESIGN.md rule 25); put the adapter in the host crate"
+        );
+    }
+    // The check itself sees dependencies: the host crate reaches both.
+    let host = locked_dependencies(&lock, "dedup-host");
+    assert!(
+        host.contains("async-nats") && host.contains("wasmtime") && host.contains("dedup-delivery")
+    );
+    let mut files = Vec::new();
+    let src = root.join("host/delivery/src");
+    sources(&src, &src, &mut files);
+    for (rel, text) in &files {
+        for banned in ["async_nats", "wasmtime", "dedup_host"] {
+            assert!(
+                !text.contains(banned),
+                "host/delivery/src/{rel} names {banned}"
+            );
+        }
+    }
+}

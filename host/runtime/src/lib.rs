@@ -1,5 +1,25 @@
-//! The component runtime: one engine and linker per process, one compiled [`Handler`] per
-//! component, and a fresh store per invocation.
+//! dedup-host's WebAssembly runtime: one engine and linker per process, one compiled
+//! [`Handler`] per component, and a fresh store per invocation. It knows nothing of claims,
+//! streams or routes: the host's pipeline hands it an event and gets an [`Outcome`].
+//!
+//! - [`bindings`]: the Rust side of the WIT contract in `wit/` (the one `bindgen!`).
+//! - [`engine`], [`cache`], [`load`]: the engines (a pool, and on demand), compiled code
+//!   cached on disk, loading and validating components.
+//! - [`state`], [`outcome`], [`outputs`]: one invocation's store and limits, what it returned,
+//!   and the sandbox boundary its outputs cross.
+//! - [`host_api`]: the imports guests may call (logging, route configuration); [`limits`]:
+//!   per-invocation resource limits, with [`size`] and [`durations`] to read them; [`cpu`]:
+//!   CPU clocks.
+
+#![warn(missing_docs)]
+
+pub mod bindings;
+pub mod cpu;
+pub mod durations;
+pub mod host_api;
+pub mod limits;
+pub mod size;
+
 
 pub mod cache;
 pub mod engine;

@@ -1,9 +1,9 @@
 //! What guests may call: the `log` and `config` imports of `dedup:handler@0.1.0`.
 
 use crate::bindings::dedup::handler::{config, log, types};
-use crate::runtime::outcome::{level_name, LogLine, TrapKind};
-use crate::runtime::state::GuestState;
-use crate::text;
+use crate::outcome::{level_name, LogLine, TrapKind};
+use crate::state::GuestState;
+use dedup_delivery::text;
 
 impl types::Host for GuestState {}
 

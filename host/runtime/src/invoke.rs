@@ -18,7 +18,7 @@ use super::state::{GuestState, InvokeOptions, LogContext};
 use super::Handler;
 use crate::bindings::{Event, Failure, HandlerGuestPre};
 use crate::limits::Limits;
-use crate::text;
+use dedup_delivery::text;
 
 impl Handler {
     /// Runs `event` in a fresh instance. Never fails: guest misbehaviour is an [`Outcome`].

@@ -16,7 +16,7 @@ use async_nats::{HeaderMap, HeaderName, HeaderValue};
 use super::outcome::{Outcome, Trap, TrapKind};
 use super::state::InvokeOptions;
 use crate::bindings::{Header, Output};
-use crate::subject;
+use dedup_delivery::subject;
 
 /// The prefix of JetStream's control headers, compared case-insensitively.
 pub const CONTROL_HEADER_PREFIX: &str = "nats-";

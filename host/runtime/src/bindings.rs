@@ -4,7 +4,7 @@
 #![allow(missing_docs)]
 
 wasmtime::component::bindgen!({
-    path: "../wit",
+    path: "../../wit",
     world: "handler-guest",
     // Host imports are synchronous and may trap: the log import traps once a guest exceeds
     // its per-invocation log budget.

@@ -1,0 +1,16 @@
+//! dedup-host's delivery logic, free of the NATS client and the Wasm runtime.
+//!
+//! Everything here decides; nothing here talks to a server. The host's adapters (async-nats and
+//! tokio) and the simulation (`tests/src/sim`, a model of the server in virtual time) call the
+//! same functions, so a fix made here is a fix the simulation runs.
+//!
+//! - [`backoff`]: how long a message waits before its next delivery when it could not run now
+//!   (an outage, a full instance pool, a key busy elsewhere).
+//! - [`subject`]: NATS subject grammar (filters, literals, the server's and the host's reserved
+//!   namespaces); [`text`]: reasons and header values made safe to store and show.
+
+#![warn(missing_docs)]
+
+pub mod backoff;
+pub mod subject;
+pub mod text;
