@@ -6,11 +6,13 @@
 //!
 //! - [`backoff`]: how long a message waits before its next delivery when it could not run now
 //!   (an outage, a full instance pool, a key busy elsewhere).
+//! - [`outcome`]: how a delivery ended and where a repeat was caught.
 //! - [`subject`]: NATS subject grammar (filters, literals, the server's and the host's reserved
 //!   namespaces); [`text`]: reasons and header values made safe to store and show.
 
 #![warn(missing_docs)]
 
 pub mod backoff;
+pub mod outcome;
 pub mod subject;
 pub mod text;

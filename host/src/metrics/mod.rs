@@ -17,10 +17,9 @@ use prometheus_client::registry::Registry;
 
 mod batches;
 mod counts;
-mod outcome;
 pub use batches::{BatchResult, BatchSeries};
 pub use counts::{RouteCounts, StatsSnapshot};
-pub use outcome::{DedupLayer, MessageOutcome};
+pub use dedup_delivery::outcome::{DedupLayer, MessageOutcome};
 
 /// The `route` label of messages no route takes.
 pub const UNROUTED: &str = "_unrouted";

@@ -1,4 +1,5 @@
-//! The labels of how a delivery ended and where a repeat was caught.
+//! How a delivery ended and where a repeat was caught: what the delivery logic reports, and
+//! the labels of the host's counters.
 
 /// How a message's delivery ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,7 +23,8 @@ pub enum MessageOutcome {
 }
 
 impl MessageOutcome {
-    pub(super) const ALL: [MessageOutcome; 8] = [
+    /// Every outcome, in label order.
+    pub const ALL: [MessageOutcome; 8] = [
         Self::Processed,
         Self::Duplicate,
         Self::Busy,
@@ -63,7 +65,8 @@ pub enum DedupLayer {
 }
 
 impl DedupLayer {
-    pub(super) const ALL: [DedupLayer; 4] = [Self::Stream, Self::Claim, Self::Output, Self::Fence];
+    /// Every layer, in label order.
+    pub const ALL: [DedupLayer; 4] = [Self::Stream, Self::Claim, Self::Output, Self::Fence];
 
     /// The `layer` label value.
     pub fn label(self) -> &'static str {
