@@ -67,6 +67,45 @@ pub struct ContractRecord {
     pub consumer: Option<String>,
 }
 
+/// A contract change under way (`dedup-host setup --change-route`), stored beside the record
+/// (field `changing`, which hosts that predate it ignore). The change writes it, by revision,
+/// before it looks for serving hosts, and the record it ends with clears it: a host that
+/// starts meanwhile reads it after it took its serving subscription ([`crate::presence`]),
+/// so it is either seen by the change's probe or sees this and does not start the route.
+/// A change that stopped part-way leaves it for the operator to see and finish.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Changing {
+    /// The contract the change moves to.
+    pub to: RouteContract,
+    /// When the change began, in Unix milliseconds.
+    pub since_ms: u64,
+}
+
+/// A contract record as stored: the record, and the change under way if any.
+#[derive(Serialize, Deserialize)]
+struct Stored {
+    #[serde(flatten)]
+    record: ContractRecord,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    changing: Option<Changing>,
+}
+
+/// The stored bytes of `record` with the change under way `changing`, if any.
+pub fn encode(record: &ContractRecord, changing: Option<&Changing>) -> bytes::Bytes {
+    let stored = Stored {
+        record: record.clone(),
+        changing: changing.cloned(),
+    };
+    serde_json::to_vec(&stored)
+        .expect("record serializes")
+        .into()
+}
+
+/// Whether the stored bytes `value` of a contract record carry a change under way.
+pub fn is_marked(value: &[u8]) -> bool {
+    serde_json::from_slice::<Stored>(value).is_ok_and(|s| s.changing.is_some())
+}
+
 /// The consumer `recorded` was recorded for, when it is not the one `config` gives `route`:
 /// another deployment serves this route name on the stream.
 pub fn other_consumer(recorded: &ContractRecord, config: &Config, route: &str) -> Option<String> {
@@ -118,6 +157,17 @@ pub enum ContractError {
         recorded: String,
         /// This config's consumer of the route.
         mine: String,
+    },
+    /// A contract change (`setup --change-route`) is under way: a host does not start the
+    /// route until the record it ends with clears the mark.
+    #[error("route `{route}`'s contract is being changed (`dedup-host setup --change-route {route}` marked it in `{bucket}` at {since_ms} ms since the epoch and has not finished): this host does not start the route now and starts it by itself once the change ends. If no change is running (it stopped part-way), finish it with `dedup-host setup --config <the new config> --change-route {route}`, or call it off with the same command and a config that matches the recorded contract")]
+    Changing {
+        /// The route.
+        route: String,
+        /// The contracts bucket.
+        bucket: String,
+        /// When the change began, in Unix milliseconds.
+        since_ms: u64,
     },
     /// The contract bucket did not answer or holds something unreadable.
     #[error("route `{route}`: cannot read or record its contract in `{bucket}`: {reason}")]
@@ -205,17 +255,30 @@ pub enum Lookup {
 
 /// What the contract bucket holds for `route`.
 pub async fn lookup(store: &Store, route: &str) -> Result<Lookup, ContractError> {
+    Ok(lookup_marked(store, route).await?.0)
+}
+
+/// [`lookup`], with the contract change under way that the record carries, if any.
+pub async fn lookup_marked(
+    store: &Store,
+    route: &str,
+) -> Result<(Lookup, Option<Changing>), ContractError> {
     let entry = store.entry(route).await.map_err(|e| ContractError::Store {
         route: route.to_string(),
         bucket: store.name.clone(),
         reason: e.to_string(),
     })?;
     Ok(match entry {
-        None => Lookup::Never,
-        Some(entry) if entry.operation != kv::Operation::Put => Lookup::Deleted(entry.revision),
-        Some(entry) => match serde_json::from_slice(&entry.value) {
-            Ok(record) => Lookup::Recorded(record, entry.revision),
-            Err(e) => Lookup::Unreadable(entry.revision, e.to_string()),
+        None => (Lookup::Never, None),
+        Some(entry) if entry.operation != kv::Operation::Put => {
+            (Lookup::Deleted(entry.revision), None)
+        }
+        Some(entry) => match serde_json::from_slice::<Stored>(&entry.value) {
+            Ok(stored) => (
+                Lookup::Recorded(stored.record, entry.revision),
+                stored.changing,
+            ),
+            Err(e) => (Lookup::Unreadable(entry.revision, e.to_string()), None),
         },
     })
 }
@@ -296,7 +359,8 @@ async fn settle(
     };
     for _ in 0..3 {
         // The revision a record may be written over: 0 is "no record of the key at all".
-        let over = match (lookup(store, &route.name).await?, writer) {
+        let (found, changing) = lookup_marked(store, &route.name).await?;
+        let over = match (found, writer) {
             (Lookup::Recorded(recorded, _), _) => {
                 // A reload or a start of another deployment's config never takes it as its own.
                 if let Some(owner) = recorded.deployment.as_deref() {
@@ -317,7 +381,15 @@ async fn settle(
                         mine: crate::consumers::route_consumer_name(config, &route.name),
                     });
                 }
-                return compare(&route.name, &recorded, wanted);
+                let agreed = compare(&route.name, &recorded, wanted)?;
+                return match (changing, writer) {
+                    (Some(changing), Writer::Host(_)) => Err(ContractError::Changing {
+                        route: route.name.clone(),
+                        bucket: store.name.clone(),
+                        since_ms: changing.since_ms,
+                    }),
+                    _ => Ok(agreed),
+                };
             }
             (Lookup::Never, _) => 0,
             (Lookup::Deleted(revision), Writer::Setup) => revision,
@@ -404,6 +476,35 @@ mod tests {
         let eight = config("exclusive_by = { subject_token = 2 }\npartitions = 8", "");
         let d = differences(&a, &of(&eight, &eight.routes[0]));
         assert_eq!(d, ["partitions: recorded 16, this config 8"]);
+    }
+
+    #[test]
+    fn a_change_mark_travels_beside_the_record_and_older_readers_ignore_it() {
+        let c = config("", "");
+        let record = ContractRecord {
+            contract: of(&c, &c.routes[0]),
+            recorded_by: "setup".into(),
+            recorded_ms: 1,
+            deployment: Some("d".into()),
+            consumer: None,
+        };
+        let mark = Changing {
+            to: of(&c, &c.routes[0]),
+            since_ms: 7,
+        };
+        let bytes = encode(&record, Some(&mark));
+        let stored: Stored = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(
+            (stored.record, stored.changing),
+            (record.clone(), Some(mark))
+        );
+        let plain: ContractRecord = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(
+            plain, record,
+            "a host that predates the mark reads the record"
+        );
+        let cleared: Stored = serde_json::from_slice(&encode(&record, None)).unwrap();
+        assert_eq!(cleared.changing, None);
     }
 
     #[test]

@@ -6,14 +6,22 @@ use tracing_subscriber::EnvFilter;
 
 use crate::config::LogFormat;
 
+/// The filter when `RUST_LOG` is unset: problems only (`run` and every other command).
+pub const DEFAULT_FILTER: &str = "warn";
+
+/// The filter of `dedup-host dev` when `RUST_LOG` is unset: problems, and each version of a
+/// handler it starts serving (a developer's rebuild landing), but not a line per message,
+/// which floods an inner loop; `RUST_LOG=dedup_host=info` adds each message's outcome.
+pub const DEV_FILTER: &str = "warn,dedup_host::components=info";
+
 /// Installs the process's log subscriber. Keep the guard until the process ends: dropping it
 /// flushes the lines still queued.
 pub fn init(format: LogFormat) -> WorkerGuard {
-    init_with_default(format, "warn")
+    init_with_default(format, DEFAULT_FILTER)
 }
 
 /// Like [`init`], with `default` as the filter when `RUST_LOG` is unset (`dedup-host dev`
-/// shows swaps and each message's outcome: `warn,dedup_host=info`).
+/// passes [`DEV_FILTER`]).
 pub fn init_with_default(format: LogFormat, default: &str) -> WorkerGuard {
     let (writer, guard) = tracing_appender::non_blocking(std::io::stderr());
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));

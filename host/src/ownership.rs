@@ -5,11 +5,14 @@
 //! both deployments and the fix; something recorded before owners were (no owner) is adopted
 //! by the first deployment that sets it up.
 //!
+//! Names compare exactly; a deployment's own former default name is recognised by what it
+//! owns and moved to its current name ([`former`]).
+//!
 //! The same check refuses a silent route rename: a new route whose subject an existing
 //! consumer of this deployment serves, for a route the config no longer names, would run every
 //! retained message again (new consumer from the start, new claim keys and output ids).
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 use anyhow::Context as _;
 use async_nats::jetstream::consumer;
@@ -20,6 +23,10 @@ use thiserror::Error;
 use crate::config::Config;
 use crate::consumers::{consumer_specs, route_consumer_name};
 use crate::subject;
+
+mod former;
+
+pub use former::migrate;
 
 /// The metadata key that names the owning deployment of a stream or consumer.
 pub const OWNER_KEY: &str = "dedup-host.deployment";
@@ -83,6 +90,24 @@ impl Conflict {
     }
 }
 
+/// A route's component was deployed by another deployment or for another consumer.
+#[derive(Debug, Error)]
+#[error("component `{name}` was deployed by deployment `{owner}` for consumer `{recorded}`, and this config is deployment `{mine}` with consumer `{consumer}` for route `{route}`: refused to overwrite it (components are kept by route name, and the other deployment's hosts run this one). Give the route a name of its own, or use another `[source] stream` or `components.bucket`; if this config is that deployment, set `[source] consumer` (and `[deployment] name`) back to what they were")]
+pub struct ComponentOwned {
+    /// The object, `<bucket>/<route>`.
+    pub name: String,
+    /// The route.
+    pub route: String,
+    /// The deployment that deployed it (`?` when not recorded).
+    pub owner: String,
+    /// The consumer it was deployed for (`?` when not recorded).
+    pub recorded: String,
+    /// This config's deployment.
+    pub mine: String,
+    /// This config's consumer of the route.
+    pub consumer: String,
+}
+
 /// The owner recorded in a stream's or consumer's metadata.
 pub fn owner(metadata: &HashMap<String, String>) -> Option<&str> {
     metadata.get(OWNER_KEY).map(String::as_str)
@@ -99,72 +124,70 @@ pub fn stamp(metadata: &mut HashMap<String, String>, config: &Config) {
 pub async fn check(js: &Context, config: &Config) -> anyhow::Result<Vec<Conflict>> {
     let mine = config.deployment_name();
     let mut conflicts = Vec::new();
-    if let Ok(source) = js.get_stream(&config.source.stream).await {
-        let mut existing = Vec::new();
-        let mut list = source.consumers();
-        while let Some(info) = list.next().await {
-            existing.push(info.with_context(|| {
-                format!(
-                    "cannot list the consumers of stream `{}` to check who owns them",
-                    config.source.stream
-                )
-            })?);
-        }
-        consumers(config, &mine, &existing, &mut conflicts);
-        renames(config, &mine, &existing, &mut conflicts);
-    }
-    contracts(js, config, &mine, &mut conflicts).await?;
+    let existing = former::source_consumers(js, config).await?;
+    let others = Others::of(config, &existing);
+    consumers(config, &mine, &existing, &mut conflicts);
+    renames(config, &others, &existing, &mut conflicts);
+    contracts(js, config, &others, &mut conflicts).await?;
     Ok(conflicts)
+}
+
+/// Tells this config's deployment from others: its current name, and the former default
+/// names that what it owns proves ([`former::names`]).
+struct Others<'a> {
+    config: &'a Config,
+    former: BTreeSet<String>,
+}
+
+impl<'a> Others<'a> {
+    fn of(config: &'a Config, existing: &[consumer::Info]) -> Self {
+        Others {
+            config,
+            former: former::names(config, existing),
+        }
+    }
+
+    /// Whether `owner` is another deployment.
+    fn is_other(&self, owner: &str) -> bool {
+        self.config.is_other_deployment(owner) && !self.former.contains(owner)
+    }
 }
 
 /// New routes of `config` that would take over the subject of a route it no longer names (a
 /// rename that is not `setup --rename-route`): what a reload refuses, as a start does.
 pub async fn renamed(js: &Context, config: &Config) -> anyhow::Result<Vec<Conflict>> {
     let mut conflicts = Vec::new();
-    let Ok(source) = js.get_stream(&config.source.stream).await else {
-        return Ok(conflicts);
-    };
-    let mut existing = Vec::new();
-    let mut list = source.consumers();
-    while let Some(info) = list.next().await {
-        existing.push(info.with_context(|| {
-            format!(
-                "cannot list the consumers of stream `{}` to check for renamed routes",
-                config.source.stream
-            )
-        })?);
-    }
-    renames(config, &config.deployment_name(), &existing, &mut conflicts);
+    let existing = former::source_consumers(js, config).await?;
+    renames(
+        config,
+        &Others::of(config, &existing),
+        &existing,
+        &mut conflicts,
+    );
     Ok(conflicts)
 }
 
 /// The deployments other than `config`'s that use stream `name`: its recorded owner and the
-/// owners of its consumers. A consumer under another default (`auto-`) name counts when it
-/// is not one this config would bind as it stands (another name, or other filters): two
-/// configs that left `[deployment] name` unset are told apart by what they consume.
+/// owners of its consumers, other than this config's current and former names.
 pub async fn other_users(js: &Context, config: &Config, name: &str) -> anyhow::Result<Vec<String>> {
-    let mine = config.deployment_name();
     let Ok(mut stream) = js.get_stream(name).await else {
         return Ok(Vec::new());
     };
     let info = stream.info().await?;
+    let existing = former::source_consumers(js, config).await?;
+    let others = Others::of(config, &existing);
     let mut users: Vec<String> = owner(&info.config.metadata)
-        .filter(|o| config.is_other_deployment(o))
+        .filter(|o| others.is_other(o))
         .into_iter()
         .map(str::to_string)
         .collect();
-    let specs = consumer_specs(config);
     let mut list = stream.consumers();
     while let Some(info) = list.next().await {
         let info = info.with_context(|| format!("cannot list the consumers of stream `{name}`"))?;
         let Some(o) = owner(&info.config.metadata) else {
             continue;
         };
-        let ours = info.name == config.source.consumer
-            || specs
-                .iter()
-                .any(|(n, want, _)| *n == info.name && *want == filters(&info.config));
-        if o != mine && (config.is_other_deployment(o) || !ours) {
+        if others.is_other(o) {
             users.push(o.to_string());
         }
     }
@@ -222,7 +245,8 @@ pub fn consumer_conflict(
 
 /// New routes whose subject a consumer of this deployment serves for a route it no longer
 /// names.
-fn renames(config: &Config, mine: &str, existing: &[consumer::Info], out: &mut Vec<Conflict>) {
+fn renames(config: &Config, others: &Others, existing: &[consumer::Info], out: &mut Vec<Conflict>) {
+    let mine = config.deployment_name();
     let prefix = format!("{}-", config.source.consumer);
     for r in &config.routes {
         let name = route_consumer_name(config, &r.name);
@@ -236,8 +260,7 @@ fn renames(config: &Config, mine: &str, existing: &[consumer::Info], out: &mut V
             let named = config.routes.iter().any(|o| o.name == old_route);
             // A consumer of another deployment is never this config's old route; one with
             // no owner (made before owners were recorded) or a default name may be.
-            let theirs =
-                owner(&info.config.metadata).is_some_and(|o| config.is_other_deployment(o));
+            let theirs = owner(&info.config.metadata).is_some_and(|o| others.is_other(o));
             if named || theirs {
                 continue;
             }
@@ -250,7 +273,7 @@ fn renames(config: &Config, mine: &str, existing: &[consumer::Info], out: &mut V
                     old: info.name.clone(),
                     old_route: old_route.to_string(),
                     subject: r.subject.clone(),
-                    mine: mine.to_string(),
+                    mine: mine.clone(),
                     stream: config.source.stream.clone(),
                 });
             }
@@ -262,9 +285,10 @@ fn renames(config: &Config, mine: &str, existing: &[consumer::Info], out: &mut V
 async fn contracts(
     js: &Context,
     config: &Config,
-    mine: &str,
+    others: &Others<'_>,
     out: &mut Vec<Conflict>,
 ) -> anyhow::Result<()> {
+    let mine = config.deployment_name();
     let Ok(store) = js.get_key_value(crate::contract::bucket_name(config)).await else {
         return Ok(());
     };
@@ -282,11 +306,11 @@ async fn contracts(
             continue;
         }
         match record.deployment {
-            Some(owner) if config.is_other_deployment(&owner) => out.push(Conflict::Owned {
+            Some(owner) if others.is_other(&owner) => out.push(Conflict::Owned {
                 kind: "contract",
                 name: format!("{}/{}", store.name, r.name),
                 owner,
-                mine: mine.to_string(),
+                mine: mine.clone(),
                 would: "take it as this config's own".into(),
                 route: Some(r.name.clone()),
             }),
@@ -294,6 +318,39 @@ async fn contracts(
         }
     }
     Ok(())
+}
+
+/// Whether overwriting route `route`'s component, object `<bucket>/<route>` recorded as
+/// deployed by `deployment` for `consumer` (either unrecorded in an older object), would take
+/// it from another deployment: another route consumer (two deployments on one stream with
+/// one route name), or another deployment than this config's current or former name.
+pub async fn component_conflict(
+    js: &Context,
+    config: &Config,
+    object: (&str, &str),
+    consumer: Option<&str>,
+    deployment: Option<&str>,
+) -> anyhow::Result<Option<ComponentOwned>> {
+    let (bucket, route) = object;
+    let mine = route_consumer_name(config, route);
+    let other_consumer = consumer.is_some_and(|c| c != mine);
+    let other_deployment = match deployment {
+        Some(d) if config.is_other_deployment(d) => {
+            let existing = former::source_consumers(js, config).await?;
+            Others::of(config, &existing).is_other(d)
+        }
+        _ => false,
+    };
+    Ok(
+        (other_consumer || other_deployment).then(|| ComponentOwned {
+            name: format!("{bucket}/{route}"),
+            route: route.to_string(),
+            owner: deployment.unwrap_or("?").to_string(),
+            recorded: consumer.unwrap_or("?").to_string(),
+            mine: config.deployment_name(),
+            consumer: mine,
+        }),
+    )
 }
 
 /// Fails with every conflict, one per line, when there is any.

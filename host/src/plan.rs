@@ -33,6 +33,52 @@ pub struct Change {
     pub applied: Option<Result<(), String>>,
 }
 
+impl Change {
+    /// The change as a plan prints it: its state, what changes, and (indented) its risk, or
+    /// why it is refused and what to do instead.
+    pub fn render(&self) -> String {
+        let state = match (&self.applied, self.safe) {
+            (Some(Ok(())), _) => "applied".to_string(),
+            (Some(Err(_)), _) => "NOT MADE".to_string(),
+            (None, true) => "to apply".to_string(),
+            (None, false) => "REFUSED".to_string(),
+        };
+        let mut text = format!(
+            "{state:<9} {} {} ({}): {}",
+            self.kind, self.name, self.field, self.what
+        );
+        let label = if self.safe { "risk" } else { "why" };
+        text.push_str(&indented(label, &self.risk));
+        if let Some(Err(e)) = &self.applied {
+            text.push_str(&indented("error", e));
+        }
+        text
+    }
+}
+
+/// `label: text` on lines of at most [`WIDTH`] characters, each indented under the state.
+fn indented(label: &str, text: &str) -> String {
+    let indent = " ".repeat(10);
+    let mut out = String::new();
+    let mut line = format!("{indent}{label}: ");
+    let hang = " ".repeat(label.len() + 2);
+    for word in text.split(' ') {
+        if line.trim().len() > label.len() + 1 && line.len() + word.len() > WIDTH {
+            out.push('\n');
+            out.push_str(line.trim_end());
+            line = format!("{indent}{hang}");
+        }
+        line.push_str(word);
+        line.push(' ');
+    }
+    out.push('\n');
+    out.push_str(line.trim_end());
+    out
+}
+
+/// The width a plan's text wraps at.
+const WIDTH: usize = 100;
+
 /// What changing a stream's replicas does while it runs.
 const REPLICAS_RISK: &str = "the server copies or drops replicas in the background and elects a leader (a pause of a few seconds); needs as many servers as replicas";
 
@@ -43,26 +89,34 @@ struct Update {
 }
 
 /// What the deployment needs changed; nothing is changed. Missing items are not listed
-/// (`setup` creates them).
+/// (`setup` creates them). Consumers and contracts of another deployment that this config
+/// would rebind or take as its own are listed first, refused.
 pub async fn plan(js: &Context, config: &Config, shared: &[String]) -> anyhow::Result<Vec<Change>> {
-    Ok(updates(js, config, shared)
-        .await?
-        .into_iter()
-        .flat_map(|u| u.changes)
-        .collect())
+    let mut all = refusals(js, config).await?;
+    all.extend(
+        updates(js, config, shared)
+            .await?
+            .into_iter()
+            .flat_map(|u| u.changes),
+    );
+    Ok(all)
 }
 
 /// Makes the safe changes of the plan, one stream at a time, and returns the whole plan with
-/// what became of each change.
+/// what became of each change. When another deployment's consumer or contract is in the way
+/// ([`refusals`]), nothing is made: a refused command changes nothing.
 pub async fn apply(
     js: &Context,
     config: &Config,
     shared: &[String],
 ) -> anyhow::Result<Vec<Change>> {
-    let mut all = Vec::new();
+    let mut all = refusals(js, config).await?;
+    let blocked = !all.is_empty();
     for mut update in updates(js, config, shared).await? {
         let wanted = update.changes.iter().any(|c| c.safe);
-        let outcome = if wanted {
+        let outcome = if blocked {
+            Some(Err(NOT_MADE.to_string()))
+        } else if wanted {
             Some(
                 js.update_stream(&update.config)
                     .await
@@ -80,6 +134,49 @@ pub async fn apply(
         all.extend(update.changes);
     }
     Ok(all)
+}
+
+/// Why `--apply` made a safe change of a plan that another deployment's things block.
+const NOT_MADE: &str =
+    "not made: a refusal above blocks the whole plan (nothing changes until every check passes)";
+
+/// The consumers and contracts of another deployment that this config would rebind or take
+/// as its own ([`crate::ownership::check`]), each as a refused change naming both
+/// deployments and the fix.
+async fn refusals(js: &Context, config: &Config) -> anyhow::Result<Vec<Change>> {
+    use crate::ownership::Conflict;
+    let conflicts = crate::ownership::check(js, config).await?;
+    Ok(conflicts
+        .into_iter()
+        .filter_map(|c| {
+            let (kind, name, what) = match &c {
+                Conflict::Owned {
+                    kind, name, would, ..
+                } => (*kind, name.clone(), would.clone()),
+                Conflict::Consumer {
+                    name,
+                    recorded,
+                    mine,
+                    ..
+                } => (
+                    "contract",
+                    name.clone(),
+                    format!("serve it through consumer `{mine}`, not `{recorded}`"),
+                ),
+                // `setup` refuses a silent rename; the plan changes no consumer.
+                Conflict::Rename { .. } => return None,
+            };
+            Some(Change {
+                kind,
+                name,
+                field: c.route().map(|r| format!("routes.{r}")).unwrap_or_default(),
+                what,
+                risk: c.to_string(),
+                safe: false,
+                applied: None,
+            })
+        })
+        .collect())
 }
 
 /// The updates the config needs. A change to a stream another deployment uses is refused
@@ -111,18 +208,20 @@ async fn updates(js: &Context, config: &Config, shared: &[String]) -> anyhow::Re
 /// Marks a change to a stream that deployment(s) `users` also use: refused unless `allowed`
 /// (the operator named the stream with `--share-stream`).
 fn share_risk(change: &mut Change, users: &[String], mine: &str, allowed: bool) {
-    let who = format!(
-        "stream `{}` is shared: deployment(s) {} use it too (this config is deployment `{mine}`), and the change affects them",
-        change.name,
-        users.iter().map(|u| format!("`{u}`")).collect::<Vec<_>>().join(", ")
-    );
+    let names: Vec<String> = users.iter().map(|u| format!("`{u}`")).collect();
+    let who = match names.as_slice() {
+        [one] => format!("deployment {one} uses it too"),
+        many => format!("deployments {} use it too", many.join(", ")),
+    };
+    let name = &change.name;
+    let alone = change.risk.strip_prefix("none: ").unwrap_or(&change.risk);
     if allowed {
-        change.risk = format!("{who} (allowed by --share-stream); {}", change.risk);
+        change.risk =
+            format!("stream `{name}` is shared ({who}; allowed by --share-stream {name}): {alone}");
     } else if change.safe {
         change.safe = false;
         change.risk = format!(
-            "refused: {who}; give this config a stream of its own (`[source] stream`), or pass `--share-stream {}` if both deployments mean to share it (without that: {})",
-            change.name, change.risk
+            "stream `{name}` is shared: {who} (this config is deployment `{mine}`), and the change affects it. Give this config a stream of its own (`[source] stream`), or pass `--share-stream {name}` if both deployments mean to share it. Alone, the change would be safe: {alone}"
         );
     }
 }
@@ -154,14 +253,14 @@ fn stream_update(spec: &StreamSpec, have: stream::Config) -> Update {
     if have.storage != spec.storage {
         changes.push(change(
             format!("storage {:?} -> {:?}", have.storage, spec.storage),
-            "refused: the server cannot change a stream's storage; create a new stream with the new storage and move the messages (`nats stream backup` / `restore`), or keep the storage in the config",
+            "the server cannot change a stream's storage; create a new stream with the new storage and move the messages (`nats stream backup` / `restore`), or keep the storage in the config",
             false,
         ));
     }
     if let Some(difference) = spec.dedup_difference(&have) {
         changes.push(change(
             difference,
-            "refused: changing retention, per-subject limits or batch settings can discard stored messages or change what a publish means; name a new stream in the config and move the messages to it",
+            "changing retention, per-subject limits or batch settings can discard stored messages or change what a publish means; name a new stream in the config and move the messages to it",
             false,
         ));
     }
@@ -209,7 +308,7 @@ fn window_change(
     } else {
         changes.push(change(
             what,
-            "refused: a shorter window lets through repeats the stream would drop now; keep the longer window in the config (it is allowed), or shorten it with `nats stream edit` once you are sure",
+            "a shorter window lets through repeats the stream would drop now; keep the longer window in the config (it is allowed), or shorten it with `nats stream edit` once you are sure",
             false,
         ));
     }
@@ -242,7 +341,7 @@ fn bucket_update(config: &Config, have: stream::Config) -> Update {
             if safe {
                 "none for claims: older revisions of each key are dropped"
             } else {
-                "refused: name another bucket"
+                "a lower history drops revisions a claim may still need; name another bucket"
             },
             safe,
         ));
@@ -266,7 +365,7 @@ fn bucket_update(config: &Config, have: stream::Config) -> Update {
         } else {
             changes.push(change(
                 what,
-                "refused: a shorter max age removes claim records at once, and a redelivery of a completed key would run again; keep the longer max age in the config",
+                "a shorter max age removes claim records at once, and a redelivery of a completed key would run again; keep the longer max age in the config",
                 false,
             ));
         }
@@ -301,8 +400,7 @@ mod tests {
         share_risk(&mut refused, &users, "team-2", false);
         assert!(!refused.safe);
         for part in [
-            "refused",
-            "`team-1`",
+            "deployment `team-1` uses it too",
             "`team-2`",
             "--share-stream DEDUP_EVENTS",
         ] {

@@ -1,12 +1,14 @@
 //! Whether any host serves a route, from a fact that lasts exactly as long as the serving:
 //! while a host serves route R, its connection holds a subscription on
-//! `dedup.control.serving.<source stream>.R` (taken before its first pull, dropped after its
-//! drain). A request there finds:
+//! `dedup.control.serving.<deployment>.<source stream>.R` (taken before its first pull,
+//! dropped after its drain; see [`serving_subject`]). A request there finds:
 //!
 //! - no subscriber: the server answers "no responders" at once, so no connected host serves R;
 //! - an answer: the host named in it serves R;
 //! - silence: a host holds the subscription but did not answer (paused, say by SIGSTOP, or
-//!   too busy): it still serves R, since its connection is alive.
+//!   too busy): it still serves R, since its connection is alive. Any other client
+//!   subscribed there (a `nats sub '>'`) is silent too and cannot be told apart: hosts need
+//!   to publish and subscribe on `dedup.control.>`, and nothing else may subscribe there.
 //!
 //! Status records ([`crate::components::status`]) expire while a host is paused; this does not
 //! (the server drops the subscription only with the connection, when the host died or the
@@ -18,14 +20,34 @@ use async_nats::{Client, RequestErrorKind};
 use futures::StreamExt as _;
 use tokio::task::JoinHandle;
 
+use crate::config::Config;
 use crate::subject::CONTROL_PREFIX;
 
 /// How long a probe waits for a serving host's answer before taking its silence as "paused".
 const ANSWER_WITHIN: Duration = Duration::from_secs(2);
 
-/// The subject a host serving route `route` of source stream `stream` holds.
-pub fn serving_subject(stream: &str, route: &str) -> String {
-    format!("{CONTROL_PREFIX}serving.{stream}.{route}")
+/// The subject a host of `config` serving route `route` holds:
+/// `dedup.control.serving.<deployment>.<source stream>.<route>`, so a subscriber of another
+/// deployment's serving subject never answers (or stays silent) for this one. Every default
+/// (`auto-`) name is one deployment here: a host and a change whose configs differ only in
+/// their source subjects must still meet.
+pub fn serving_subject(config: &Config, route: &str) -> String {
+    let name = config.deployment_name();
+    // Default names (`auto-<hash of the source subjects>`) change with the subjects: all of
+    // them probe alike, so a host whose config predates a subject change is still found.
+    let deployment: String = if name.starts_with("auto-") {
+        "auto".into()
+    } else {
+        // A token of `[-_a-zA-Z0-9]`: two names that meet in it only make probes stricter.
+        name.chars()
+            .map(|c| match c {
+                'a'..='z' | 'A'..='Z' | '0'..='9' | '-' | '_' => c,
+                _ => '_',
+            })
+            .collect()
+    };
+    let stream = &config.source.stream;
+    format!("{CONTROL_PREFIX}serving.{deployment}.{stream}.{route}")
 }
 
 /// A held serving subscription: dropped (after the route drained), it is given up.
@@ -38,15 +60,15 @@ impl Drop for Held {
     }
 }
 
-/// Holds route `route`'s serving subscription for host `instance_id`, answering probes with
-/// the instance id, until the returned [`Held`] is dropped.
+/// Holds route `route`'s serving subscription for host `instance_id` of `config`, answering
+/// probes with the instance id, until the returned [`Held`] is dropped.
 pub async fn hold(
     client: &Client,
-    stream: &str,
+    config: &Config,
     route: &str,
     instance_id: &str,
 ) -> Result<Held, async_nats::SubscribeError> {
-    let mut subscription = client.subscribe(serving_subject(stream, route)).await?;
+    let mut subscription = client.subscribe(serving_subject(config, route)).await?;
     let client = client.clone();
     let answer = bytes::Bytes::from(instance_id.to_string());
     Ok(Held(tokio::spawn(async move {
@@ -71,13 +93,15 @@ pub enum Probe {
     NoneServes,
     /// Host (instance id) answered: it serves the route.
     Answered(String),
-    /// A host holds the subscription but did not answer (paused or busy).
+    /// A subscriber holds the subscription but did not answer: a host paused or busy, or
+    /// another client subscribed to the subject.
     Silent,
 }
 
-/// Asks who serves route `route` of source stream `stream`.
-pub async fn probe(client: &Client, stream: &str, route: &str) -> Result<Probe, ProbeError> {
-    let request = client.request(serving_subject(stream, route), bytes::Bytes::new());
+/// Asks who serves route `route` of `config`'s deployment.
+pub async fn probe(client: &Client, config: &Config, route: &str) -> Result<Probe, ProbeError> {
+    let subject = serving_subject(config, route);
+    let request = client.request(subject.clone(), bytes::Bytes::new());
     match tokio::time::timeout(ANSWER_WITHIN, request).await {
         Err(_) => Ok(Probe::Silent),
         Ok(Ok(answer)) => Ok(Probe::Answered(
@@ -87,7 +111,7 @@ pub async fn probe(client: &Client, stream: &str, route: &str) -> Result<Probe, 
             RequestErrorKind::NoResponders => Ok(Probe::NoneServes),
             RequestErrorKind::TimedOut => Ok(Probe::Silent),
             _ => Err(ProbeError {
-                subject: serving_subject(stream, route),
+                subject,
                 reason: e.to_string(),
             }),
         },

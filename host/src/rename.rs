@@ -20,10 +20,12 @@ use anyhow::Context as _;
 use async_nats::jetstream::Context;
 use serde::Serialize;
 
-use crate::claim::{ClaimError, ClaimStore as _};
+use crate::claim::ClaimStore as _;
 use crate::config::Config;
 use crate::contract::{self, ContractRecord};
-use crate::contract_change::{claim_keys, refuse_while_served, store_key};
+use crate::contract_change::{
+    claim_keys, copy_record, dead_with_effects, refuse_while_served, store_key,
+};
 use crate::setup::route_consumer_name;
 
 /// What a rename did.
@@ -132,13 +134,12 @@ pub async fn rename(
     let mut claims_copied = 0;
     for (key, record) in records {
         let renamed = format!("{new}{}", &key[old.len()..]);
-        match claim_store
-            .create(&store_key(claims, &renamed), &record)
+        // A record `new` kept from an earlier life of that name does not shadow a newer one.
+        let copied = copy_record(&claim_store, &store_key(claims, &renamed), &record)
             .await
-        {
-            Ok(_) => claims_copied += 1,
-            Err(ClaimError::Conflict) => {}
-            Err(e) => return Err(e).context("copying a claim record to the new route name"),
+            .context("copying a claim record to the new route name")?;
+        if copied {
+            claims_copied += 1;
         }
     }
     let record = ContractRecord {
@@ -196,7 +197,9 @@ fn refuse_unsettled(
         .iter()
         .filter(|(_, r)| match r.state {
             ClaimState::InProgress => true,
-            ClaimState::Failed => !r.permanent,
+            // Dead-lettered after outputs may have been stored: a replay under `new` would
+            // publish them again under other ids.
+            ClaimState::Failed => !r.permanent || dead_with_effects(r),
             ClaimState::Completed => false,
         })
         .map(|(key, _)| key.as_str())
@@ -212,7 +215,7 @@ fn refuse_unsettled(
         String::new()
     };
     anyhow::bail!(
-        "route `{old}` has {} unsettled claim key(s) ({}{more}): in progress or due again, they may have published outputs under ids of `{old}`, which a run under `{new}` would publish again; run a host with the config that still names `{old}` until they settle (completed or dead-lettered; `dedup-host inspect --route {old} --key <key>` shows one), stop it, then run `dedup-host setup --rename-route {old} {new}` again",
+        "route `{old}` has {} unsettled claim key(s) ({}{more}): in progress, due again, or dead-lettered after publishing, they may have published outputs under ids of `{old}`, which a run (or a dead letter's replay) under `{new}` would publish again; run a host with the config that still names `{old}` until they settle (completed, or dead-lettered before any output; replay the letters of the others with `dedup-host dead-letters replay --route {old} --all` until they complete; `dedup-host inspect --route {old} --key <key>` shows one), stop it, then run `dedup-host setup --rename-route {old} {new}` again",
         unsettled.len(),
         unsettled[..unsettled.len().min(SHOWN)].join(", ")
     )

@@ -201,6 +201,9 @@ pub async fn ensure(js: &Context, config: &Config) -> anyhow::Result<Setup> {
     check_output_windows(js, config).await?;
     refuse_silent_rename(js, config).await?;
     let claims = ensure_bucket(js, config).await?;
+    // Every check passed: what a former default name of this deployment owns moves to its
+    // current name (before the routes agree with their contracts).
+    crate::ownership::migrate(js, config).await?;
     Ok(Setup { source, claims })
 }
 

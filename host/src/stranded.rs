@@ -136,14 +136,57 @@ pub async fn load(claims: &Store, stream: &str, sequence: u64) -> Option<Marker>
     serde_json::from_slice(&value).ok()
 }
 
-/// Removes the marker under `key`, if there is one: its message is out. A removal that fails
-/// is logged; the next sweep finds the message gone or settled and removes it then.
-pub async fn forget(claims: &Store, key: &str) {
-    if !matches!(claims.get(key).await, Ok(Some(_))) {
-        return; // no marker: nothing to write
+/// Tries of a marker's removal once its message is out.
+const FORGET_TRIES: u32 = 3;
+/// The wait before the second try of a removal (doubled before the third).
+const FORGET_RETRY: Duration = Duration::from_millis(100);
+
+/// What [`forget`] needs of the claim bucket: whether a marker is there, and its removal.
+pub trait MarkerStore: Sync {
+    /// Whether `key` holds a marker; an error when the store did not answer.
+    fn holds(&self, key: &str) -> impl std::future::Future<Output = Result<bool, String>> + Send;
+    /// Removes `key` with its history.
+    fn purge(&self, key: &str) -> impl std::future::Future<Output = Result<(), String>> + Send;
+}
+
+impl MarkerStore for Store {
+    async fn holds(&self, key: &str) -> Result<bool, String> {
+        self.get(key)
+            .await
+            .map(|v| v.is_some())
+            .map_err(|e| e.to_string())
     }
-    if let Err(e) = claims.purge(key).await {
-        tracing::warn!("cannot remove stranded-message marker `{key}`: {e}");
+
+    async fn purge(&self, key: &str) -> Result<(), String> {
+        Store::purge(self, key).await.map_err(|e| e.to_string())
+    }
+}
+
+/// Removes the marker under `key`, if there is one: its message is out. Only a read that
+/// shows no marker skips the removal (a purge is a write); a read that fails purges anyway,
+/// since a marker left behind makes the sweep dead-letter a message that was handled. A
+/// removal that fails is tried again a few times, then logged: the next sweep finds the
+/// message gone or settled and removes the marker then.
+pub async fn forget(claims: &impl MarkerStore, key: &str) {
+    match claims.holds(key).await {
+        Ok(false) => return, // no marker: nothing to write
+        Ok(true) => {}
+        Err(e) => {
+            tracing::debug!("cannot read stranded-message marker `{key}`, removing it anyway: {e}")
+        }
+    }
+    let mut wait = FORGET_RETRY;
+    for tries in 1..=FORGET_TRIES {
+        match claims.purge(key).await {
+            Ok(()) => return,
+            Err(e) if tries == FORGET_TRIES => {
+                tracing::warn!("cannot remove stranded-message marker `{key}` ({tries} tries): {e}")
+            }
+            Err(_) => {
+                tokio::time::sleep(wait).await;
+                wait *= 2;
+            }
+        }
     }
 }
 
@@ -159,7 +202,64 @@ pub async fn list(js: &Context, bucket: &str) -> anyhow::Result<Vec<(Marker, u64
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeSet;
+    use std::sync::Mutex;
+
     use super::*;
+
+    /// Markers in memory, whose reads fail and whose first `failing_purges` purges fail.
+    struct Flaky {
+        keys: Mutex<BTreeSet<String>>,
+        reads_fail: bool,
+        failing_purges: Mutex<u32>,
+    }
+
+    impl Flaky {
+        fn holding(key: &str, reads_fail: bool, failing_purges: u32) -> Self {
+            Self {
+                keys: Mutex::new([key.to_string()].into()),
+                reads_fail,
+                failing_purges: Mutex::new(failing_purges),
+            }
+        }
+
+        fn has(&self, key: &str) -> bool {
+            self.keys.lock().unwrap().contains(key)
+        }
+    }
+
+    impl MarkerStore for Flaky {
+        async fn holds(&self, key: &str) -> Result<bool, String> {
+            match self.reads_fail {
+                true => Err("timed out".into()),
+                false => Ok(self.has(key)),
+            }
+        }
+
+        async fn purge(&self, key: &str) -> Result<(), String> {
+            let mut failing = self.failing_purges.lock().unwrap();
+            if *failing > 0 {
+                *failing -= 1;
+                return Err("timed out".into());
+            }
+            self.keys.lock().unwrap().remove(key);
+            Ok(())
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_marker_is_removed_though_its_read_fails_or_a_purge_fails_once() {
+        let key = "=stranded.SHOP.42";
+        let unreadable = Flaky::holding(key, true, 0);
+        forget(&unreadable, key).await;
+        assert!(!unreadable.has(key), "a failed read left the marker behind");
+        let flaky = Flaky::holding(key, false, 1);
+        forget(&flaky, key).await;
+        assert!(!flaky.has(key), "one failed purge left the marker behind");
+        let absent = Flaky::holding("=stranded.SHOP.7", false, 0);
+        forget(&absent, key).await;
+        assert!(absent.has("=stranded.SHOP.7"));
+    }
 
     #[test]
     fn retries_back_off_to_five_minutes_with_jitter() {

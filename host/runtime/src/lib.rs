@@ -20,7 +20,6 @@ pub mod host_api;
 pub mod limits;
 pub mod size;
 
-
 pub mod cache;
 pub mod engine;
 pub mod inline;

@@ -32,6 +32,21 @@ pub use spec::{Mode, Spec};
 /// guests for CPU and instances.
 const SHADOW_SLOTS: usize = 2;
 
+/// Why a candidate in `mode` may not run beside route `route`'s live version, when the route
+/// claims after running (`claim_after`): a claim-after key has no record before its outputs,
+/// so nothing pins it to the version that began them (see the pipeline's `pinned`), and a
+/// re-run after a partial publish could land on the other version (window output ids are the
+/// same for every version: one version's output dropped as a duplicate, another's stored
+/// twice). A shadow publishes nothing, so it may.
+pub fn refusal(route: &str, claim_after: bool, mode: &Mode) -> Option<String> {
+    match (claim_after, mode) {
+        (true, Mode::Canary { percent }) => Some(format!(
+            "route `{route}` claims after running (`claim = \"after\"`), so a canary ({percent}% of keys) cannot keep a key on the version that began its outputs: a re-run after a partial publish could mix two versions' effects; run the new version as a shadow first (`dedup-host deploy --route {route} --shadow FILE`, or `mode = \"shadow\"` beside a component file), then deploy it as the live version (`--component FILE`), or serve the route with `claim = \"before\"` to canary it"
+        )),
+        _ => None,
+    }
+}
+
 /// What a host asks of the candidate's object once it has decided (on its own figures).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Action {

@@ -41,6 +41,14 @@ impl ClaimStore for HostClaimStore {
         }
     }
 
+    async fn get_from_leader(&self, key: &str) -> Result<Option<(ClaimRecord, u64)>, ClaimError> {
+        if fenced(key) {
+            self.streams.get_from_leader(key).await
+        } else {
+            self.kv.get_from_leader(key).await
+        }
+    }
+
     async fn create(&self, key: &str, record: &ClaimRecord) -> Result<u64, ClaimError> {
         if fenced(key) {
             self.streams.create(key, record).await

@@ -1,12 +1,17 @@
 //! The claim store on a NATS KV bucket.
 
 use async_nats::jetstream::kv::{CreateErrorKind, Store, UpdateErrorKind};
+use async_nats::jetstream::stream::LastRawMessageErrorKind;
 
 use super::record::ClaimRecord;
 use super::store::{ClaimError, ClaimStore};
 
 /// JetStream error code for a compare-and-swap on the wrong last sequence.
 const WRONG_LAST_SEQUENCE: u64 = 10071;
+/// The header NATS KV marks a deletion or purge with (a put carries none, or `PUT`).
+const KV_OPERATION: &str = "KV-Operation";
+/// The header a server-written marker (max age, purge, removal) carries.
+const NATS_MARKER_REASON: &str = "Nats-Marker-Reason";
 /// JetStream error code for concurrent expected-sequence writes on replicated streams.
 const CONCURRENT_EXPECTED_SEQUENCE: u64 = 10164;
 
@@ -51,6 +56,35 @@ fn write_error(refused: bool, e: &(dyn std::error::Error + 'static)) -> ClaimErr
 }
 
 impl ClaimStore for KvClaimStore {
+    async fn get_from_leader(&self, key: &str) -> Result<Option<(ClaimRecord, u64)>, ClaimError> {
+        // `STREAM.MSG.GET` on the bucket's stream is answered by its leader, never by a
+        // replica (unlike `Store::entry`, a direct get when the bucket allows them).
+        let subject = format!("{}{key}", self.kv.prefix);
+        let message = match self
+            .kv
+            .stream
+            .get_last_raw_message_by_subject(&subject)
+            .await
+        {
+            Ok(message) => message,
+            Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => return Ok(None),
+            Err(e) => return Err(ClaimError::Unavailable(e.to_string())),
+        };
+        // A deletion or purge marker (`KV-Operation`, or a server marker's reason) is absence.
+        let operation = message.headers.get(KV_OPERATION).map(|v| v.as_str());
+        let marked = matches!(operation, Some(op) if op != "PUT")
+            || message.headers.get(NATS_MARKER_REASON).is_some();
+        if marked {
+            return Ok(None);
+        }
+        let record =
+            ClaimRecord::from_bytes(&message.payload).map_err(|e| ClaimError::Corrupt {
+                key: key.to_string(),
+                message: e.to_string(),
+            })?;
+        Ok(Some((record, message.sequence)))
+    }
+
     async fn get(&self, key: &str) -> Result<Option<(ClaimRecord, u64)>, ClaimError> {
         let entry = self
             .kv

@@ -2,6 +2,7 @@
 //! every write to a held key goes through its [`Lease`], and a lost lease stays lost.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -214,7 +215,9 @@ impl<S: ClaimStore> Claimer<S> {
     }
 
     fn lease(&self, key: &str, record: ClaimRecord, revision: u64) -> Lease<S> {
+        let written_at_ms = monotonic_ms();
         Lease {
+            lapses_at_ms: AtomicU64::new(written_at_ms + self.lease.as_millis() as u64),
             store: self.store.clone(),
             key: key.to_string(),
             lease: self.lease,
@@ -223,7 +226,7 @@ impl<S: ClaimStore> Claimer<S> {
             state: Mutex::new(LeaseState {
                 record,
                 revision,
-                written_at_ms: monotonic_ms(),
+                written_at_ms,
                 lost: false,
                 settled: false,
             }),
@@ -287,8 +290,17 @@ pub struct Lease<S: ClaimStore> {
     lease: Duration,
     attempt: u32,
     fencing_token: u64,
+    /// When the lease lapses by this host's clock ([`monotonic_ms`]): [`LOST`] once lost,
+    /// [`SETTLED`] once the outcome is recorded. Kept beside the state, not in it, so the
+    /// lapse is seen while a write hangs holding the state's lock.
+    lapses_at_ms: AtomicU64,
     state: Mutex<LeaseState>,
 }
+
+/// [`Lease::lapses_at_ms`] of a lost lease.
+const LOST: u64 = 0;
+/// [`Lease::lapses_at_ms`] of a settled lease: it never runs out.
+const SETTLED: u64 = u64::MAX;
 
 impl<S: ClaimStore> Lease<S> {
     /// The attempt number this claim runs (1-based, across hosts).
@@ -413,6 +425,7 @@ impl<S: ClaimStore> Lease<S> {
                         Err(_) => continue,
                         Ok(None) => {
                             state.lost = true; // deleted: not ours any more
+                            self.lapses_at_ms.store(LOST, Ordering::Release);
                             return Err(WriteError::Lost(LeaseLost::Reclaimed));
                         }
                     };
@@ -430,6 +443,7 @@ impl<S: ClaimStore> Lease<S> {
                         return Err(WriteError::Adopted);
                     }
                     state.lost = true;
+                    self.lapses_at_ms.store(LOST, Ordering::Release);
                     return Err(WriteError::Lost(LeaseLost::Reclaimed));
                 }
                 return Err(WriteError::Lost(LeaseLost::Unavailable(
@@ -446,6 +460,11 @@ impl<S: ClaimStore> Lease<S> {
         state.revision = revision;
         state.written_at_ms = started;
         state.settled = last;
+        let lapses_at = match last {
+            true => SETTLED,
+            false => started + self.lease.as_millis() as u64,
+        };
+        self.lapses_at_ms.store(lapses_at, Ordering::Release);
         Ok(())
     }
 
@@ -460,17 +479,14 @@ impl<S: ClaimStore> Lease<S> {
     /// successful write was sent, zero once lost. Another host may reclaim the key once it is
     /// zero (after the skew margin), so work under it must stop then even when the store
     /// cannot say so: a host cut off from the server gets no answer at all. A settled lease
-    /// never runs out (its outcome is recorded).
-    pub async fn left_locally(&self) -> Duration {
-        let state = self.state.lock().await;
-        if state.lost {
-            return Duration::ZERO;
+    /// never runs out (its outcome is recorded). Never waits: a write that hangs holding the
+    /// lease's lock must not hide the lapse.
+    pub fn left_locally(&self) -> Duration {
+        match self.lapses_at_ms.load(Ordering::Acquire) {
+            LOST => Duration::ZERO,
+            SETTLED => Duration::MAX,
+            at => Duration::from_millis(at.saturating_sub(monotonic_ms())),
         }
-        if state.settled {
-            return Duration::MAX;
-        }
-        let since = monotonic_ms().saturating_sub(state.written_at_ms);
-        self.lease.saturating_sub(Duration::from_millis(since))
     }
 
     /// Makes sure the lease is still ours before effects leave the host: free while the last

@@ -35,6 +35,17 @@ pub trait ClaimStore: Send + Sync + 'static {
         key: &str,
     ) -> impl Future<Output = Result<Option<(ClaimRecord, u64)>, ClaimError>> + Send;
 
+    /// Reads a key from the store's leader: never older than a write the store acknowledged.
+    /// [`ClaimStore::get`] may be answered by a replica that lags (KV direct gets); this one
+    /// decides where a read disagrees with a revision known to have been written (a replay's
+    /// reset). A store without replicas answers it like `get`.
+    fn get_from_leader(
+        &self,
+        key: &str,
+    ) -> impl Future<Output = Result<Option<(ClaimRecord, u64)>, ClaimError>> + Send {
+        self.get(key)
+    }
+
     /// Writes a key that must not exist; returns the new revision.
     fn create(
         &self,

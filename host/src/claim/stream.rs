@@ -84,6 +84,8 @@ pub fn stream_of(subject: &str) -> Option<&str> {
 }
 
 impl ClaimStore for StreamClaimStore {
+    // `get` reads with `STREAM.MSG.GET`, which the stream's leader answers: it is already
+    // the leader read `ClaimStore::get_from_leader` asks for.
     async fn get(&self, key: &str) -> Result<Option<(ClaimRecord, u64)>, ClaimError> {
         let name = stream_of(key)
             .ok_or_else(|| ClaimError::Unavailable(format!("`{key}` names no stream")))?;

@@ -59,6 +59,13 @@ pub struct RoutesArgs {
 pub async fn deploy(args: DeployArgs) -> anyhow::Result<ExitCode> {
     let config = args.config.load()?;
     let candidate = args.candidate.candidate()?;
+    if let Some((_, mode)) = &candidate {
+        let after = crate::config::ClaimMode::After;
+        let after = (config.routes.iter()).any(|r| r.name == args.route && r.claim == after);
+        if let Some(reason) = crate::candidate::refusal(&args.route, after, mode) {
+            anyhow::bail!(reason);
+        }
+    }
     if let (Some(_), Some(live)) = (&candidate, super::route_file(&config, &args.route)?) {
         let files = crate::candidate::files::candidate_path(&live);
         let settings = crate::candidate::files::settings_path(&live);
@@ -93,7 +100,8 @@ pub async fn deploy(args: DeployArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let bucket = store::open(&js, &config).await?;
-    let digest = store::deploy(&bucket, &args.route, &bytes).await?;
+    let by = store::Deployer::of(&config, &args.route);
+    let digest = store::deploy_by(&bucket, &args.route, &bytes, &by).await?;
     let result = "live version".to_string();
     crate::activity::record_cli(&js, &config, "deploy", &args.route, &digest, result).await;
     println!(
@@ -295,9 +303,9 @@ fn candidate_line(spec: &crate::candidate::Spec) -> String {
     }
 }
 
-/// Refuses to touch `route`'s component when its consumer or contract belongs to another
-/// deployment ([`crate::ownership`]): the component store is shared by name, so another
-/// config's deploy would replace what that deployment's hosts run.
+/// Refuses to touch `route`'s component when its consumer, contract or component object
+/// belongs to another deployment ([`crate::ownership`]): the component store is shared by
+/// name, so another config's deploy would replace what that deployment's hosts run.
 async fn refuse_others(
     js: &async_nats::jetstream::Context,
     config: &Config,
@@ -316,7 +324,25 @@ async fn refuse_others(
         .filter(|c| c.route() == Some(route))
         .collect();
     crate::ownership::refuse(theirs)
-        .with_context(|| format!("route `{route}`: its component was not changed"))
+        .with_context(|| format!("route `{route}`: its component was not changed"))?;
+    // The object itself records who deployed it: a deployment that has not set up (no
+    // consumer, no contract yet) still owns the component it deployed.
+    let bucket = &config.components.bucket;
+    let Ok(objects) = js.get_object_store(bucket).await else {
+        return Ok(());
+    };
+    let Some(by) = store::deployer(&objects, route).await else {
+        return Ok(());
+    };
+    let (consumer, deployment) = (by.consumer.as_deref(), by.deployment.as_deref());
+    let conflict =
+        crate::ownership::component_conflict(js, config, (bucket, route), consumer, deployment)
+            .await?;
+    match conflict {
+        Some(owned) => Err(anyhow::Error::new(owned))
+            .with_context(|| format!("route `{route}`: its component was not changed")),
+        None => Ok(()),
+    }
 }
 
 async fn connect(config: &Config, what: &str) -> anyhow::Result<async_nats::jetstream::Context> {

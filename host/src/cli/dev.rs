@@ -42,9 +42,9 @@ pub async fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
     let _log = if args.demo {
         args.serve.apply(&mut config)
     } else {
-        // The dev loop shows swaps and each message's outcome; `RUST_LOG` still wins.
+        // The dev loop shows problems and version swaps; `RUST_LOG` still wins.
         args.serve.overrides(&mut config);
-        crate::logging::init_with_default(config.host.log_format, "warn,dedup_host=info")
+        crate::logging::init_with_default(config.host.log_format, crate::logging::DEV_FILTER)
     };
     let store = data_dir().join(if args.demo { "demo" } else { "nats" });
     if args.demo {

@@ -96,7 +96,7 @@ impl Cli {
             Command::Run(_) | Command::Dev(_) => None,
             _ => Some(crate::logging::init(crate::config::LogFormat::Text)),
         };
-        match self.command {
+        let result = match self.command {
             Command::Invoke(args) => invoke::run(args).await,
             Command::New(args) => author::new(args),
             Command::Build(args) => author::build(args),
@@ -118,8 +118,29 @@ impl Cli {
             Command::DeadLetters(args) => ops::dead_letters(args).await,
             Command::Audit(args) => ops::audit(args).await,
             Command::Console(args) => console::console(args).await,
+        };
+        // Exit codes: 0 done; 1 refused after checking the server (nothing changed) or found
+        // what it reports (a difference, an anomaly, a failed case); 2 could not run as asked
+        // (flags, the config, NATS). `main` turns every other error into 2.
+        match result {
+            Err(e) if refused(&e) => {
+                eprintln!("dedup-host: refused: {}", crate::text::error_chain(&e));
+                Ok(std::process::ExitCode::from(1))
+            }
+            other => other,
         }
     }
+}
+
+/// Whether `error` is a refusal: a check against what the server holds declined the command
+/// before it changed anything (another deployment's item, a route still served, keys not
+/// settled, letters that are not this deployment's).
+fn refused(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        cause.is::<crate::ops::letters::LetterError>()
+            || cause.is::<crate::contract_change::ChangeError>()
+            || cause.is::<crate::ownership::Conflict>()
+    })
 }
 
 /// Parses a `KEY=VALUE` flag value.

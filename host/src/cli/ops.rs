@@ -71,27 +71,8 @@ pub async fn inspect(args: InspectArgs) -> anyhow::Result<ExitCode> {
     println!("claims in         {}", s.claims.describe());
     println!("verdict           {}", s.verdict);
     if let Some(c) = &s.claim {
-        let now = crate::claim::record::now_ms();
         println!("claim record      revision {}", s.revision.unwrap_or(0));
-        println!(
-            "  state           {:?}{}",
-            c.state,
-            if c.permanent { " (permanent)" } else { "" }
-        );
-        println!("  owner           {}", c.owner);
-        println!("  attempt         {}", c.attempt);
-        println!(
-            "  fencing token   {}",
-            c.fencing_token.map_or("-".into(), |t| t.to_string())
-        );
-        println!("  lease expires   {}", times::when(c.lease_expires_ms, now));
-        println!("  digest          {}", c.digest);
-        println!("  reason          {}", c.reason.as_deref().unwrap_or("-"));
-        println!("  created         {}", times::when(c.created_ms, now));
-        println!("  updated         {}", times::when(c.updated_ms, now));
-        if let Some(at) = c.retry_at_ms {
-            println!("  retry at        {}", times::when(at, now));
-        }
+        print_claim(c);
     } else {
         println!("claim record      none");
     }
@@ -110,6 +91,49 @@ pub async fn inspect(args: InspectArgs) -> anyhow::Result<ExitCode> {
     }
     println!("source sequences  {:?}", s.source_sequences);
     Ok(ExitCode::SUCCESS)
+}
+
+/// A claim record's lines, in the terms of its state: only a key in progress has a lease
+/// (owner, fencing token, expiry); a completed key says when and with how many outputs, a
+/// failed one why and whether it runs again.
+fn print_claim(c: &crate::claim::ClaimRecord) {
+    use crate::claim::ClaimState;
+    let now = crate::claim::record::now_ms();
+    let when = |ms| times::when(ms, now);
+    match c.state {
+        ClaimState::Completed => {
+            println!("  state           completed");
+            println!("  completed       {}", when(c.updated_ms));
+            println!("  outputs         {}", c.outputs.len());
+        }
+        ClaimState::Failed if c.permanent => {
+            println!("  state           failed for good (dead-lettered; `dedup-host dead-letters replay` runs it again)");
+            println!("  failed          {}", when(c.updated_ms));
+        }
+        ClaimState::Failed => {
+            println!("  state           failed, to be retried");
+            println!("  failed          {}", when(c.updated_ms));
+            if let Some(at) = c.retry_at_ms {
+                println!("  retry at        {}", when(at));
+            }
+        }
+        ClaimState::InProgress => {
+            println!("  state           in progress");
+            println!("  owner           {}", c.owner);
+            println!(
+                "  fencing token   {}",
+                c.fencing_token.map_or("-".into(), |t| t.to_string())
+            );
+            println!("  lease expires   {}", when(c.lease_expires_ms));
+            println!("  updated         {}", when(c.updated_ms));
+        }
+    }
+    println!("  attempt         {}", c.attempt);
+    println!("  digest          {}", c.digest);
+    if let Some(reason) = &c.reason {
+        println!("  reason          {reason}");
+    }
+    println!("  first claimed   {}", when(c.created_ms));
 }
 
 /// Flags of `dedup-host dead-letters`.
@@ -214,13 +238,7 @@ pub async fn dead_letters(args: LettersArgs) -> anyhow::Result<ExitCode> {
             if json {
                 println!("{}", serde_json::to_string_pretty(&list)?);
             } else {
-                for l in &list {
-                    println!(
-                        "{:>8}  {:<12} {:<24} attempt {:<3} {}: {}",
-                        l.sequence, l.route, l.key, l.attempt, l.subject, l.reason
-                    );
-                }
-                eprintln!("{} dead letter(s)", list.len());
+                print_letters(&list);
             }
             return Ok(ExitCode::SUCCESS);
         }
@@ -255,6 +273,39 @@ pub async fn dead_letters(args: LettersArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// The dead-letter table: a header line, then one letter per line, oldest first.
+fn print_letters(list: &[letters::Letter]) {
+    let now = crate::claim::record::now_ms();
+    if !list.is_empty() {
+        println!(
+            "{:>8}  {:<12} {:<12} {:<24} {:>7}  {:<24} REASON",
+            "SEQUENCE", "STORED", "ROUTE", "KEY", "ATTEMPT", "SUBJECT"
+        );
+    }
+    for l in list {
+        println!(
+            "{:>8}  {:<12} {:<12} {:<24} {:>7}  {:<24} {}",
+            l.sequence,
+            times::relative(l.time_ms, now),
+            or_dash(&l.route),
+            or_dash(&l.key),
+            l.attempt,
+            l.subject,
+            l.reason
+        );
+    }
+    eprintln!("{} dead letter(s)", list.len());
+}
+
+/// `-` for an empty cell (a letter with no route or no key), so columns stay aligned.
+fn or_dash(s: &str) -> &str {
+    if s.is_empty() {
+        "-"
+    } else {
+        s
+    }
+}
+
 /// Records a replay or purge in the activity stream, as the console does.
 async fn record(
     js: &async_nats::jetstream::Context,
@@ -280,10 +331,20 @@ fn print_actions(actions: &[Action], json: bool) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string_pretty(actions)?);
         return Ok(());
     }
+    if !actions.is_empty() {
+        println!(
+            "{:>8}  {:<12} {:<12} {:<24} DETAIL",
+            "SEQUENCE", "ACTION", "ROUTE", "KEY"
+        );
+    }
     for a in actions {
         println!(
             "{:>8}  {:<12} {:<12} {:<24} {}",
-            a.sequence, a.action, a.route, a.key, a.detail
+            a.sequence,
+            a.action,
+            or_dash(&a.route),
+            or_dash(&a.key),
+            a.detail
         );
     }
     eprintln!("{} letter(s)", actions.len());

@@ -123,6 +123,12 @@ pub async fn run(args: SetupArgs) -> anyhow::Result<ExitCode> {
         .iter()
         .filter(|i| matches!(i.found, Found::Differs(_)))
         .count();
+    if differs == 0 && !args.dry_run {
+        for moved in crate::ownership::migrate(&js, &config).await? {
+            println!("moved         {moved} (this deployment's former default name)");
+        }
+        client.flush().await?;
+    }
     if differs > 0 {
         eprintln!("dedup-host setup: {differs} item(s) differ from the config or belong to another deployment, so nothing was created or changed; `dedup-host setup --plan` shows the changes that fix them on the server and `--apply` makes the safe ones (a contract changes with `--change-route R`)");
         return Ok(ExitCode::from(1));
@@ -139,20 +145,11 @@ fn print_plan(changes: &[Change], json: bool) -> anyhow::Result<ExitCode> {
     }
     let mut blocked = 0;
     for c in changes {
-        let state = match (&c.applied, c.safe) {
-            (Some(Ok(())), _) => "applied".to_string(),
-            (Some(Err(e)), _) => format!("FAILED ({e})"),
-            (None, true) => "to apply".to_string(),
-            (None, false) => "REFUSED".to_string(),
-        };
         if !c.safe || matches!(c.applied, Some(Err(_))) {
             blocked += 1;
         }
         if !json {
-            println!(
-                "{state:<9} {} {} ({}): {}\n          risk: {}",
-                c.kind, c.name, c.field, c.what, c.risk
-            );
+            println!("{}", c.render());
         }
     }
     if blocked > 0 {

@@ -129,6 +129,10 @@ pub async fn offer_candidate(
     if route.candidate().is_some_and(|c| c.spec == spec) {
         return;
     }
+    if let Some(reason) = crate::candidate::refusal(&route.name, route.claim_after, &spec.mode) {
+        tracing::error!(route = %route.name, origin, "refused a candidate: {reason}");
+        return route.set_candidate(None);
+    }
     match check(runtime, route, origin, bytes).await {
         Ok(handler) => {
             tracing::info!(route = %route.name, candidate = handler.digest(), mode = spec.mode.label(), origin, "running a candidate beside the live version");

@@ -65,14 +65,59 @@ pub async fn offer_current(
     }
 }
 
+/// The object metadata key holding the durable consumer of the route that deployed the
+/// component (`<source.consumer>-<route>`): the object is keyed by route name, which two
+/// deployments on one stream may share.
+pub const CONSUMER_METADATA: &str = "dedup-consumer";
+
+/// The object metadata key holding the deployment that deployed the component.
+pub const DEPLOYMENT_METADATA: &str = "dedup-deployment";
+
+/// Who deployed a route's component, as its object records.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Deployer {
+    /// The route's durable consumer; `None` for an object deployed before it was recorded.
+    pub consumer: Option<String>,
+    /// The deployment's name; `None` for an object deployed before it was recorded.
+    pub deployment: Option<String>,
+}
+
+impl Deployer {
+    /// Route `route` of `config`.
+    pub fn of(config: &Config, route: &str) -> Self {
+        Deployer {
+            consumer: Some(crate::consumers::route_consumer_name(config, route)),
+            deployment: Some(config.deployment_name()),
+        }
+    }
+}
+
 /// Uploads `bytes` as route `route`'s component; every host serving the route picks it up.
 /// Returns the version's digest.
 pub async fn deploy(store: &ObjectStore, route: &str, bytes: &[u8]) -> anyhow::Result<String> {
+    deploy_by(store, route, bytes, &Deployer::default()).await
+}
+
+/// [`deploy`], recording who deployed it (checked by the next deploy, [`deployer`]).
+pub async fn deploy_by(
+    store: &ObjectStore,
+    route: &str,
+    bytes: &[u8],
+    by: &Deployer,
+) -> anyhow::Result<String> {
     let digest = crate::runtime::digest(bytes);
+    let mut metadata: std::collections::HashMap<String, String> =
+        [(DIGEST_METADATA.to_string(), digest.clone())].into();
+    if let Some(consumer) = &by.consumer {
+        metadata.insert(CONSUMER_METADATA.to_string(), consumer.clone());
+    }
+    if let Some(deployment) = &by.deployment {
+        metadata.insert(DEPLOYMENT_METADATA.to_string(), deployment.clone());
+    }
     let meta = ObjectMetadata {
         name: route.to_string(),
         description: Some(format!("component of route `{route}`")),
-        metadata: [(DIGEST_METADATA.to_string(), digest.clone())].into(),
+        metadata,
         ..Default::default()
     };
     store
@@ -88,6 +133,18 @@ pub async fn undeploy(store: &ObjectStore, route: &str) -> anyhow::Result<()> {
         .delete(route)
         .await
         .with_context(|| format!("cannot delete the component of route `{route}`"))
+}
+
+/// Who deployed route `route`'s current component, if one is deployed.
+pub async fn deployer(store: &ObjectStore, route: &str) -> Option<Deployer> {
+    let info = store.info(route).await.ok()?;
+    if info.deleted {
+        return None;
+    }
+    Some(Deployer {
+        consumer: info.metadata.get(CONSUMER_METADATA).cloned(),
+        deployment: info.metadata.get(DEPLOYMENT_METADATA).cloned(),
+    })
 }
 
 /// The digest of route `route`'s deployed component, if one is deployed.

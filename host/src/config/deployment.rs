@@ -12,8 +12,9 @@ use super::Config;
 #[serde(deny_unknown_fields, default)]
 pub struct DeploymentConfig {
     /// Its name, recorded as the owner of what it creates. Unset: `auto-<hash>` of the source
-    /// stream and the subjects it captures (see [`Config::deployment_name`]). Set it when the
-    /// hosts' source subjects change, or to adopt what another name recorded.
+    /// stream and the subjects it captures (see [`Config::deployment_name`]); when those
+    /// change, set-up and host start move what the former default name owns to the new one.
+    /// Set it to adopt what another name recorded.
     pub name: Option<String>,
 }
 
@@ -42,15 +43,19 @@ impl Config {
 pub const AUTO_PREFIX: &str = "auto-";
 
 impl Config {
-    /// Whether `owner`, recorded on the server, is another deployment than this config's.
-    /// Two default names are not told apart by name: the default hashes the source subjects,
-    /// which a deployment's own reload or `setup --apply` changes (its next restart would
-    /// then refuse its own routes). Between two configs that both left `[deployment] name`
-    /// unset, what each consumes tells them apart instead: a route consumer whose filters
-    /// differ from this config's ([`crate::ownership`]).
+    /// Whether `owner`, recorded on the server, is another deployment than this config's:
+    /// names compare exactly. A default name changes with the source subjects, so a
+    /// deployment's own former default name is recognised by what it owns, not here, and
+    /// moved to the current name by set-up and host start ([`crate::ownership`]).
     pub fn is_other_deployment(&self, owner: &str) -> bool {
-        let mine = self.deployment_name();
-        owner != mine && !(owner.starts_with(AUTO_PREFIX) && mine.starts_with(AUTO_PREFIX))
+        owner != self.deployment_name()
+    }
+}
+
+impl DeploymentConfig {
+    /// Whether `name` is a default (`auto-`) deployment name.
+    pub fn is_default(name: &str) -> bool {
+        name.starts_with(AUTO_PREFIX)
     }
 }
 
@@ -74,7 +79,7 @@ mod tests {
     }
 
     #[test]
-    fn default_names_are_told_apart_by_what_they_consume_not_by_name() {
+    fn names_compare_exactly_a_former_default_name_included() {
         let grown = config("", "\"x.*\", \"y.*\"");
         let first = config("", "\"x.*\"").deployment_name();
         assert_ne!(
@@ -83,19 +88,14 @@ mod tests {
             "the default hashes the subjects"
         );
         assert!(
-            !grown.is_other_deployment(&first),
-            "a grown deployment is still itself"
+            grown.is_other_deployment(&first),
+            "another default name is another deployment (a former one of its own is recognised by what it owns)"
         );
-        assert!(
-            grown.is_other_deployment("shop"),
-            "an explicit name is another deployment"
-        );
+        assert!(!grown.is_other_deployment(&grown.deployment_name()));
+        assert!(grown.is_other_deployment("shop"));
         let named = config("[deployment]\nname = \"shop\"", "\"x.*\"");
         assert!(!named.is_other_deployment("shop"));
-        assert!(
-            named.is_other_deployment(&first),
-            "a default name is not `shop`"
-        );
+        assert!(named.is_other_deployment(&first));
     }
 
     #[test]

@@ -137,6 +137,20 @@ fn millis(t: SystemTime) -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
+/// A dead-letter command's refusal, decided against what the server holds; nothing was
+/// changed. (A route the config does not name is a usage error instead: the config decides it.)
+#[derive(Debug, thiserror::Error)]
+pub enum LetterError {
+    /// Sequences that are not letters of this config's deployment (none, or another's).
+    #[error("no dead letter of this config's routes has sequence {sequences:?} in stream `{stream}`: `dedup-host dead-letters --config FILE list` shows them")]
+    NotOurs {
+        /// The sequences asked for that are not this deployment's letters.
+        sequences: Vec<u64>,
+        /// The dead-letter stream.
+        stream: String,
+    },
+}
+
 /// Which letters a command works on.
 #[derive(Debug, Default, Clone)]
 pub struct Selection {
@@ -214,11 +228,13 @@ pub async fn list(
         .filter(|s| !letters.iter().any(|l| l.sequence == **s))
         .copied()
         .collect();
-    anyhow::ensure!(
-        unknown.is_empty(),
-        "no dead letter of this config's routes has sequence {unknown:?} in stream `{}`: `dedup-host dead-letters --config FILE list` shows them",
-        config.dead_letter.stream
-    );
+    if !unknown.is_empty() {
+        return Err(LetterError::NotOurs {
+            sequences: unknown,
+            stream: config.dead_letter.stream.clone(),
+        }
+        .into());
+    }
     Ok(letters)
 }
 

@@ -70,7 +70,7 @@ impl<'a, S: ClaimStore, P: Progress> Heartbeat<'a, S, P> {
     async fn until_lost(&self) {
         loop {
             tokio::time::sleep(self.interval).await;
-            let left = self.lease.left_locally().await;
+            let left = self.lease.left_locally();
             let renewed = match tokio::time::timeout(left, self.lease.renew()).await {
                 Ok(renewed) => renewed,
                 Err(_) => return lapsed(),
@@ -84,7 +84,7 @@ impl<'a, S: ClaimStore, P: Progress> Heartbeat<'a, S, P> {
                 Err(LeaseLost::Reclaimed) => return,
                 // Lapsed meanwhile, though the renewal failed at once rather than hung (a
                 // server that answers only "no responders", say).
-                Err(LeaseLost::Unavailable(_)) if self.lease.left_locally().await.is_zero() => {
+                Err(LeaseLost::Unavailable(_)) if self.lease.left_locally().is_zero() => {
                     return lapsed()
                 }
                 Err(LeaseLost::Unavailable(e)) => {
@@ -175,6 +175,31 @@ mod tests {
             out.is_none(),
             "the work ran to its end under a lapsed lease"
         );
+        assert!(
+            started.elapsed() <= lease_for + Duration::from_millis(500),
+            "stopped only {:?} after the cut, past the {lease_for:?} lease",
+            started.elapsed()
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn work_stops_when_the_lease_lapses_while_its_own_write_hangs_holding_the_lease() {
+        let store = Arc::new(CutOff::default());
+        let lease_for = Duration::from_secs(3);
+        let claimer = Claimer::new(store.clone(), "a", lease_for, Duration::ZERO);
+        let ClaimOutcome::Acquired(lease) = claimer.claim("k", "d").await.unwrap() else {
+            panic!("the first claim wins")
+        };
+        store.cut.store(true, Ordering::SeqCst);
+        let started = tokio::time::Instant::now();
+        let heartbeat = Heartbeat::new(&lease, &NoProgress, Duration::from_millis(500));
+        // The work's own write (the outcome's) hangs with the lease's lock held: the lapse
+        // must still be seen by this host's clock, not when the write returns (never, here).
+        let out =
+            tokio::time::timeout(lease_for * 20, heartbeat.beside(lease.complete(Vec::new())))
+                .await
+                .expect("the heartbeat waited on the hung write instead of seeing the lapse");
+        assert!(out.is_none(), "the hung write was not cut at the lapse");
         assert!(
             started.elapsed() <= lease_for + Duration::from_millis(500),
             "stopped only {:?} after the cut, past the {lease_for:?} lease",

@@ -196,7 +196,7 @@ impl<S: ClaimStore> Shared<S> {
             lease: Arc::from(lease),
         };
         if let Some(reason) = gone {
-            return Box::pin(self.give_up(&claimed, &reason))
+            return Box::pin(self.pinned_missing(&claimed, &reason))
                 .instrument(span)
                 .await;
         }
@@ -492,11 +492,8 @@ impl Delivery {
 
     /// The revision a dead-letter replay reset this message's key at (its
     /// [`RESET_REVISION`](crate::claim::record::RESET_REVISION) header, honoured only on a
-    /// proven replay: `reset.rs`), on its first few deliveries; 0 otherwise.
+    /// proven replay whose reset the claim store's leader holds: `reset.rs`); 0 otherwise.
     pub(super) fn fresh_from(&self) -> u64 {
-        if self.delivered > crate::claim::record::RESET_DELIVERIES {
-            return 0;
-        }
         self.reset_revision
             .load(std::sync::atomic::Ordering::Relaxed)
     }

@@ -9,15 +9,24 @@
 //! that begins the key's effects
 //! ([`ClaimRecord::effects_by`](crate::claim::record::ClaimRecord::effects_by), one
 //! revision-checked write that also confirms the lease); every later claim of the key runs
-//! that version, and when it is no longer installed the key is dead-lettered, never run by
-//! another version in silence. A run that fails before publishing (a retry, a trap, a host
+//! that version. A host that has not loaded it yet (another host installed it a moment ago)
+//! gives the key back and naks it; once the version is gone for good (rolled back, removed,
+//! replaced) the key is dead-lettered, never run by another version in silence. A run that fails before publishing (a retry, a trap, a host
 //! that died mid-guest) leaves no mark: its re-run may take any version. Fenced outputs need
 //! no mark: they are stored with the completed record in one atomic batch, or not at all.
 
+use std::path::Path;
+use std::time::Duration;
 
+use super::message::Claimed;
 use super::Shared;
+use crate::candidate::{files, store as candidates};
 use crate::claim::ClaimStore;
 use crate::routes::{Guest, Route};
+
+/// The nak delay of a key pinned to a version this host has not loaded yet: about the time
+/// a host takes to notice and compile a new version.
+const NOT_LOADED_RETRY: Duration = Duration::from_secs(1);
 
 /// The installed version of `route` whose digest is `digest`: the live one or its
 /// candidate (even one this host has decided to roll back or promote: it is still loaded).
@@ -40,6 +49,52 @@ impl<S: ClaimStore> Shared<S> {
     ) -> (Guest, Option<String>) {
         version(route, key, chosen, claimed)
     }
+
+    /// Settles claim `c`, whose pinned version is not installed on this host (`reason` from
+    /// [`gone`]): given back and naked while that version is still offered to the route's
+    /// hosts (this host loads it soon), dead-lettered once it is gone for good.
+    pub(super) async fn pinned_missing(&self, c: &Claimed<'_, S>, reason: &str) {
+        let digest = c.lease.digest().await;
+        match self.offered(c.route, &digest).await {
+            Ok(false) => self.give_up(c, reason).await,
+            Ok(true) => {
+                let why = format!("version {digest}, which began this key's effects, is not loaded on this host yet");
+                self.release_after(c, &why, NOT_LOADED_RETRY).await
+            }
+            Err(e) => {
+                let why = format!("cannot tell whether version {digest}, which began this key's effects, is still installed: {e:#}");
+                self.release(c, &why).await
+            }
+        }
+    }
+
+    /// Whether version `digest` is still offered to `route`'s hosts: its live version or a
+    /// running candidate, in its files or in the components bucket.
+    async fn offered(&self, route: &Route, digest: &str) -> anyhow::Result<bool> {
+        if let Some(live) = &route.component_file {
+            return Ok(offered_in_files(live, digest).await);
+        }
+        let bucket = &self.config.components.bucket;
+        let bucket = self.js.get_object_store(bucket).await?;
+        let live = crate::components::store::deployed(&bucket, &route.name).await;
+        if live.as_deref() == Some(digest) {
+            return Ok(true);
+        }
+        let candidate = candidates::current(&bucket, &route.name).await?;
+        Ok(candidate.is_some_and(|spec| spec.digest == digest && spec.running()))
+    }
+}
+
+/// Whether the live file `live`, or a valid candidate beside it, is version `digest`.
+async fn offered_in_files(live: &Path, digest: &str) -> bool {
+    let is = |bytes: &[u8]| crate::runtime::digest(bytes) == digest;
+    if tokio::fs::read(live).await.is_ok_and(|b| is(&b)) {
+        return true;
+    }
+    let Ok(bytes) = tokio::fs::read(files::candidate_path(live)).await else {
+        return false;
+    };
+    is(&bytes) && files::spec(live, &bytes, 0).is_ok()
 }
 
 /// The version a claim of `route`'s key `key` runs when the claim names version `claimed`

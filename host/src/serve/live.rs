@@ -118,13 +118,9 @@ impl Live {
         // Taken before the contract is read, and so before the first pull: a
         // `setup --change-route` that finds no host serving cannot meet one that read the
         // old contract a moment earlier (dropped again when the route is refused).
-        let presence = crate::presence::hold(
-            &self.js.client(),
-            &config.source.stream,
-            &route.name,
-            &self.instance_id,
-        )
-        .await?;
+        let presence =
+            crate::presence::hold(&self.js.client(), &config, &route.name, &self.instance_id)
+                .await?;
         if !self.agrees(&config, &route).await? {
             return Ok(());
         }
@@ -219,7 +215,8 @@ impl Live {
                     | ContractError::Deleted { .. }
                     | ContractError::Owned { .. }
                     | ContractError::OtherConsumer { .. }),
-                ) => Ok(Err(e.to_string())),
+                ) => Ok(Err((e.to_string(), false))),
+                Err(e @ ContractError::Changing { .. }) => Ok(Err((e.to_string(), true))),
                 Err(e) => Err(anyhow::Error::from(e)),
             }
         })
@@ -232,11 +229,25 @@ impl Live {
             }
             Err(reason) => Some(reason),
         };
-        let Some(reason) = reason else {
+        let Some((reason, changing)) = reason else {
             route.refuse_contract(None);
             return Ok(true);
         };
-        tracing::error!("{reason}");
+        if changing {
+            // A host serving the route held its serving subscription since before the mark:
+            // the change's probe finds it and refuses, so it keeps serving meanwhile. Only a
+            // host not serving yet stays out until the change ends.
+            if self.served.lock().await.contains_key(&route.name) {
+                tracing::warn!(
+                    route = route.name,
+                    "a contract change of the route is under way; this host serves it and keeps serving (the change refuses while a host serves)"
+                );
+                return Ok(true);
+            }
+            tracing::warn!("{reason}");
+        } else {
+            tracing::error!("{reason}");
+        }
         // A route served so far drains first, and only then reports itself refused: a contract
         // change waits for that report, so nothing of the old contract is still running when
         // the new one starts elsewhere.
@@ -250,14 +261,18 @@ impl Live {
 
     /// Checks route `name` again after its contract changed: a served route that no longer
     /// agrees stops (its in-flight messages finish), a refused one that now agrees starts.
-    pub(crate) async fn recheck(&self, name: &str) {
+    /// A refused route whose record was just marked as changing (`marked`) is left alone:
+    /// trying it would take its serving subscription for a moment, which the change's probe,
+    /// sent right after the mark, would take for a host serving the route. The record the
+    /// change ends with is rechecked in turn.
+    pub(crate) async fn recheck(&self, name: &str, marked: bool) {
         let Some(route) = self.routes.get(name) else {
             return;
         };
         let served = self.served.lock().await.contains_key(name);
         let result = if served {
             self.agrees(&self.config(), &route).await.map(|_| ())
-        } else if route.contract_refused().is_some() {
+        } else if route.contract_refused().is_some() && !marked {
             self.start(route, true).await
         } else {
             Ok(())
@@ -440,7 +455,10 @@ pub(crate) fn follow_contracts(
                     _ = stopped.wait_for(|s| *s) => return,
                 };
                 match entry {
-                    Some(Ok(entry)) => live.recheck(&entry.key).await,
+                    Some(Ok(entry)) => {
+                        let marked = crate::contract::is_marked(&entry.value);
+                        live.recheck(&entry.key, marked).await
+                    }
                     Some(Err(e)) => tracing::warn!("route contract watch: {e}"),
                     None => break,
                 }

@@ -164,3 +164,171 @@ async fn a_key_begun_by_a_canary_is_finished_by_it_after_its_split_moves_the_key
     assert!(env.messages(DEAD).await.is_empty());
     host.shutdown().await.unwrap();
 }
+
+/// Sets `file`'s modification time to two hours ago: a host polling every hour takes it at
+/// start as a settled file.
+fn age(file: &Path) {
+    let old = std::time::SystemTime::now() - Duration::from_secs(2 * 3600);
+    let f = std::fs::File::options().write(true).open(file).unwrap();
+    f.set_modified(old).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_pinned_to_a_candidate_another_host_runs_waits_for_it_on_a_host_that_has_not_loaded_it(
+) {
+    let env = TestEnv::start().await;
+    let (dir, routes) = files(&env, 99);
+    let host = env.host(&Timing::default(), &routes, "host-a").await;
+    wait_share(&host, 99).await;
+    let key = key();
+    begin_on_the_candidate(&env, &key).await;
+    host.shutdown().await.unwrap();
+    // Host B polls its files hourly: it takes the (old) live file at start, and the candidate,
+    // written moments ago, not within the test. The candidate stays installed all along.
+    age(&dir.join("edge.wasm"));
+    let mut config = env.config(&Timing::default(), &routes);
+    config.host.instance_id = Some("host-b".into());
+    config.components.poll_interval = Duration::from_secs(3600);
+    let late = dedup_host::serve::start(config).await.expect("host starts");
+    let record = wait_for(
+        Duration::from_secs(60),
+        "host B handled the key's redelivery",
+        || async {
+            let record = env.claim("edge", &key).await?;
+            let reason = record.reason.clone().unwrap_or_default();
+            (record.permanent || reason.contains("not loaded on this host")).then_some(record)
+        },
+    )
+    .await;
+    assert!(
+        !record.permanent,
+        "a host that had not loaded the pinned candidate dead-lettered the key: {record:?}"
+    );
+    assert_eq!(record.digest, candidate_digest(), "{record:?}");
+    // A host that runs the candidate finishes the key, with the candidate's whole set. (A
+    // host starting now checks the new stream's duplicate window against re-run gaps.)
+    let spare = async_nats::jetstream::stream::Config {
+        name: "SPARE".into(),
+        subjects: vec!["spare.>".into()],
+        duplicate_window: Duration::from_secs(3600),
+        ..Default::default()
+    };
+    env.js.create_stream(spare).await.unwrap();
+    let host = env.host(&Timing::default(), &routes, "host-c").await;
+    let record = settled(&env, &key).await;
+    assert_eq!(record.state, ClaimState::Completed, "{record:?}");
+    assert_eq!(record.digest, candidate_digest(), "{record:?}");
+    assert_eq!(stored(&env, OUTPUTS).await, ["out.edge.a"]);
+    assert_eq!(stored(&env, "SPARE").await, ["spare.edge.b"]);
+    assert!(env.messages(DEAD).await.is_empty());
+    host.shutdown().await.unwrap();
+    late.shutdown().await.unwrap();
+}
+
+/// A claim-after route served from the object store (`after`), and one served from files
+/// (`edge`) with the candidate beside its file in `mode` (`shadow`, or `canary` at 99 %).
+fn after_routes(env: &TestEnv, canary: bool) -> String {
+    let dir = env.path("handlers");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(guest("uppercase"), dir.join("edge.wasm")).unwrap();
+    write_candidate(&dir, 99);
+    if !canary {
+        std::fs::write(dir.join("edge.candidate.toml"), "mode = \"shadow\"\n").unwrap();
+    }
+    format!(
+        r#"
+[[routes]]
+name = "edge"
+subject = "in.edge.*"
+component = "{}"
+allowed_outputs = ["in.edge.*.done", "out.edge.>"]
+claim = "after"
+limits = {{ deadline = "1800ms" }}
+
+[[routes]]
+name = "after"
+subject = "in.after.*"
+allowed_outputs = ["in.after.*.done"]
+claim = "after"
+limits = {{ deadline = "1800ms" }}
+"#,
+        dir.join("edge.wasm").display()
+    )
+}
+
+/// The candidate host `host-a` reports running beside route `edge`'s live version.
+async fn reported_candidate(env: &TestEnv, routes: &str) -> Option<Option<String>> {
+    let config = env.config(&Timing::default(), routes);
+    let status = dedup_host::components::status::open(&env.js, &config)
+        .await
+        .ok()?;
+    let hosts = dedup_host::components::status::read_all(&status)
+        .await
+        .ok()?;
+    let host = hosts.into_iter().find(|h| h.instance_id == "host-a")?;
+    Some(host.routes.get("edge")?.candidate.clone())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_canary_of_a_claim_after_route_is_refused_by_deploy_and_by_the_hosts() {
+    let env = TestEnv::start().await;
+    // Hosts: a shadow runs beside a claim-after route (it publishes nothing); turned into a
+    // canary, it is dropped, and the live version keeps every key.
+    let routes = after_routes(&env, false);
+    let host = env.host(&Timing::default(), &routes, "host-a").await;
+    wait_for(
+        Duration::from_secs(30),
+        "the shadow candidate runs",
+        || async {
+            let candidate = reported_candidate(&env, &routes).await??;
+            candidate.contains("shadow").then_some(())
+        },
+    )
+    .await;
+    write_candidate(&env.path("handlers"), 99);
+    wait_for(Duration::from_secs(30), "the canary refused", || async {
+        reported_candidate(&env, &routes)
+            .await?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    host.shutdown().await.unwrap();
+
+    // The CLI: refused before anything is uploaded, naming the route and the way out.
+    let config_file = env.path("after.toml");
+    let text = env.config_text(&Timing::default(), &after_routes(&env, true));
+    std::fs::write(&config_file, text).unwrap();
+    let run = |args: Vec<String>| {
+        let config_file = config_file.clone();
+        tokio::task::spawn_blocking(move || {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            dedup_host_tests::guests::cli(&config_file, &args)
+        })
+    };
+    let setup = run(vec!["setup".into()]).await.unwrap();
+    assert_eq!(setup.code, 0, "{setup:?}");
+    let live = guest("uppercase").display().to_string();
+    let deploy = ["deploy", "--route", "after", "--component", &live];
+    let deployed = run(deploy.map(String::from).to_vec()).await.unwrap();
+    assert_eq!(deployed.code, 0, "{deployed:?}");
+    let canary = guest("hostile").display().to_string();
+    let args = ["deploy", "--route", "after", "--canary", "20%", &canary];
+    let refused = run(args.map(String::from).to_vec()).await.unwrap();
+    assert_ne!(refused.code, 0, "{refused:?}");
+    assert!(
+        refused
+            .stderr
+            .contains("route `after` claims after running")
+            && refused.stderr.contains("--shadow"),
+        "{refused:?}"
+    );
+    let config = env.config(&Timing::default(), &after_routes(&env, true));
+    let bucket = env
+        .js
+        .get_object_store(&config.components.bucket)
+        .await
+        .unwrap();
+    let stored = dedup_host::candidate::store::current(&bucket, "after").await;
+    assert!(stored.unwrap().is_none(), "a refused canary was uploaded");
+}

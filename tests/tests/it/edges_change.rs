@@ -3,7 +3,10 @@
 //! and counted as moved; a window key not settled, whose output may be stored, is never run
 //! again fenced (the change is refused naming it, and goes through once it settled under the
 //! old contract); and a host that still serves the route counts as serving however old its
-//! status record is (paused by SIGSTOP, its record gone).
+//! status record is (paused by SIGSTOP, its record gone). Later follow-ups: a host starting
+//! mid-change (the record marked as changing) waits for the change; only a subscriber of this
+//! deployment's serving subject blocks it; a key dead-lettered after a window output blocks
+//! window -> fenced; claims moved A -> B -> A keep what happened on B.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -299,4 +302,218 @@ async fn a_paused_host_whose_status_aged_out_still_counts_as_serving() {
     assert!(!changed, "a running host was taken as gone: {out}");
     assert!(out.contains("host `p1` answered"), "{out}");
     assert_eq!(recorded(&env, &new.config).await.0, "Window");
+}
+
+/// Rewrites key `key`'s claim record of route `mv` in bucket `bucket` with `change`.
+async fn rewrite(env: &TestEnv, bucket: &str, key: &str, change: impl FnOnce(&mut ClaimRecord)) {
+    let kv = env.js.get_key_value(bucket).await.unwrap();
+    let claim_key = key::encode("mv", key);
+    let entry = kv.get(&claim_key).await.unwrap().expect("a claim record");
+    let mut record = ClaimRecord::from_bytes(&entry).unwrap();
+    change(&mut record);
+    kv.put(&claim_key, record.to_bytes()).await.unwrap();
+}
+
+/// Key `key`'s claim record of route `mv` in bucket `bucket`.
+async fn record_in(env: &TestEnv, bucket: &str, key: &str) -> Option<ClaimRecord> {
+    let kv = env.js.get_key_value(bucket).await.ok()?;
+    let entry = kv.get(key::encode("mv", key)).await.ok()??;
+    Some(ClaimRecord::from_bytes(&entry).unwrap())
+}
+
+/// The contract-refused reason host `instance` reports for route `mv`, once it reports one.
+async fn refusal(env: &TestEnv, config: &Config, instance: &str) -> String {
+    refused(env, config, instance).await;
+    let store = status::open(&env.js, config).await.unwrap();
+    let hosts = status::read_all(&store).await.unwrap();
+    let host = hosts.iter().find(|h| h.instance_id == instance).unwrap();
+    host.routes["mv"].contract_refused.clone().unwrap()
+}
+
+/// A host that starts while `setup --change-route` is between its steps (the contract record
+/// marked as changing, the old contract still recorded) does not serve the route under the
+/// old contract, though its config matches it: it waits, and the change then finishes with
+/// the host running; the key sent meanwhile runs once, under the new contract.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_starting_during_a_change_does_not_serve_until_the_change_ends() {
+    let env = TestEnv::start().await;
+    let old = side(&env, "old", "", BUCKET);
+    let new = side(&env, "new", "effects = \"fenced\"", BUCKET);
+    let first = host(&env, &old, "old-1").await;
+    publish(&env, "k1", "a").await;
+    env.wait_completed("mv", &["k1"], Duration::from_secs(30))
+        .await;
+    first.shutdown().await.unwrap();
+
+    // What the change writes before it probes for serving hosts.
+    let store = env
+        .js
+        .get_key_value(contract::bucket_name(&old.config))
+        .await
+        .unwrap();
+    let (record, revision) = contract::read(&store, "mv").await.unwrap().unwrap();
+    let marking = contract::Changing {
+        to: contract::of(&new.config, &new.config.routes[0]),
+        since_ms: 1,
+    };
+    store
+        .update("mv", contract::encode(&record, Some(&marking)), revision)
+        .await
+        .unwrap();
+
+    let late = host(&env, &old, "old-2").await;
+    let reason = refusal(&env, &old.config, "old-2").await;
+    assert!(
+        reason.contains("being changed") && reason.contains("--change-route mv"),
+        "{reason}"
+    );
+    publish(&env, "k2", "a").await;
+    // The change, run again, finishes (the waiting host holds no serving subscription).
+    let (changed, out) = change(&new).await;
+    assert!(changed, "{out}");
+    assert_eq!(recorded(&env, &new.config).await.0, "Fenced");
+    let reason = refusal(&env, &old.config, "old-2").await;
+    assert!(reason.contains("differs"), "{reason}");
+    let next = host(&env, &new, "new-1").await;
+    wait_for(Duration::from_secs(30), "k2 completed fenced", || async {
+        let (record, _) = env.fenced_claim("mv", "k2").await?;
+        (record.state == ClaimState::Completed).then_some(())
+    })
+    .await;
+    env.wait_drained(Duration::from_secs(30)).await;
+    next.shutdown().await.unwrap();
+    late.shutdown().await.unwrap();
+    assert_eq!(outputs(&env).await, 2, "k2 ran twice or not at all");
+}
+
+/// Nothing changes the contract while a client subscribes to this deployment's serving
+/// subject and says nothing (the refusal names the subject and how to find the client), but
+/// a subscriber on another deployment's serving subject does not block this deployment.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_a_subscriber_of_this_deployments_serving_subject_blocks_a_change() {
+    let env = TestEnv::start().await;
+    let old = side(&env, "old", "", BUCKET);
+    let new = side(&env, "new", "", "claims-next");
+    let first = host(&env, &old, "old-1").await;
+    publish(&env, "k1", "a").await;
+    env.wait_completed("mv", &["k1"], Duration::from_secs(30))
+        .await;
+    first.shutdown().await.unwrap();
+    let second = host(&env, &new, "new-1").await;
+    refused(&env, &new.config, "new-1").await;
+
+    let client = env.servers.connect().await;
+    let mut billing = new.config.clone();
+    billing.deployment.name = Some("billing".into());
+    let theirs = dedup_host::presence::serving_subject(&billing, "mv");
+    let _other = client.subscribe(theirs).await.unwrap();
+    let ours = dedup_host::presence::serving_subject(&new.config, "mv");
+    let listener = client.subscribe(ours.clone()).await.unwrap();
+    client.flush().await.unwrap();
+    let (changed, out) = change(&new).await;
+    assert!(!changed, "{out}");
+    assert!(
+        out.contains("answered nothing")
+            && out.contains(&ours)
+            && out.contains("nats server report connections"),
+        "{out}"
+    );
+    assert_eq!(
+        recorded(&env, &new.config).await.1,
+        format!("bucket {BUCKET}")
+    );
+
+    drop(listener);
+    client.flush().await.unwrap();
+    let (changed, out) = change(&new).await;
+    assert!(
+        changed,
+        "another deployment's subscriber blocked the change: {out}"
+    );
+    assert_eq!(recorded(&env, &new.config).await.1, "bucket claims-next");
+    second.shutdown().await.unwrap();
+}
+
+/// Window -> fenced with a key dead-lettered after its window output was stored: a replay of
+/// its letter would run it fenced, without message ids, so the change is refused naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_dead_lettered_after_its_window_output_blocks_the_change_to_fenced() {
+    let env = TestEnv::start().await;
+    let old = side(&env, "old", "", BUCKET);
+    let new = side(&env, "new", "effects = \"fenced\"", BUCKET);
+    let first = host(&env, &old, "old-1").await;
+    publish(&env, "k1", "a").await;
+    env.wait_completed("mv", &["k1"], Duration::from_secs(30))
+        .await;
+    first.shutdown().await.unwrap();
+    // What a run that published its output and then failed for good leaves.
+    rewrite(&env, BUCKET, "k1", |r| {
+        assert!(r.effects_by.is_some(), "the window output marks the record");
+        r.state = ClaimState::Failed;
+        r.permanent = true;
+        r.reason = Some("rejected".into());
+    })
+    .await;
+    let (changed, out) = change(&new).await;
+    assert!(!changed, "{out}");
+    assert!(
+        out.contains("failed for good") && out.contains(&key::encode("mv", "k1")),
+        "{out}"
+    );
+    assert_eq!(
+        recorded(&env, &new.config).await.0,
+        "Window",
+        "nothing changed"
+    );
+    let store = env
+        .js
+        .get_key_value(contract::bucket_name(&old.config))
+        .await
+        .unwrap();
+    let (_, marked) = contract::lookup_marked(&store, "mv").await.unwrap();
+    assert_eq!(marked, None, "a refused change leaves no mark");
+}
+
+/// Claims moved A -> B -> A: a record A kept from before the first move (failed for a
+/// retry) does not shadow the key's completion on B when the claims come back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claims_moved_back_keep_what_happened_in_between() {
+    let env = TestEnv::start().await;
+    let a = side(&env, "a", "", BUCKET);
+    let b = side(&env, "b", "", "claims-next");
+    let first = host(&env, &a, "a-1").await;
+    publish(&env, "k1", "a").await;
+    env.wait_completed("mv", &["k1"], Duration::from_secs(30))
+        .await;
+    first.shutdown().await.unwrap();
+    rewrite(&env, BUCKET, "k1", |r| {
+        r.state = ClaimState::Failed;
+        r.permanent = false;
+        r.reason = Some("released: an output stream did not answer".into());
+        r.retry_at_ms = Some(0);
+    })
+    .await;
+
+    let on_b = host(&env, &b, "b-1").await;
+    refused(&env, &b.config, "b-1").await;
+    let (changed, out) = change(&b).await;
+    assert!(changed, "{out}");
+    publish(&env, "k1", "b").await;
+    wait_for(Duration::from_secs(30), "k1 completed on B", || async {
+        let record = record_in(&env, "claims-next", "k1").await?;
+        (record.state == ClaimState::Completed).then_some(())
+    })
+    .await;
+    env.wait_drained(Duration::from_secs(30)).await;
+    on_b.shutdown().await.unwrap();
+
+    let (changed, out) = change(&a).await;
+    assert!(changed, "{out}");
+    let record = env.claim("mv", "k1").await.unwrap();
+    assert_eq!(
+        record.state,
+        ClaimState::Completed,
+        "A's stale record shadows k1's completion on B: {record:?}"
+    );
+    assert_eq!(outputs(&env).await, 1);
 }

@@ -192,6 +192,21 @@ async fn a_second_team_on_the_default_stream_changes_nothing_of_the_first() {
     assert!(out.contains("REFUSED"), "{out}");
     assert!(out.contains("shared") && out.contains(&theirs), "{out}");
     assert!(out.contains("--share-stream DEDUP_EVENTS"), "{out}");
+    // The consumer this plan would rebind is a refusal of its own, naming both deployments
+    // and the fix (a new user saw only the stream).
+    let line = out
+        .lines()
+        .position(|l| l.starts_with("REFUSED   consumer dedup-host-handler"))
+        .unwrap_or_else(|| panic!("the consumer conflict is listed: {out}"));
+    let why: Vec<&str> = out.lines().skip(line).take(8).collect();
+    let why = why
+        .join(" ")
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    for needed in [&mine, &theirs, "[deployment] name"] {
+        assert!(why.contains(needed), "the refusal names {needed}: {out}");
+    }
     let (code, out) = cli(&two_path, &["setup", "--apply"]).await;
     assert_ne!(code, 0, "{out}");
     let upper = guest("uppercase");
@@ -427,4 +442,127 @@ async fn a_second_team_with_its_own_consumer_is_refused_the_first_teams_contract
         .await
         .expect("the first team agrees with its own contract");
     host.shutdown().await.unwrap();
+}
+
+/// The `[deployment]` name recorded as the owner of `stream`, of its consumer `consumer`,
+/// and in the contract of route `handler`.
+async fn owners(env: &TestEnv, config: &Config, consumer: &str) -> [Option<String>; 3] {
+    let key = dedup_host::ownership::OWNER_KEY;
+    let mut stream = env.js.get_stream(&config.source.stream).await.unwrap();
+    let info = stream.info().await.unwrap();
+    let of_stream = info.config.metadata.get(key).cloned();
+    let info = stream.consumer_info(consumer).await.unwrap();
+    let of_consumer = info.config.metadata.get(key).cloned();
+    let store = env
+        .js
+        .get_key_value(dedup_host::contract::bucket_name(config))
+        .await
+        .unwrap();
+    let (record, _) = dedup_host::contract::read(&store, "handler")
+        .await
+        .unwrap()
+        .expect("recorded");
+    [of_stream, of_consumer, record.deployment]
+}
+
+/// A deployment that leaves `[deployment] name` unset and adds a source subject gets a new
+/// default name: its own former name is recognised by what it owns (its route consumer with
+/// the filters it still gives it), never called another deployment by `setup --plan`, and
+/// `setup` moves the recorded owner to the new name, saying so; a host then starts.
+#[tokio::test]
+async fn a_deployment_that_adds_a_subject_keeps_what_it_owns_under_its_new_default_name() {
+    let env = TestEnv::start().await;
+    let (path, first) = team(&env, "shipping");
+    let (code, out) = cli(&path, &["setup"]).await;
+    assert_eq!(code, 0, "{out}");
+    let consumer = dedup_host::setup::route_consumer_name(&first, "handler");
+    let old = first.deployment_name();
+    assert_eq!(
+        owners(&env, &first, &consumer).await,
+        [Some(old.clone()), Some(old.clone()), Some(old.clone())]
+    );
+
+    let text = std::fs::read_to_string(&path).unwrap().replace(
+        r#"subjects = ["shipping.*"]"#,
+        r#"subjects = ["shipping.*", "returns.*"]"#,
+    );
+    std::fs::write(&path, text).unwrap();
+    let grown = Config::load(&path).expect("valid");
+    let new = grown.deployment_name();
+    assert_ne!(old, new, "the default name follows the subjects");
+    let (code, out) = cli(&path, &["setup", "--plan"]).await;
+    assert_eq!(code, 0, "its own stream is not shared: {out}");
+    assert!(!out.contains("shared") && !out.contains("REFUSED"), "{out}");
+    let (code, out) = cli(&path, &["setup", "--apply"]).await;
+    assert_eq!(code, 0, "{out}");
+    let (code, out) = cli(&path, &["setup"]).await;
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains(&old) && out.contains(&new), "says so: {out}");
+    assert_eq!(
+        owners(&env, &grown, &consumer).await,
+        [Some(new.clone()), Some(new.clone()), Some(new.clone())],
+        "the owner moved to the new name: {out}"
+    );
+    let mut config = grown.clone();
+    config.host.instance_id = Some("grown".into());
+    let host = dedup_host::serve::start(config).await.expect("serves");
+    host.shutdown().await.unwrap();
+}
+
+/// Team 2 names its own `[source] consumer` but the same route name on the same stream and
+/// subjects (so the same default deployment name), and deploys before team 1 has set up (no
+/// consumer, no contract yet): the component object itself records who deployed it, so team
+/// 2's deploy is refused with both consumers and the fix, and team 1's object stays
+/// byte-identical.
+#[tokio::test]
+async fn a_second_teams_deploy_never_overwrites_the_first_teams_component() {
+    let env = TestEnv::start().await;
+    let (one_path, one) = team(&env, "shipping");
+    let text = std::fs::read_to_string(&one_path)
+        .unwrap()
+        .replace("[source]\n", "[source]\nconsumer = \"team2\"\n");
+    let two_path = env.path("team2.toml");
+    std::fs::write(&two_path, text).unwrap();
+    let two = Config::load(&two_path).expect("valid");
+    assert_eq!(one.deployment_name(), two.deployment_name());
+
+    let deploy = ["deploy", "--route", "handler", "--component"];
+    let hostile = guest("hostile");
+    let args = [&deploy[..], &[hostile.to_str().unwrap()]].concat();
+    let (code, out) = cli(&one_path, &args).await;
+    assert_eq!(code, 0, "{out}");
+    let store = env
+        .js
+        .get_object_store(&one.components.bucket)
+        .await
+        .unwrap();
+    let before = dedup_host::objects::read(&store, "handler").await.unwrap();
+
+    let upper = guest("uppercase");
+    for command in ["deploy", "undeploy"] {
+        let args: Vec<&str> = if command == "deploy" {
+            [&deploy[..], &[upper.to_str().unwrap()]].concat()
+        } else {
+            vec!["undeploy", "--route", "handler"]
+        };
+        let (code, out) = cli(&two_path, &args).await;
+        assert_ne!(code, 0, "{command}: {out}");
+        for needed in [
+            "dedup-host-handler",
+            "team2-handler",
+            "its component was not changed",
+            "a name of its own",
+        ] {
+            assert!(out.contains(needed), "{command} names {needed}: {out}");
+        }
+        let after = dedup_host::objects::read(&store, "handler").await.unwrap();
+        assert!(before == after, "{command}: team 1's component unchanged");
+    }
+    // Team 1 itself deploys over its own component.
+    let (code, out) = cli(
+        &one_path,
+        &[&deploy[..], &[upper.to_str().unwrap()]].concat(),
+    )
+    .await;
+    assert_eq!(code, 0, "{out}");
 }

@@ -1,7 +1,9 @@
 //! What an operator is told at the edges (issue 42): a reload that hosts refuse by contract
 //! exits non-zero naming the host and the reason, and `routes` shows the refusal; a component
 //! that can never be served stops `run` and `setup` at start; a host told to stop while its
-//! server is gone stops within `host.drain_timeout` and says what it could not ack.
+//! server is gone stops within `host.drain_timeout` and says what it could not ack. And what
+//! a new user reads: exit codes (1 refused, 2 could not run), the `dead-letters list` and
+//! `inspect` tables, and `dev`'s default log level.
 
 use std::io::Read as _;
 use std::path::Path;
@@ -11,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use dedup_host::claim::ClaimState;
 use dedup_host_tests::guests::{cli, guest, host_binary};
-use dedup_host_tests::harness::{signal, wait_for, TestEnv, Timing, CONSUMER, SOURCE};
+use dedup_host_tests::harness::{signal, wait_for, TestEnv, Timing, CONSUMER, DEAD, SOURCE};
 
 /// An exclusive route of the `hostile` guest on `in.ex.*` (its contract records partitions).
 fn exclusive(extra: &str) -> String {
@@ -33,8 +35,26 @@ fn write_config(env: &TestEnv, routes: &str, id: &str, host_extra: &str) -> std:
 
 /// Starts `dedup-host run` with its stderr collected; returns once `route`'s consumer exists.
 async fn run_host(env: &TestEnv, config: &Path, route: &str) -> (Child, Arc<Mutex<String>>) {
-    let mut child = Command::new(host_binary())
-        .args(["run", "--config"])
+    start_host(env, "run", config, route).await
+}
+
+/// Starts `dedup-host <command>` (`run` or `dev`) with `RUST_LOG` as the test has it for
+/// `run` and unset for `dev`; its stderr collected; returns once `route`'s consumer exists.
+async fn start_host(
+    env: &TestEnv,
+    command: &str,
+    config: &Path,
+    route: &str,
+) -> (Child, Arc<Mutex<String>>) {
+    let mut command = {
+        let mut c = Command::new(host_binary());
+        if command == "dev" {
+            c.env_remove("RUST_LOG");
+        }
+        c.args([command, "--config"]);
+        c
+    };
+    let mut child = command
         .arg(config)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -263,4 +283,161 @@ async fn a_host_told_to_stop_while_its_server_is_gone_stops_within_its_drain_tim
         "says what it left: {log}"
     );
     assert!(log.contains("host.drain_timeout"), "{log}");
+}
+
+/// A route `name` of the `hostile` guest on `in.mv.*` (its payload names what it does).
+fn mv_route(name: &str, extra: &str) -> String {
+    format!(
+        "[[routes]]\nname = \"{name}\"\nsubject = \"in.mv.*\"\ncomponent = \"{{guest:hostile}}\"\nallowed_outputs = [\"in.mv.*.done\"]\n{extra}\n"
+    )
+}
+
+/// Publishes `payload` under key `key` on `in.mv.<key>` and waits until its claim is `state`.
+async fn settled(env: &TestEnv, route: &str, key: &str, payload: &str, state: ClaimState) {
+    env.publish(&format!("in.mv.{key}"), key, &[], payload.to_string())
+        .await;
+    wait_for(
+        Duration::from_secs(60),
+        &format!("{key} settled"),
+        || async {
+            let claim = env.claim(route, key).await?;
+            (claim.state == state).then_some(())
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_exit_1_and_commands_that_cannot_run_exit_2() {
+    let env = TestEnv::start().await;
+    let config = write_config(&env, &mv_route("old", ""), "op-refuse", "");
+    let host = env
+        .host(&Timing::default(), &mv_route("old", ""), "op-refuse")
+        .await;
+    settled(&env, "old", "bad", "reject:5", ClaimState::Failed).await;
+    wait_for(Duration::from_secs(30), "the dead letter", || async {
+        (env.messages(DEAD).await.len() == 1).then_some(())
+    })
+    .await;
+
+    // Checked against the server and refused: 1, nothing changed.
+    let unknown = cli(&config, &["dead-letters", "replay", "--sequence", "99"]);
+    assert_eq!(unknown.code, 1, "a letter not ours is refused: {unknown:?}");
+    assert!(
+        unknown.stderr.contains("refused")
+            && unknown
+                .stderr
+                .contains("no dead letter of this config's routes has sequence [99]"),
+        "{unknown:?}"
+    );
+    let purge = cli(&config, &["dead-letters", "purge", "--sequence", "99"]);
+    assert_eq!(purge.code, 1, "{purge:?}");
+    let changed = write_config(
+        &env,
+        &mv_route("old", "key = { subject_token = 2 }"),
+        "op-change",
+        "",
+    );
+    let change = cli(&changed, &["setup", "--change-route", "old"]);
+    assert_eq!(change.code, 1, "a change of a served route: {change:?}");
+    assert!(change.stderr.contains("still served"), "{change:?}");
+    let renamed = write_config(&env, &mv_route("new", ""), "op-rename", "");
+    let rename = cli(&renamed, &["setup", "--rename-route", "old", "new"]);
+    assert_eq!(rename.code, 1, "a rename of a served route: {rename:?}");
+    assert!(rename.stderr.contains("still served"), "{rename:?}");
+
+    // Could not run as asked (the config does not name it, no server): 2.
+    let route = cli(&config, &["dead-letters", "list", "--route", "nope"]);
+    assert_eq!(route.code, 2, "a route the config lacks: {route:?}");
+    assert!(route.stderr.contains("route `nope` is not in this config"));
+    let gone = cli(&renamed, &["setup", "--change-route", "nope"]);
+    assert_eq!(gone.code, 2, "{gone:?}");
+
+    // The refusals changed nothing: the letter is still there, the route still `old`.
+    assert_eq!(env.messages(DEAD).await.len(), 1);
+    let list = cli(&config, &["dead-letters", "list", "--json"]);
+    assert_eq!(list.code, 0, "{list:?}");
+    host.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_letters_list_has_a_header_and_inspect_shows_a_settled_key_without_a_lease() {
+    let env = TestEnv::start().await;
+    let config = write_config(&env, &mv_route("mv", ""), "op-read", "");
+    let host = env
+        .host(&Timing::default(), &mv_route("mv", ""), "op-read")
+        .await;
+    settled(&env, "mv", "fine", "hello", ClaimState::Completed).await;
+    settled(&env, "mv", "bad", "reject:5", ClaimState::Failed).await;
+    wait_for(Duration::from_secs(30), "the dead letter", || async {
+        (env.messages(DEAD).await.len() == 1).then_some(())
+    })
+    .await;
+
+    let list = cli(&config, &["dead-letters", "list"]);
+    assert_eq!(list.code, 0, "{list:?}");
+    let lines: Vec<&str> = list.stdout.lines().collect();
+    assert_eq!(lines.len(), 2, "a header and one letter: {list:?}");
+    for column in ["SEQUENCE", "ROUTE", "KEY", "ATTEMPT", "SUBJECT", "REASON"] {
+        assert!(lines[0].contains(column), "`{column}` in {:?}", lines[0]);
+    }
+    assert!(
+        lines[1].contains(" mv ") && lines[1].contains(" bad ") && lines[1].contains("in.mv.bad"),
+        "{:?}",
+        lines[1]
+    );
+    // `--json` stays a bare array of letters, for scripts.
+    let json = cli(&config, &["dead-letters", "list", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&json.stdout).expect("JSON");
+    assert_eq!(v.as_array().map(Vec::len), Some(1), "{v}");
+    assert_eq!(v[0]["key"], "bad", "{v}");
+
+    let done = cli(&config, &["inspect", "--route", "mv", "--key", "fine"]);
+    assert_eq!(done.code, 0, "{done:?}");
+    assert!(
+        done.stdout.contains("  state           completed"),
+        "{}",
+        done.stdout
+    );
+    assert!(
+        done.stdout.contains("  completed       "),
+        "{}",
+        done.stdout
+    );
+    assert!(
+        done.stdout.contains("  outputs         1"),
+        "{}",
+        done.stdout
+    );
+    let dead = cli(&config, &["inspect", "--route", "mv", "--key", "bad"]);
+    assert!(dead.stdout.contains("failed for good"), "{}", dead.stdout);
+    for table in [&done.stdout, &dead.stdout] {
+        for lease in ["lease expires", "owner", "fencing token"] {
+            assert!(
+                !table.contains(lease),
+                "no `{lease}` for a settled key: {table}"
+            );
+        }
+    }
+    host.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dev_logs_version_swaps_but_not_every_message_when_rust_log_is_unset() {
+    let env = TestEnv::start().await;
+    let config = write_config(&env, &mv_route("mv", ""), "op-dev", "");
+    let (mut dev, log) = start_host(&env, "dev", &config, "mv").await;
+    settled(&env, "mv", "one", "hello", ClaimState::Completed).await;
+    signal(&dev, "-TERM");
+    let status = wait_exit(&mut dev, Duration::from_secs(60), "`dev`");
+    assert!(status.success(), "{status:?}");
+    let log = wait_for(Duration::from_secs(10), "`dev`'s log", || async {
+        let text = log.lock().unwrap().clone();
+        text.contains("now serving a new version").then_some(text)
+    })
+    .await;
+    assert!(
+        !log.contains("message settled") && !log.contains(" INFO message"),
+        "no line per message by default: {log}"
+    );
 }

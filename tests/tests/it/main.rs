@@ -25,6 +25,7 @@ mod edges_consumers;
 mod edges_deployments;
 mod edges_gaps;
 mod edges_headers;
+mod edges_lagging;
 mod edges_operator;
 mod edges_pipeline;
 mod edges_replay;

@@ -1,0 +1,186 @@
+//! A deployment's former default names. The default (`auto-<hash>`) name hashes the source
+//! subjects, so a deployment that adds a subject (or a route, when `[source] subjects` is
+//! unset) gets a new name, while the server still records the old one as owner. Names are
+//! compared exactly; a former default name is recognised as this config's own only by what
+//! it owns: a route consumer of this config's name with exactly the filters this config
+//! still gives it. Any other name, default or not, is another deployment. Set-up and host
+//! start then move the recorded owner to the current name ([`migrate`]), saying so.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use anyhow::Context as _;
+use async_nats::jetstream::consumer;
+use async_nats::jetstream::Context;
+use futures::StreamExt;
+
+use crate::config::{Config, DeploymentConfig};
+use crate::consumers::route_consumer_name;
+
+/// The former default names of `config`'s deployment that the consumers `existing` (of the
+/// source stream) prove: a name owns at least one of this config's route consumers with the
+/// very filters this config gives it, and none with filters this config no longer serves
+/// (a route subject widened to cover its old one neither proves nor contradicts). Empty when
+/// this config's name is set explicitly (set names compare exactly).
+pub fn names(config: &Config, existing: &[consumer::Info]) -> BTreeSet<String> {
+    let mine = config.deployment_name();
+    if config.deployment.name.is_some() {
+        return BTreeSet::new();
+    }
+    // Per recorded default name: (proved by one consumer, contradicted by one).
+    let mut verdicts: BTreeMap<&str, (bool, bool)> = BTreeMap::new();
+    for r in &config.routes {
+        let name = route_consumer_name(config, &r.name);
+        let Some(info) = existing.iter().find(|i| i.name == name) else {
+            continue;
+        };
+        let Some(owner) = super::owner(&info.config.metadata) else {
+            continue;
+        };
+        if owner == mine || !DeploymentConfig::is_default(owner) {
+            continue;
+        }
+        let filters = super::filters(&info.config);
+        let verdict = verdicts.entry(owner).or_default();
+        verdict.0 |= filters == [r.subject.clone()];
+        verdict.1 |= filters.is_empty()
+            || !filters
+                .iter()
+                .all(|f| crate::subject::covers(&r.subject, f));
+    }
+    verdicts
+        .into_iter()
+        .filter(|(_, (proved, contradicted))| *proved && !contradicted)
+        .map(|(name, _)| name.to_string())
+        .collect()
+}
+
+/// Every consumer of `config`'s source stream, or none when the stream does not exist.
+pub async fn source_consumers(
+    js: &Context,
+    config: &Config,
+) -> anyhow::Result<Vec<consumer::Info>> {
+    let mut existing = Vec::new();
+    let Ok(source) = js.get_stream(&config.source.stream).await else {
+        return Ok(existing);
+    };
+    let mut list = source.consumers();
+    while let Some(info) = list.next().await {
+        existing.push(info.with_context(|| {
+            format!(
+                "cannot list the consumers of stream `{}` to check who owns them",
+                config.source.stream
+            )
+        })?);
+    }
+    Ok(existing)
+}
+
+/// Moves what `config`'s deployment recorded under a former default name ([`names`]) to its
+/// current name: the owner of its streams and of the source stream's consumers, and the
+/// deployment of its routes' contracts. Returns one line per move, for the operator. Run
+/// after every check passed (set-up, host start): it changes only what is this
+/// deployment's own.
+pub async fn migrate(js: &Context, config: &Config) -> anyhow::Result<Vec<String>> {
+    let existing = source_consumers(js, config).await?;
+    let former = names(config, &existing);
+    let mut moved = Vec::new();
+    if former.is_empty() {
+        return Ok(moved);
+    }
+    let mine = config.deployment_name();
+    let is_former = |m: &std::collections::HashMap<String, String>| {
+        super::owner(m).is_some_and(|o| former.contains(o))
+    };
+    for name in stream_names(config) {
+        let Ok(mut stream) = js.get_stream(&name).await else {
+            continue;
+        };
+        let mut c = stream.info().await?.config.clone();
+        if is_former(&c.metadata) {
+            let was = super::owner(&c.metadata).unwrap_or_default().to_string();
+            c.metadata.insert(super::OWNER_KEY.into(), mine.clone());
+            js.update_stream(&c).await.with_context(|| {
+                format!("cannot record deployment `{mine}` as the owner of stream `{name}`")
+            })?;
+            moved.push(format!("stream `{name}`: owner `{was}` -> `{mine}`"));
+        }
+    }
+    if let Ok(source) = js.get_stream(&config.source.stream).await {
+        for info in existing.iter().filter(|i| is_former(&i.config.metadata)) {
+            let mut c = info.config.clone();
+            let was = super::owner(&c.metadata).unwrap_or_default().to_string();
+            c.metadata.insert(super::OWNER_KEY.into(), mine.clone());
+            source.update_consumer(c).await.with_context(|| {
+                format!(
+                    "cannot record deployment `{mine}` as the owner of consumer `{}`",
+                    info.name
+                )
+            })?;
+            moved.push(format!(
+                "consumer `{}`: owner `{was}` -> `{mine}`",
+                info.name
+            ));
+        }
+    }
+    moved.extend(contracts(js, config, &former, &mine).await?);
+    if !moved.is_empty() {
+        let names: Vec<&str> = former.iter().map(String::as_str).collect();
+        tracing::warn!(
+            "deployment `{mine}` was recorded as {names:?} (its former default name, before its source subjects changed; it owns this config's route consumers with this config's filters): moved to `{mine}`: {}",
+            moved.join("; ")
+        );
+    }
+    Ok(moved)
+}
+
+/// The streams a deployment creates: its source, dead-letter and output streams and the
+/// exclusive routes' queue.
+fn stream_names(config: &Config) -> Vec<String> {
+    let mut names = vec![
+        config.source.stream.clone(),
+        config.dead_letter.stream.clone(),
+    ];
+    names.extend(config.output_streams.iter().map(|o| o.name.clone()));
+    if config.routes.iter().any(|r| r.exclusive_by.is_some()) {
+        names.push(crate::exclusive::stream_name(config));
+    }
+    names
+}
+
+/// Records `mine` in the contracts of `config`'s routes recorded under a `former` name.
+async fn contracts(
+    js: &Context,
+    config: &Config,
+    former: &BTreeSet<String>,
+    mine: &str,
+) -> anyhow::Result<Vec<String>> {
+    let mut moved = Vec::new();
+    let Ok(store) = js.get_key_value(crate::contract::bucket_name(config)).await else {
+        return Ok(moved);
+    };
+    for r in &config.routes {
+        let Some((mut record, revision)) = crate::contract::read(&store, &r.name).await? else {
+            continue;
+        };
+        let Some(was) = record.deployment.clone().filter(|d| former.contains(d)) else {
+            continue;
+        };
+        record.deployment = Some(mine.to_string());
+        let bytes = serde_json::to_vec(&record).expect("record serializes");
+        // Against the revision read: a contract changed meanwhile is left as it is.
+        store
+            .update(&r.name, bytes.into(), revision)
+            .await
+            .with_context(|| {
+                format!(
+                    "cannot record deployment `{mine}` in contract `{}/{}` (it changed meanwhile? run it again)",
+                    store.name, r.name
+                )
+            })?;
+        moved.push(format!(
+            "contract `{}/{}`: deployment `{was}` -> `{mine}`",
+            store.name, r.name
+        ));
+    }
+    Ok(moved)
+}
