@@ -4,6 +4,7 @@
 //! tokio) and the simulation (`tests/src/sim`, a model of the server in virtual time) call the
 //! same functions, so a fix made here is a fix the simulation runs.
 //!
+//! - [`claim`]: the claim protocol (records, keys, leases, the store trait it runs on).
 //! - [`backoff`]: how long a message waits before its next delivery when it could not run now
 //!   (an outage, a full instance pool, a key busy elsewhere).
 //! - [`outcome`]: how a delivery ended and where a repeat was caught.
@@ -13,6 +14,7 @@
 #![warn(missing_docs)]
 
 pub mod backoff;
+pub mod claim;
 pub mod outcome;
 pub mod subject;
 pub mod text;
