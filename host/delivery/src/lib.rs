@@ -7,6 +7,9 @@
 //! - [`claim`]: the claim protocol (records, keys, leases, the store trait it runs on).
 //! - [`backoff`]: how long a message waits before its next delivery when it could not run now
 //!   (an outage, a full instance pool, a key busy elsewhere).
+//! - [`settle`]: what follows a claimed delivery's outcome, in the order that keeps it exactly
+//!   once (publish, record, ack; fail, nak; release; dead-letter, record, terminate), over the
+//!   [`settle::Settling`] seam.
 //! - [`outcome`]: how a delivery ended and where a repeat was caught.
 //! - [`subject`]: NATS subject grammar (filters, literals, the server's and the host's reserved
 //!   namespaces); [`text`]: reasons and header values made safe to store and show.
@@ -16,5 +19,6 @@
 pub mod backoff;
 pub mod claim;
 pub mod outcome;
+pub mod settle;
 pub mod subject;
 pub mod text;

@@ -11,7 +11,8 @@
 //! - `guest_call`: a guest call, on the calling thread or the guest threads.
 //! - `undeliverable`: dead-letters what the server gave up delivering, now or once it can.
 //! - `unreadable`: dead-letters at once a message whose header block the client could not parse.
-//! - `settle`: what follows the outcome (publish and ack, retry, release, dead-letter).
+//! - `settle`: what follows the outcome (publish and ack, retry, release, dead-letter), in
+//!   the delivery crate's order; `settling`: the I/O it runs on.
 //! - [`heartbeat`]: lease renewal plus progress acks while a guest runs.
 //! - [`effects`]: outputs and dead letters, with deterministic message ids.
 
@@ -28,6 +29,7 @@ mod queue;
 pub mod replayed;
 mod reset;
 mod settle;
+mod settling;
 mod undeliverable;
 mod unreadable;
 

@@ -1,0 +1,216 @@
+//! A claimed delivery as the delivery crate's settle order sees it
+//! ([`dedup_delivery::settle::Settling`]): its outputs published over JetStream (or committed
+//! with the completed record as one atomic batch on a fenced route), its dead letter, its acks,
+//! and the host's spans and counters around them. The order itself is not here.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use async_nats::jetstream::AckKind;
+use dedup_delivery::claim::{ClaimError, ClaimRecord, ClaimStore, Lease, LeaseLost, OutputRef};
+use dedup_delivery::settle::{LetterRefused, Settlement, Settling};
+use opentelemetry::trace::SpanKind;
+use opentelemetry::KeyValue;
+
+use super::delays::outage_retry_uncounted;
+use super::effects::{self, DeadLetter, DeadLetterError, Outgoing};
+use super::message::Claimed;
+use super::Shared;
+use crate::bindings::Output;
+use crate::metrics::DedupLayer;
+
+/// One claimed delivery of this host, settling.
+pub(super) struct Settle<'a, 'c, S: ClaimStore> {
+    pub(super) shared: &'a Shared<S>,
+    pub(super) c: &'a Claimed<'c, S>,
+    /// The guest's outputs (none unless it succeeded).
+    pub(super) outputs: &'a [Output],
+    /// A window route's outputs with their headers and ids, made once for the size check and
+    /// the publish.
+    outgoing: Mutex<Option<Vec<Outgoing>>>,
+    /// A fenced route's send span (one batch, one span) and the trace context its outputs
+    /// carry.
+    fenced: Option<(crate::telemetry::Child, Vec<(&'static str, String)>)>,
+}
+
+impl<'a, 'c, S: ClaimStore> Settle<'a, 'c, S> {
+    /// The settling of `c` with the guest's `outputs`.
+    pub(super) fn new(shared: &'a Shared<S>, c: &'a Claimed<'c, S>, outputs: &'a [Output]) -> Self {
+        let fenced = c.route.fenced.as_deref().map(|stream| {
+            let send = effects::send_span(&c.d.trace, stream, 0);
+            send.set(|| vec![KeyValue::new("dedup.outputs", outputs.len() as i64)]);
+            let trace = match send.headers() {
+                Some(own) => own.iter().map(|(n, v)| (*n, v.clone())).collect(),
+                None => super::settle::trace_context(c.d)
+                    .into_iter()
+                    .map(|(n, v)| (n, v.to_string()))
+                    .collect(),
+            };
+            (send, trace)
+        });
+        Self {
+            shared,
+            c,
+            outputs,
+            outgoing: Mutex::new(None),
+            fenced,
+        }
+    }
+
+    /// The trace context a fenced route's outputs carry.
+    fn fenced_trace(&self) -> Vec<(&str, &str)> {
+        self.fenced
+            .iter()
+            .flat_map(|(_, t)| t.iter().map(|(n, v)| (*n, v.as_str())))
+            .collect()
+    }
+
+    /// The fenced stream and the claim key its record is stored under.
+    fn fenced_keys(&self) -> (&str, &str) {
+        let stream = self.c.route.fenced.as_deref().unwrap_or_default();
+        let subject = self.c.lease.key();
+        let claim_key = crate::fenced::claim_key_of(stream, subject).unwrap_or(subject);
+        (stream, claim_key)
+    }
+
+    /// A window route's outputs as published, made on first use.
+    fn take_outgoing(&self) -> Vec<Outgoing> {
+        let made = self.outgoing.lock().expect("outgoing lock").take();
+        made.unwrap_or_else(|| self.make_outgoing())
+    }
+
+    fn make_outgoing(&self) -> Vec<Outgoing> {
+        let trace = super::settle::trace_context(self.c.d);
+        effects::prepare_outputs(self.c.lease.key(), self.outputs, &self.c.d.trace, &trace)
+    }
+}
+
+impl<S: ClaimStore> Settling for Settle<'_, '_, S> {
+    type Store = S;
+
+    fn lease(&self) -> &Lease<S> {
+        &self.c.lease
+    }
+
+    /// Also counts the handler's output-limit trap when they are.
+    fn oversized(&self) -> Option<String> {
+        let js = &self.shared.js;
+        let reason = if self.fenced.is_some() {
+            let trace = self.fenced_trace();
+            let (_, claim_key) = self.fenced_keys();
+            effects::oversized(
+                js,
+                claim_key,
+                effects::fenced_sizes(claim_key, self.outputs, &trace),
+            )
+        } else {
+            let outgoing = self.make_outgoing();
+            let sizes = outgoing.iter().map(|o| o.wire_size());
+            let subjects = self.outputs.iter().map(|o| o.subject.as_str());
+            let reason = effects::oversized(js, self.c.lease.key(), subjects.zip(sizes));
+            *self.outgoing.lock().expect("outgoing lock") = Some(outgoing);
+            reason
+        };
+        if reason.is_some() {
+            let kind = crate::runtime::TrapKind::OutputLimit;
+            self.c.route.metrics.trap(kind.as_str());
+        }
+        reason
+    }
+
+    async fn publish(&self) -> Result<Vec<OutputRef>, String> {
+        match effects::publish_outputs(&self.shared.js, self.take_outgoing()).await {
+            Ok(published) => {
+                let metrics = &self.c.route.metrics;
+                metrics.outputs(self.outputs.len() as u64);
+                let duplicates = published.iter().filter(|o| o.duplicate).count();
+                metrics.hit(DedupLayer::Output, duplicates as u64);
+                Ok(published)
+            }
+            Err(e) => {
+                tracing::warn!("{e:#}");
+                Err(format!("{e:#}"))
+            }
+        }
+    }
+
+    async fn commit(&self, record: ClaimRecord, revision: u64) -> Result<u64, ClaimError> {
+        let (stream, claim_key) = self.fenced_keys();
+        let trace = self.fenced_trace();
+        let subject = self.c.lease.key();
+        let batch = crate::fenced::commit::prepare(
+            (subject, claim_key),
+            &record,
+            revision,
+            self.outputs,
+            &trace,
+        );
+        let committed = self.shared.fenced.commit(stream, batch).await;
+        if committed.is_ok() {
+            self.c.route.metrics.outputs(self.outputs.len() as u64);
+        }
+        committed
+    }
+
+    async fn recording<F>(&self, write: F) -> Result<(), LeaseLost>
+    where
+        F: std::future::Future<Output = Result<(), LeaseLost>> + Send,
+    {
+        let started = std::time::Instant::now();
+        // A fenced commit has its send span; a window route's record gets its own.
+        let span = self.fenced.is_none().then(|| {
+            self.c
+                .d
+                .trace
+                .child(|| "record".into(), SpanKind::Internal, Vec::new)
+        });
+        let written = write.await;
+        match (&written, span) {
+            (Err(e), Some(span)) => span.error("record_error", || e.to_string()),
+            (Ok(()), _) => self.c.route.metrics.claim_write(started.elapsed()),
+            _ => {}
+        }
+        written
+    }
+
+    async fn dead_letter(&self, reason: &str) -> Result<(), LetterRefused> {
+        let c = self.c;
+        let letter = DeadLetter {
+            reason,
+            attempt: c.lease.attempt(),
+            route: &c.route.name,
+            key: c.key,
+            // One letter per stored copy: a replay (a new sequence) that fails again gets its own.
+            id: format!("dl:{}:{}", c.lease.key(), c.d.sequence),
+            digest: c.guest.digest(),
+        };
+        let stored = self
+            .shared
+            .publish_dead_letter(c.d, letter, &c.route.metrics)
+            .await;
+        match stored {
+            Ok(()) => Ok(()),
+            Err(e @ DeadLetterError::Transient { .. }) => {
+                Err(LetterRefused::Transient(e.to_string()))
+            }
+            Err(e @ DeadLetterError::Refused { .. }) => Err(LetterRefused::ForGood(e.to_string())),
+        }
+    }
+
+    async fn settle(&self, how: Settlement) {
+        let d = self.c.d;
+        match how {
+            Settlement::Ack => self.shared.ack_recorded(self.c).await,
+            Settlement::Nak(delay) => self.shared.settle(d, AckKind::Nak(Some(delay))).await,
+            Settlement::Term => self.shared.settle(d, AckKind::Term).await,
+        }
+    }
+
+    fn release_delay(&self) -> Duration {
+        outage_retry_uncounted(&self.c.route.metrics, self.c.d.delivered)
+    }
+
+    fn unanswered_delay(&self) -> Duration {
+        self.shared.config.claims.lease
+    }
+}
