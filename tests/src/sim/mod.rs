@@ -22,6 +22,7 @@ mod consumer;
 mod host;
 pub mod route;
 mod settle;
+mod settling;
 pub mod store;
 pub mod world;
 

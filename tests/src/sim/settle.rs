@@ -6,9 +6,12 @@
 //! ([`effects::over_max_payload`]), the outage backoff ([`infra_retry_ceiling`]) and the
 //! last-delivery test ([`stranded::last_delivery`]).
 
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
+use dedup_delivery::outcome::MessageOutcome;
+use dedup_delivery::settle::{self, Retries};
 use dedup_host::claim::after::{found, Found};
 use dedup_host::claim::record::RESET_DELIVERIES;
 use dedup_host::claim::{ClaimOutcome, ClaimState, ClaimStore, Claimer, Lease, LeaseLost};
@@ -17,6 +20,7 @@ use dedup_host::stranded;
 
 use super::consumer::{Lane, Offer};
 use super::route::Served;
+use super::settling::SimSettle;
 use super::store::{Shared, SimStore};
 use super::world::{Output, Rng, World};
 use super::Settings;
@@ -35,11 +39,11 @@ pub struct Ctx {
 }
 
 /// One delivery being settled.
-struct At {
-    lane: Lane,
-    sequence: u64,
-    number: u64,
-    key: String,
+pub(super) struct At {
+    pub(super) lane: Lane,
+    pub(super) sequence: u64,
+    pub(super) number: u64,
+    pub(super) key: String,
     entity: String,
     /// The revision a replay reset the key at, on the first deliveries (`Delivery::fresh_from`).
     fresh_from: u64,
@@ -114,7 +118,7 @@ impl Ctx {
         })
     }
 
-    fn world(&self) -> std::sync::MutexGuard<'_, World> {
+    pub(super) fn world(&self) -> std::sync::MutexGuard<'_, World> {
         self.world.lock().expect("one thread")
     }
 
@@ -180,8 +184,13 @@ impl Ctx {
         self.world().settle(at.lane, at.sequence, at.number, nak);
     }
 
+    /// Settles a delivery with no check of its key's record.
+    pub(super) fn settle_unchecked(&self, at: &At, nak: Option<u64>) {
+        self.settle(at, nak);
+    }
+
     /// The nak delay after an infrastructure error: the host's ceiling, our jitter.
-    fn infra_delay(&self, number: u64) -> u64 {
+    pub(super) fn infra_delay(&self, number: u64) -> u64 {
         let ceiling = infra_retry_ceiling(number).as_millis() as u64;
         let mut w = self.world();
         w.rng.range(ceiling / 2, ceiling)
@@ -208,7 +217,7 @@ impl Ctx {
     }
 
     /// A lease write of `key` went unanswered: its lease may lapse, costing an attempt.
-    fn unconfirmed(&self, key: &str) {
+    pub(super) fn unconfirmed(&self, key: &str) {
         *self.world().disrupted.entry(key.to_string()).or_default() += 1;
     }
 
@@ -249,20 +258,28 @@ impl Ctx {
     ) {
         let s = self.settings;
         let key = at.key.as_str();
+        let mut t = SimSettle {
+            ctx: self,
+            at,
+            lease,
+            store: claimer.store(),
+            output: None,
+            checked: true,
+        };
         if s.mode.coalesce
             && at.lane == Lane::Queue
             && self.world().streams.newer_waiting(at.sequence)
         {
-            return match lease.coalesce().await {
-                // Not checked like other outcomes: any later delivery of the key (this
-                // message's own redelivery included) may reclaim a coalesced key at once.
-                Ok(()) => self.settle(at, None),
-                Err(e) => self.write_failed(at, claimer, lease, e),
-            };
+            // Not checked like other outcomes: any later delivery of the key (this message's
+            // own redelivery included) may reclaim a coalesced key at once.
+            t.checked = false;
+            let outcome = settle::coalesced(&t).await;
+            return self.ended(outcome, claimer, lease, key);
         }
         let attempt = lease.attempt();
         if attempt > s.max_deliver {
-            return self.give_up(at, claimer, lease).await;
+            let outcome = settle::give_up(&t, "out of attempts").await;
+            return self.ended(outcome, claimer, lease, key);
         }
         // Registered while the handler runs (and dropped with this future if the host dies).
         let _running = s
@@ -285,51 +302,40 @@ impl Ctx {
         }
         let size = match self.handler(key) {
             Handler::Fails(n) if attempt <= n => {
-                if attempt >= s.max_deliver {
-                    return self.give_up(at, claimer, lease).await;
-                }
                 let backoff = Duration::from_millis(s.backoff_ms);
-                return match lease.fail("failed", backoff).await {
-                    Ok(()) => self.recorded_settle(at, Some(s.backoff_ms)),
-                    Err(e) => self.write_failed(at, claimer, lease, e),
+                let retries = Retries {
+                    max: s.max_deliver,
+                    backoff,
+                    max_backoff: backoff,
                 };
+                let outcome = settle::retry_or_give_up(&t, "failed", None, retries).await;
+                return self.ended(outcome, claimer, lease, key);
             }
             Handler::Fails(_) => 100,
             Handler::Oversized => OVERSIZED,
         };
-        let max = self.world().max_payload;
-        if effects::over_max_payload(max, key, [("out.r", size)]).is_some() {
-            return self.give_up(at, claimer, lease).await;
-        }
-        let output = Output {
+        t.output = Some(Output {
             id: format!("{key}#0"),
             size,
+        });
+        let outcome = match served.fenced {
+            true => settle::commit_fenced(&t, 1).await,
+            false => settle::succeed(&t, true, &AtomicBool::new(false)).await,
         };
-        if served.fenced {
-            let store = claimer.store().clone();
-            let commit = |record, revision| async move {
-                store.commit(key, &record, revision, output).await
-            };
-            return match lease.complete_with(1, commit).await {
-                Ok(()) => self.recorded_settle(at, None),
-                // Not stored (or landing later, which the next claim sees): hand the key back
-                // without counting an attempt.
-                Err(LeaseLost::Unavailable(_)) => {
-                    self.release(at, claimer, lease, "fenced commit not confirmed")
-                        .await
-                }
-                Err(e) => self.write_failed(at, claimer, lease, e),
-            };
-        }
-        if let Err(e) = lease.confirm().await {
-            return self.write_failed(at, claimer, lease, e);
-        }
-        if !self.world().publish(&output) {
-            return self.release(at, claimer, lease, "publish refused").await;
-        }
-        match lease.complete(Vec::new()).await {
-            Ok(()) => self.recorded_settle(at, None),
-            Err(e) => self.write_failed(at, claimer, lease, e),
+        self.ended(outcome, claimer, lease, key)
+    }
+
+    /// What the host's settle order returned: a claim found taken over must really have been
+    /// lost.
+    fn ended(
+        &self,
+        outcome: MessageOutcome,
+        claimer: &Claimer<SimStore>,
+        lease: &Lease<SimStore>,
+        key: &str,
+    ) {
+        if outcome == MessageOutcome::LostClaim {
+            self.lost(claimer, key, lease);
         }
     }
 
@@ -385,53 +391,6 @@ impl Ctx {
         }
     }
 
-    async fn give_up(&self, at: &At, claimer: &Claimer<SimStore>, lease: &Lease<SimStore>) {
-        if let Err(e) = lease.confirm().await {
-            return self.write_failed(at, claimer, lease, e);
-        }
-        if !self.world().dead_letter(&at.key) {
-            return self
-                .release(at, claimer, lease, "dead letter refused")
-                .await;
-        }
-        match lease.give_up("out of attempts").await {
-            Ok(()) => self.recorded_settle(at, None),
-            Err(e) => self.write_failed(at, claimer, lease, e),
-        }
-    }
-
-    /// Not the handler's fault: hand the key back without counting an attempt, retry later.
-    async fn release(
-        &self,
-        at: &At,
-        claimer: &Claimer<SimStore>,
-        lease: &Lease<SimStore>,
-        reason: &str,
-    ) {
-        let delay = self.infra_delay(at.number);
-        match lease.release(reason, Duration::from_millis(delay)).await {
-            Ok(()) => self.recorded_settle(at, Some(delay)),
-            Err(e) => self.write_failed(at, claimer, lease, e),
-        }
-    }
-
-    fn write_failed(
-        &self,
-        at: &At,
-        claimer: &Claimer<SimStore>,
-        lease: &Lease<SimStore>,
-        e: LeaseLost,
-    ) {
-        match e {
-            LeaseLost::Reclaimed => self.lost(claimer, &at.key, lease),
-            LeaseLost::Unavailable(_) => {
-                self.unconfirmed(&at.key);
-                let delay = self.infra_delay(at.number).max(self.settings.lease_ms);
-                self.settle(at, Some(delay))
-            }
-        }
-    }
-
     /// The lease was found taken over: touch nothing. It must really be another's.
     fn lost(&self, claimer: &Claimer<SimStore>, key: &str, lease: &Lease<SimStore>) {
         let mine = claimer.owner().to_string();
@@ -462,7 +421,7 @@ impl Ctx {
     /// outcome durable (the key completed or failed for good): an ack before that loses the
     /// message. (Who owns the key by now does not matter: the write that recorded it went
     /// through the lease, and a pause may fall between that write and this settle.)
-    fn recorded_settle(&self, at: &At, nak: Option<u64>) {
+    pub(super) fn recorded_settle(&self, at: &At, nak: Option<u64>) {
         if nak.is_none() {
             let state = {
                 let w = self.world();

@@ -1,0 +1,88 @@
+//! A simulated host's claimed delivery as the host's own settle order sees it
+//! ([`dedup_delivery::settle::Settling`]): the model's output stream, fenced commits, dead
+//! letters and acks. The order (publish, record, ack; fail, nak; release; dead-letter, record,
+//! terminate) is not restated here: [`super::settle`] calls the host's functions.
+
+use std::time::Duration;
+
+use dedup_delivery::claim::{ClaimError, ClaimRecord, Lease, OutputRef};
+use dedup_delivery::settle::{LetterRefused, Settlement, Settling};
+use dedup_host::pipeline::effects;
+
+use super::settle::{At, Ctx};
+use super::store::SimStore;
+use super::world::Output;
+
+/// One delivery a simulated host holds the claim for, settling.
+pub struct SimSettle<'a> {
+    pub(super) ctx: &'a Ctx,
+    pub(super) at: &'a At,
+    pub(super) lease: &'a Lease<SimStore>,
+    /// The claims' store (the bucket, or the fenced stream's claim subjects).
+    pub(super) store: &'a SimStore,
+    /// The handler's one output, when it succeeded.
+    pub(super) output: Option<Output>,
+    /// Whether an ack is checked against the key's record: not for a coalesced key, which any
+    /// later delivery of it (this message's own redelivery included) may reclaim at once.
+    pub(super) checked: bool,
+}
+
+impl Settling for SimSettle<'_> {
+    type Store = SimStore;
+
+    fn lease(&self) -> &Lease<SimStore> {
+        self.lease
+    }
+
+    fn oversized(&self) -> Option<String> {
+        let output = self.output.as_ref()?;
+        let max = self.ctx.world().max_payload;
+        effects::over_max_payload(max, &self.at.key, [("out.r", output.size)])
+    }
+
+    async fn publish(&self) -> Result<Vec<OutputRef>, String> {
+        let Some(output) = &self.output else {
+            return Ok(Vec::new());
+        };
+        match self.ctx.world().publish(output) {
+            true => Ok(Vec::new()),
+            false => Err("publish refused".into()),
+        }
+    }
+
+    async fn commit(&self, record: ClaimRecord, revision: u64) -> Result<u64, ClaimError> {
+        let output = self.output.clone().expect("a fenced commit has the output");
+        self.store
+            .commit(&self.at.key, &record, revision, output)
+            .await
+    }
+
+    async fn dead_letter(&self, _reason: &str) -> Result<(), LetterRefused> {
+        match self.ctx.world().dead_letter(&self.at.key) {
+            true => Ok(()),
+            false => Err(LetterRefused::Transient("dead letter refused".into())),
+        }
+    }
+
+    async fn settle(&self, how: Settlement) {
+        let nak = match how {
+            Settlement::Ack | Settlement::Term => None,
+            Settlement::Nak(delay) => Some(delay.as_millis() as u64),
+        };
+        match self.checked {
+            true => self.ctx.recorded_settle(self.at, nak),
+            false => self.ctx.settle_unchecked(self.at, nak),
+        }
+    }
+
+    fn release_delay(&self) -> Duration {
+        Duration::from_millis(self.ctx.infra_delay(self.at.number))
+    }
+
+    /// Also notes that the key's lease may lapse unseen (a write went unanswered), which
+    /// excuses an attempt it costs.
+    fn unanswered_delay(&self) -> Duration {
+        self.ctx.unconfirmed(&self.at.key);
+        Duration::from_millis(self.ctx.settings.lease_ms)
+    }
+}
