@@ -9,6 +9,8 @@ source "$root/tests/setup.sh"
 bash "$root/host/vendor/check.sh"
 
 cargo build --release --workspace --bins
+# Instruction counts under callgrind: fails when one rose more than 5 % over the baseline.
+bash "$root/tests/instructions.sh"
 if command -v cargo-nextest >/dev/null 2>&1; then
     cargo nextest run --release --workspace --no-fail-fast "$@"
 else

@@ -5,7 +5,8 @@
 # promtool (Debian's prometheus package) for the alert-rule tests unless NEEDS_PROMTOOL=0;
 # headless Chromium and ChromeDriver (Debian's chromium, chromium-driver) for the console's
 # browser test unless NEEDS_BROWSER=0; iproute2 and iptables (Debian) for the chaos suite's
-# network faults unless NEEDS_NETLAB=0.
+# network faults unless NEEDS_NETLAB=0; valgrind (Debian) for the instruction counts unless
+# NEEDS_VALGRIND=0.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 
@@ -55,6 +56,17 @@ if [ "${NEEDS_NETLAB:-1}" = 1 ] && ! { command -v ip >/dev/null 2>&1 && command 
         || { $sudo apt-get update >/dev/null && $sudo apt-get install -y --no-install-recommends iproute2 iptables >/dev/null; }
 fi
 [ "${NEEDS_NETLAB:-1}" != 1 ] || command -v iptables >/dev/null 2>&1 || { echo "setup: iptables is still not on PATH" >&2; exit 1; }
+
+# The instruction-count step (tests/instructions.sh) runs the benches under valgrind's callgrind.
+if [ "${NEEDS_VALGRIND:-1}" = 1 ] && ! command -v valgrind >/dev/null 2>&1; then
+    echo "setup: installing valgrind (apt-get)" >&2
+    sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    export DEBIAN_FRONTEND=noninteractive
+    $sudo apt-get install -y --no-install-recommends valgrind >/dev/null \
+        || { $sudo apt-get update >/dev/null && $sudo apt-get install -y --no-install-recommends valgrind >/dev/null; }
+fi
+[ "${NEEDS_VALGRIND:-1}" != 1 ] || command -v valgrind >/dev/null 2>&1 || { echo "setup: valgrind is still not on PATH" >&2; exit 1; }
 
 # shellcheck disable=SC2086 # a list of languages
 "$root/guests/build.sh" ${GUEST_LANGUAGES:-}

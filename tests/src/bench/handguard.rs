@@ -70,11 +70,7 @@ pub(super) async fn run(
     n: usize,
     samples: usize,
 ) -> anyhow::Result<Figures> {
-    let subjects = format!("{name}.>");
-    let consumer = super::pull_consumer(js, &format!("HAND_{name}"), &subjects, "guard").await?;
-    let stores = stores(js, name, guard).await?;
-    let settled = Arc::new(AtomicU64::new(0));
-    let worker = tokio::spawn(consume(consumer, stores, guard, ack, settled.clone()));
+    let (worker, settled) = start(js, name, guard, ack).await?;
     let wait = |target: u64, probe: bool| {
         let settled = settled.clone();
         async move {
@@ -120,6 +116,22 @@ pub(super) async fn run(
         latency: percentiles(&mut lat),
         cpu_per_message,
     })
+}
+
+/// Starts the hand-written guard on subjects `<name>.>`: the task that consumes (abort it to
+/// stop) and the count of messages it has settled.
+pub(super) async fn start(
+    js: &Context,
+    name: &str,
+    guard: Guard,
+    ack: Ack,
+) -> anyhow::Result<(tokio::task::JoinHandle<anyhow::Result<()>>, Arc<AtomicU64>)> {
+    let subjects = format!("{name}.>");
+    let consumer = super::pull_consumer(js, &format!("HAND_{name}"), &subjects, "guard").await?;
+    let stores = stores(js, name, guard).await?;
+    let settled = Arc::new(AtomicU64::new(0));
+    let worker = tokio::spawn(consume(consumer, stores, guard, ack, settled.clone()));
+    Ok((worker, settled))
 }
 
 /// Creates what `guard` writes to: the claim bucket, or the fenced stream, and the stream

@@ -1,10 +1,13 @@
 //! Benchmarks (not tests): each reports figures and ratios against a baseline measured in the
 //! same run, because these machines are noisy.
 
+pub mod callgrind;
 pub mod console;
+pub mod counts;
 pub mod exclusive;
 pub mod fairness;
 pub mod fenced;
+pub mod floor;
 pub mod handguard;
 pub mod hotload;
 pub mod invoke;

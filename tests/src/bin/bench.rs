@@ -1,5 +1,5 @@
 //! `dedup-bench`: runs dedup-host's benchmarks:
-//! `dedup-bench invoke [ITERATIONS]`, `dedup-bench pipeline [MESSAGES] [LATENCY_SAMPLES]`, `dedup-bench fairness [MESSAGES]`,
+//! `dedup-bench invoke [ITERATIONS]`, `dedup-bench floor [ITERATIONS]`, `dedup-bench counts BENCH [UNITS]`, `dedup-bench pipeline [MESSAGES] [LATENCY_SAMPLES]`, `dedup-bench fairness [MESSAGES]`,
 //! `dedup-bench deploy [DEPLOYS]`, `dedup-bench load [GUEST...]`,
 //! `dedup-bench languages [ITERATIONS] [LANGUAGE...]`, `dedup-bench ops [MESSAGES] [ROUNDS] [AUDITED]`,
 //! `dedup-bench exclusive [MESSAGES] [ROUNDS]`, `dedup-bench scale [MESSAGES]`,
@@ -39,6 +39,11 @@ async fn main() -> anyhow::Result<()> {
         "tracing" => bench::tracing::run(number(1, 20_000)?, number(2, 3)?).await,
         "shadow" => bench::shadow::run(number(1, 20_000)?, number(2, 3)?).await,
         "console" => bench::console::run(number(1, 20_000)?, number(2, 3)?).await,
+        "floor" => bench::floor::run(number(1, 20_000)?).await,
+        "counts" => {
+            let which = args.get(1).map(String::as_str).unwrap_or("");
+            bench::counts::run(which, args.get(2).map(|s| s.parse()).transpose()?).await
+        }
         "deploy" => bench::hotload::deploy_latency(number(1, 10)?).await,
         "load" => {
             let guests: Vec<&str> = args[1..].iter().map(String::as_str).collect();
@@ -50,7 +55,7 @@ async fn main() -> anyhow::Result<()> {
             bench::hotload::load_times(&guests, 5)
         }
         other => anyhow::bail!(
-            "unknown benchmark `{other}`; choose: invoke, pipeline, fenced, fairness, deploy, load, languages, ops, exclusive, scale, tracing, shadow, console"
+            "unknown benchmark `{other}`; choose: invoke, floor, counts, pipeline, fenced, fairness, deploy, load, languages, ops, exclusive, scale, tracing, shadow, console"
         ),
     }
 }

@@ -115,3 +115,68 @@ async fn an_instance_the_pool_has_no_room_for_is_made_on_demand() {
         .await
         .expect("a probe on demand");
 }
+
+/// `setup --dry-run` names the server's consumer limit when the config's routes would pass it
+/// (counting the consumers already on the stream), with how to go past it; `setup` then
+/// refuses before creating anything. The stream's own `max_consumers` keeps the case small.
+#[tokio::test]
+async fn setup_dry_run_names_the_consumer_limit_the_routes_would_pass() {
+    let env = TestEnv::start().await;
+    let text = env.config_text(&Timing::default(), &routes(4));
+    let config = env.config(&Timing::default(), &routes(4));
+    let stream = env
+        .js
+        .create_stream(async_nats::jetstream::stream::Config {
+            name: config.source.stream.clone(),
+            subjects: config.source_subjects(),
+            max_consumers: 5,
+            ..Default::default()
+        })
+        .await
+        .expect("source stream");
+    stream
+        .create_consumer(async_nats::jetstream::consumer::pull::Config {
+            durable_name: Some("another-team".into()),
+            ..Default::default()
+        })
+        .await
+        .expect("another team's consumer");
+    let own = dedup_host::consumer_limit::wanted(&config)[0].1.len();
+    assert!(own <= 5, "the routes alone fit: {own} consumers");
+    let path = env.path("limit.toml");
+    std::fs::write(&path, text).unwrap();
+    let setup = |extra: &[&str]| {
+        let out = std::process::Command::new(dedup_host_tests::guests::host_binary())
+            .args(["setup", "--config"])
+            .arg(&path)
+            .args(extra)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    let (code, stderr) = setup(&["--dry-run"]);
+    assert_eq!(code, Some(1), "{stderr}");
+    let expected = format!(
+        "stream `{}` would hold {} consumers ({own} for this config's routes and partitions, 1 already there for others), past the server's limit of 5 (the stream's max_consumers",
+        config.source.stream,
+        own + 1
+    );
+    assert!(stderr.contains(&expected), "{stderr}");
+    assert!(stderr.contains("several source streams"), "{stderr}");
+    let (code, stderr) = setup(&[]);
+    assert_eq!(code, Some(1), "{stderr}");
+    let info = env
+        .js
+        .get_stream(&config.source.stream)
+        .await
+        .unwrap()
+        .info()
+        .await
+        .unwrap()
+        .state
+        .consumer_count;
+    assert_eq!(info, 1, "setup created no consumer: {stderr}");
+}

@@ -1,0 +1,215 @@
+//! Instruction-count benches: `dedup-bench counts BENCH [N]`, run under
+//! `valgrind --tool=callgrind` by `tests/instructions.sh`, which compares the counts with
+//! `tests/instructions.baseline`. Each bench warms up, then marks its measured part with
+//! callgrind dumps ([`super::callgrind`]): the dump named `work` holds the instructions of
+//! exactly `N` units of work, across every thread of the process (the host runs in it; the
+//! nats-server is another process, not counted). Where the work includes publishing the
+//! messages (the host benches), a dump named `base` holds the same client publishing alone,
+//! and the script subtracts it, so the figure is the host side per message.
+//!
+//! Outside valgrind the benches still run (the dumps do nothing), which checks they work.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream::{self, Context};
+use dedup_host::routes::{Guest, Routes};
+use dedup_host::runtime::engine::PoolTotals;
+use dedup_host::runtime::{EngineSettings, Handler, InvokeOptions, Outcome, Runtime};
+use dedup_host::serve;
+
+use super::callgrind::dump;
+use super::floor::{event, Floor};
+use super::handguard::{self, Ack, Guard};
+use super::pipeline::{guarded_config, Effects};
+use super::publish_many;
+use crate::guests::guest;
+use crate::nats::NatsServer;
+
+/// Every bench, with its default unit count under callgrind (kept small: callgrind runs
+/// code about 50 times slower). No Python or JavaScript: the compile cache is keyed by the
+/// CPU features the engine detects, which differ under valgrind, so their components would
+/// be compiled under callgrind (more than ten minutes).
+pub const BENCHES: &[(&str, usize)] = &[
+    ("invoke-rust", 200),
+    ("invoke-c", 200),
+    ("floor-rust", 200),
+    ("floor-c", 200),
+    ("guard", 300),
+    ("pipeline", 300),
+    ("fenced", 300),
+    ("hand-2b", 300),
+    ("hand-2c", 300),
+];
+
+/// Messages (or invocations) each bench runs before its measured part.
+const WARM_UP: usize = 100;
+
+/// The conformance guests' options: mode `upper` (what the language benches run).
+pub fn upper() -> InvokeOptions {
+    InvokeOptions {
+        config: Arc::new([("mode".to_string(), "upper".to_string())].into()),
+        ..InvokeOptions::default()
+    }
+}
+
+/// The host's engine with a pool of 16 instances: valgrind lets a process reserve far less
+/// address space than the default pool's 144 GiB. Slot size and code settings are the
+/// default's, so the instructions per invocation are the same.
+fn engine_settings() -> EngineSettings {
+    EngineSettings {
+        pool: PoolTotals::for_instances(16),
+        ..EngineSettings::default()
+    }
+}
+
+/// Runs bench `which` with `units` units of work (its default when `None`), printing
+/// `counts: BENCH UNITS` for the script.
+pub async fn run(which: &str, units: Option<usize>) -> anyhow::Result<()> {
+    let Some(&(_, default)) = BENCHES.iter().find(|(name, _)| *name == which) else {
+        let names: Vec<&str> = BENCHES.iter().map(|(name, _)| *name).collect();
+        anyhow::bail!("unknown count bench `{which}`; choose one of {names:?}");
+    };
+    let n = units.unwrap_or(default);
+    match which {
+        "floor-rust" | "floor-c" => floor(&which.replace("floor", "conformance"), n).await?,
+        "guard" => host(Hosted::Noop, n).await?,
+        "pipeline" => host(Hosted::Wasm(Effects::Window), n).await?,
+        "fenced" => host(Hosted::Wasm(Effects::Fenced), n).await?,
+        "hand-2b" => hand(Guard::Record, n).await?,
+        "hand-2c" => hand(Guard::Output, n).await?,
+        _ => invoke(&which.replace("invoke", "conformance"), n).await?,
+    }
+    println!("counts: {which} {n}");
+    Ok(())
+}
+
+/// `n` host invocations of guest `name` (limits armed, as the host runs them). Compiled
+/// components are cached in the temp dir, so only the first run of a language compiles.
+async fn invoke(name: &str, n: usize) -> anyhow::Result<()> {
+    let cache = std::env::temp_dir().join("dedup-counts-cache");
+    std::fs::create_dir_all(&cache)?;
+    let runtime = Runtime::new(&engine_settings())?.with_cache(&cache)?;
+    let handler = runtime.load_file(&guest(name))?;
+    let options = upper();
+    for i in 0..WARM_UP.min(n) {
+        invoke_once(&handler, &options, i).await?;
+    }
+    dump("warm");
+    for i in 0..n {
+        invoke_once(&handler, &options, i).await?;
+    }
+    dump("work");
+    Ok(())
+}
+
+/// One invocation of `handler` on event `i`, which must succeed.
+async fn invoke_once(handler: &Handler, options: &InvokeOptions, i: usize) -> anyhow::Result<()> {
+    let outcome = handler.invoke(event(i), options).await.outcome;
+    anyhow::ensure!(
+        matches!(outcome, Outcome::Success(_)),
+        "{}: unexpected {outcome:?}",
+        handler.name()
+    );
+    Ok(())
+}
+
+/// `n` floor calls (2d) of guest `name`.
+async fn floor(name: &str, n: usize) -> anyhow::Result<()> {
+    let floor = Floor::load(name, &engine_settings())?;
+    for i in 0..WARM_UP.min(n) {
+        floor.call(event(i)).await?;
+    }
+    dump("warm");
+    for i in 0..n {
+        floor.call(event(i)).await?;
+    }
+    dump("work");
+    Ok(())
+}
+
+/// What guards the messages of a host bench.
+enum Hosted {
+    /// The host with the no-op guest (scenario (2)).
+    Noop,
+    /// The host with `uppercase` and one output per message (scenarios (3), (5)).
+    Wasm(Effects),
+}
+
+/// The dump named `base`: `n` messages published (as the host benches publish theirs) to a
+/// stream nobody consumes, so the script can take the client's side out of `work`.
+async fn publishing_alone(js: &Context, n: usize) -> anyhow::Result<()> {
+    super::pull_consumer(js, "PUBONLY", "pubonly.>", "idle").await?;
+    let payload = [b'a'; 1024];
+    publish_many(js, "pubonly.warm", "pubonly-warm", WARM_UP, &payload).await?;
+    dump("setup");
+    publish_many(js, "pubonly.x", "pubonly", n, &payload).await?;
+    dump("base");
+    Ok(())
+}
+
+/// Publishes `n` messages on `subject` and waits until `settled()` reaches `target`. Polls
+/// every 20 ms, so the waiting costs few instructions however slowly callgrind runs.
+async fn drain(
+    js: &Context,
+    subject: &str,
+    prefix: &str,
+    n: usize,
+    target: u64,
+    settled: impl Fn() -> u64,
+) -> anyhow::Result<()> {
+    publish_many(js, subject, prefix, n, &[b'a'; 1024]).await?;
+    while settled() < target {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(())
+}
+
+/// `n` messages through an in-process host on a fresh nats-server.
+async fn host(hosted: Hosted, n: usize) -> anyhow::Result<()> {
+    let server = NatsServer::start();
+    let js = jetstream::new(server.connect().await);
+    publishing_alone(&js, n).await?;
+    let (name, effects) = match hosted {
+        Hosted::Noop => ("noop", None),
+        Hosted::Wasm(Effects::Fenced) => ("fenced", Some(Effects::Fenced)),
+        Hosted::Wasm(effects) => ("wasm", Some(effects)),
+    };
+    let config = guarded_config(&server, name, effects)?;
+    let running = match hosted {
+        Hosted::Wasm(_) => serve::start(config).await?,
+        Hosted::Noop => {
+            let routes = Routes::with_guest(&config, Guest::Noop);
+            serve::start_with_routes(config, routes, None).await?
+        }
+    };
+    let processed = || running.stats().processed;
+    let subject = |part: &str| format!("g{name}.in.{part}");
+    let warm = WARM_UP as u64;
+    drain(&js, &subject("warm"), "warm", WARM_UP, warm, processed).await?;
+    dump("warm");
+    drain(&js, &subject("x"), "x", n, warm + n as u64, processed).await?;
+    dump("work");
+    running.shutdown().await?;
+    Ok(())
+}
+
+/// `n` messages through the hand-written guard `guard` with a plain ack ((2b), (2c)).
+async fn hand(guard: Guard, n: usize) -> anyhow::Result<()> {
+    let server = NatsServer::start();
+    let js = jetstream::new(server.connect().await);
+    publishing_alone(&js, n).await?;
+    let (worker, settled) = handguard::start(&js, "hand", guard, Ack::Plain).await?;
+    let count = |settled: &Arc<AtomicU64>| {
+        let settled = settled.clone();
+        move || settled.load(Ordering::Relaxed)
+    };
+    let warm = WARM_UP as u64;
+    drain(&js, "hand.warm", "warm", WARM_UP, warm, count(&settled)).await?;
+    dump("warm");
+    drain(&js, "hand.x", "x", n, warm + n as u64, count(&settled)).await?;
+    dump("work");
+    worker.abort();
+    Ok(())
+}
