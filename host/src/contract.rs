@@ -67,6 +67,27 @@ pub struct ContractRecord {
     pub consumer: Option<String>,
 }
 
+impl ContractRecord {
+    /// The deployment that recorded this contract of `route`, when it is another than
+    /// `config`'s. Names compare exactly, with one exception: when both are default (`auto-`)
+    /// names and the record names the consumer `config` gives the route, it is this
+    /// deployment under a former default name (same consumer, same claim keys): a rolling
+    /// restart or `setup` with a config that adds a source subject (or, with `[source]
+    /// subjects` unset, a route) renames it while hosts of the old config still serve.
+    pub fn other_owner(&self, config: &Config, route: &str) -> Option<&str> {
+        let owner = self.deployment.as_deref()?;
+        if !config.is_other_deployment(owner) {
+            return None;
+        }
+        let default = |name: &str| crate::config::DeploymentConfig::is_default(name);
+        let consumer = crate::consumers::route_consumer_name(config, route);
+        let former = default(owner)
+            && default(&config.deployment_name())
+            && self.consumer.as_deref() == Some(consumer.as_str());
+        (!former).then_some(owner)
+    }
+}
+
 /// A contract change under way (`dedup-host setup --change-route`), stored beside the record
 /// (field `changing`, which hosts that predate it ignore). The change writes it, by revision,
 /// before it looks for serving hosts, and the record it ends with clears it: a host that
@@ -363,15 +384,13 @@ async fn settle(
         let over = match (found, writer) {
             (Lookup::Recorded(recorded, _), _) => {
                 // A reload or a start of another deployment's config never takes it as its own.
-                if let Some(owner) = recorded.deployment.as_deref() {
-                    if config.is_other_deployment(owner) {
-                        return Err(ContractError::Owned {
-                            route: route.name.clone(),
-                            bucket: store.name.clone(),
-                            owner: owner.to_string(),
-                            mine: config.deployment_name(),
-                        });
-                    }
+                if let Some(owner) = recorded.other_owner(config, &route.name) {
+                    return Err(ContractError::Owned {
+                        route: route.name.clone(),
+                        bucket: store.name.clone(),
+                        owner: owner.to_string(),
+                        mine: config.deployment_name(),
+                    });
                 }
                 if let Some(other) = other_consumer(&recorded, config, &route.name) {
                     return Err(ContractError::OtherConsumer {

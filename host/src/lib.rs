@@ -32,6 +32,7 @@ pub mod components;
 pub mod config;
 pub mod connect;
 pub mod console;
+pub mod consumer_limit;
 pub mod consumers;
 pub mod contract;
 pub mod contract_change;

@@ -35,7 +35,7 @@ pub const OWNER_KEY: &str = "dedup-host.deployment";
 #[derive(Debug, Error)]
 pub enum Conflict {
     /// It belongs to another deployment.
-    #[error("{kind} `{name}` belongs to deployment `{owner}`, and this config is deployment `{mine}`: refused to {would}. If this config is that deployment, set `[deployment] name = \"{owner}\"` in it; otherwise give it names of its own (another `[source] stream`, another `[source] consumer` for its consumers, or another route name)")]
+    #[error("{kind} `{name}` belongs to deployment `{owner}`, and this config is deployment `{mine}`: refused to {would}. If this config is that deployment, set `[deployment] name = \"{owner}\"` in it; otherwise give it names of its own: another `[source] stream`, or another route name (on a stream another deployment uses, such as the shared default one, a renamed route also needs `dedup-host setup --apply --share-stream <that stream>` to add its subjects)")]
     Owned {
         /// `consumer`, `contract`, `component` or `stream`.
         kind: &'static str,
@@ -305,11 +305,11 @@ async fn contracts(
             });
             continue;
         }
-        match record.deployment {
-            Some(owner) if others.is_other(&owner) => out.push(Conflict::Owned {
+        match record.other_owner(config, &r.name) {
+            Some(owner) if others.is_other(owner) => out.push(Conflict::Owned {
                 kind: "contract",
                 name: format!("{}/{}", store.name, r.name),
-                owner,
+                owner: owner.to_string(),
                 mine: mine.clone(),
                 would: "take it as this config's own".into(),
                 route: Some(r.name.clone()),
@@ -353,11 +353,15 @@ pub async fn component_conflict(
     )
 }
 
-/// Fails with every conflict, one per line, when there is any.
+/// Every conflict a command found, one per line: it was refused and changed nothing.
+#[derive(Debug, Error)]
+#[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n"))]
+pub struct Conflicts(pub Vec<Conflict>);
+
+/// Fails with every conflict ([`Conflicts`]), when there is any.
 pub fn refuse(conflicts: Vec<Conflict>) -> anyhow::Result<()> {
     if conflicts.is_empty() {
         return Ok(());
     }
-    let lines: Vec<String> = conflicts.iter().map(ToString::to_string).collect();
-    anyhow::bail!("{}", lines.join("\n"))
+    Err(Conflicts(conflicts).into())
 }

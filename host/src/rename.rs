@@ -97,7 +97,7 @@ pub async fn rename(
         "consumer `{new_consumer}` of route `{new}` exists already: the route has started under its new name; delete that consumer to rename over it"
     );
     let store = contract::open(js, config).await?;
-    let (recorded, _) = contract::read(&store, old).await?.with_context(|| {
+    let (recorded, revision) = contract::read(&store, old).await?.with_context(|| {
         format!(
             "route `{old}` has no contract in `{}`: nothing to rename",
             store.name
@@ -120,17 +120,49 @@ pub async fn rename(
         "route `{new}` differs from route `{old}`'s contract ({}): rename with the old settings, then change them with `--change-route {new}`",
         differences.join("; ")
     );
-    refuse_while_served(js, config, old).await?;
-
+    // Marked before the probe, as a contract change is: a host that starts `old` after the
+    // probe reads the mark (it reads the record after taking its serving subscription) and
+    // does not start the route.
+    // A mark an earlier change or rename left stays after a refusal: it may have moved part
+    // of what it moves.
+    let earlier = contract::lookup_marked(&store, old).await?.1;
+    let marking = contract::Changing {
+        to: recorded.contract.clone(),
+        since_ms: (earlier.as_ref()).map_or_else(crate::claim::record::now_ms, |m| m.since_ms),
+    };
+    let marked = store
+        .update(old, contract::encode(&recorded, Some(&marking)), revision)
+        .await
+        .with_context(|| format!("route `{old}`'s contract changed meanwhile: {fix} again"))?;
     let claims = &recorded.contract.claims;
     let claim_store = crate::fenced::host_store(js, config).await?;
-    let mut records = Vec::new();
-    for key in claim_keys(js, claims, old).await? {
-        if let Some((record, _)) = claim_store.get(&store_key(claims, &key)).await? {
-            records.push((key, record));
+    let checked = async {
+        refuse_while_served(js, config, old).await?;
+        let mut records = Vec::new();
+        for key in claim_keys(js, claims, old).await? {
+            if let Some((record, _)) = claim_store.get(&store_key(claims, &key)).await? {
+                records.push((key, record));
+            }
         }
+        refuse_unsettled(old, new, &records)?;
+        anyhow::Ok(records)
     }
-    refuse_unsettled(old, new, &records)?;
+    .await;
+    let records = match checked {
+        Ok(records) => records,
+        // Refused, or a check that could not finish: nothing moved yet, so this run's mark
+        // goes.
+        Err(e) if earlier.is_some() => return Err(e),
+        Err(e) => {
+            let unmarked = store
+                .update(old, contract::encode(&recorded, None), marked)
+                .await;
+            return Err(match unmarked {
+                Ok(_) => e,
+                Err(u) => e.context(format!("cannot clear route `{old}`'s changing mark ({u}): hosts do not start `{old}` while it is there; clear it with `dedup-host setup --config <the config that names {old}> --change-route {old}`")),
+            });
+        }
+    };
     let mut claims_copied = 0;
     for (key, record) in records {
         let renamed = format!("{new}{}", &key[old.len()..]);
@@ -214,11 +246,33 @@ fn refuse_unsettled(
     } else {
         String::new()
     };
-    anyhow::bail!(
-        "route `{old}` has {} unsettled claim key(s) ({}{more}): in progress, due again, or dead-lettered after publishing, they may have published outputs under ids of `{old}`, which a run (or a dead letter's replay) under `{new}` would publish again; run a host with the config that still names `{old}` until they settle (completed, or dead-lettered before any output; replay the letters of the others with `dedup-host dead-letters replay --route {old} --all` until they complete; `dedup-host inspect --route {old} --key <key>` shows one), stop it, then run `dedup-host setup --rename-route {old} {new}` again",
-        unsettled.len(),
-        unsettled[..unsettled.len().min(SHOWN)].join(", ")
-    )
+    Err(RenameRefused::Unsettled {
+        old: old.to_string(),
+        new: new.to_string(),
+        count: unsettled.len(),
+        keys: format!(
+            "{}{more}",
+            unsettled[..unsettled.len().min(SHOWN)].join(", ")
+        ),
+    }
+    .into())
+}
+
+/// Why a rename was refused after checking the server; nothing was changed.
+#[derive(Debug, thiserror::Error)]
+pub enum RenameRefused {
+    /// Keys of the old route are not settled ([`refuse_unsettled`]).
+    #[error("route `{old}` has {count} unsettled claim key(s) ({keys}): in progress, due again, or dead-lettered after publishing, they may have published outputs under ids of `{old}`, which a run (or a dead letter's replay) under `{new}` would publish again; run a host with the config that still names `{old}` until they settle (completed, or dead-lettered before any output; replay the letters of the others with `dedup-host dead-letters replay --route {old} --all` until they complete; `dedup-host inspect --route {old} --key <key>` shows one), stop it, then run `dedup-host setup --rename-route {old} {new}` again")]
+    Unsettled {
+        /// The old route name.
+        old: String,
+        /// The new route name.
+        new: String,
+        /// How many keys are unsettled.
+        count: usize,
+        /// The first of them, and how many more.
+        keys: String,
+    },
 }
 
 /// Refuses what another deployment owns (something without an owner is this deployment's).

@@ -201,9 +201,9 @@ pub async fn ensure(js: &Context, config: &Config) -> anyhow::Result<Setup> {
     check_output_windows(js, config).await?;
     refuse_silent_rename(js, config).await?;
     let claims = ensure_bucket(js, config).await?;
-    // Every check passed: what a former default name of this deployment owns moves to its
-    // current name (before the routes agree with their contracts).
-    crate::ownership::migrate(js, config).await?;
+    // What a former default name of this deployment owns is not moved here: only an explicit
+    // `setup` moves it ([`crate::ownership::migrate`]). Hosts of the old and the new config
+    // run side by side in a rolling restart, and each start would move it back and forth.
     Ok(Setup { source, claims })
 }
 

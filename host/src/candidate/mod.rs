@@ -38,13 +38,24 @@ const SHADOW_SLOTS: usize = 2;
 /// re-run after a partial publish could land on the other version (window output ids are the
 /// same for every version: one version's output dropped as a duplicate, another's stored
 /// twice). A shadow publishes nothing, so it may.
-pub fn refusal(route: &str, claim_after: bool, mode: &Mode) -> Option<String> {
+pub fn refusal(route: &str, claim_after: bool, mode: &Mode) -> Option<ClaimAfterCanary> {
     match (claim_after, mode) {
-        (true, Mode::Canary { percent }) => Some(format!(
-            "route `{route}` claims after running (`claim = \"after\"`), so a canary ({percent}% of keys) cannot keep a key on the version that began its outputs: a re-run after a partial publish could mix two versions' effects; run the new version as a shadow first (`dedup-host deploy --route {route} --shadow FILE`, or `mode = \"shadow\"` beside a component file), then deploy it as the live version (`--component FILE`), or serve the route with `claim = \"before\"` to canary it"
-        )),
+        (true, Mode::Canary { percent }) => Some(ClaimAfterCanary {
+            route: route.to_string(),
+            percent: *percent,
+        }),
         _ => None,
     }
+}
+
+/// A canary refused on a claim-after route ([`refusal`]); nothing was deployed.
+#[derive(Debug, thiserror::Error)]
+#[error("route `{route}` claims after running (`claim = \"after\"`), so a canary ({percent}% of keys) cannot keep a key on the version that began its outputs: a re-run after a partial publish could mix two versions' effects; run the new version as a shadow first (`dedup-host deploy --route {route} --shadow FILE`, or `mode = \"shadow\"` beside a component file), then deploy it as the live version (`--component FILE`), or serve the route with `claim = \"before\"` to canary it")]
+pub struct ClaimAfterCanary {
+    /// The route.
+    pub route: String,
+    /// The canary's share of keys.
+    pub percent: u8,
 }
 
 /// What a host asks of the candidate's object once it has decided (on its own figures).

@@ -62,8 +62,8 @@ pub async fn deploy(args: DeployArgs) -> anyhow::Result<ExitCode> {
     if let Some((_, mode)) = &candidate {
         let after = crate::config::ClaimMode::After;
         let after = (config.routes.iter()).any(|r| r.name == args.route && r.claim == after);
-        if let Some(reason) = crate::candidate::refusal(&args.route, after, mode) {
-            anyhow::bail!(reason);
+        if let Some(refused) = crate::candidate::refusal(&args.route, after, mode) {
+            return Err(refused.into());
         }
     }
     if let (Some(_), Some(live)) = (&candidate, super::route_file(&config, &args.route)?) {

@@ -124,7 +124,7 @@ impl Cli {
         // (flags, the config, NATS). `main` turns every other error into 2.
         match result {
             Err(e) if refused(&e) => {
-                eprintln!("dedup-host: refused: {}", crate::text::error_chain(&e));
+                eprint!("{}", refusal_text(&crate::text::error_chain(&e)));
                 Ok(std::process::ExitCode::from(1))
             }
             other => other,
@@ -134,13 +134,25 @@ impl Cli {
 
 /// Whether `error` is a refusal: a check against what the server holds declined the command
 /// before it changed anything (another deployment's item, a route still served, keys not
-/// settled, letters that are not this deployment's).
+/// settled, letters that are not this deployment's, a canary on a claim-after route).
 fn refused(error: &anyhow::Error) -> bool {
     error.chain().any(|cause| {
         cause.is::<crate::ops::letters::LetterError>()
             || cause.is::<crate::contract_change::ChangeError>()
             || cause.is::<crate::ownership::Conflict>()
+            || cause.is::<crate::ownership::Conflicts>()
+            || cause.is::<crate::ownership::ComponentOwned>()
+            || cause.is::<crate::rename::RenameRefused>()
+            || cause.is::<crate::candidate::ClaimAfterCanary>()
     })
+}
+
+/// A refusal as printed: every line of it (a refusal may list several conflicts, one a
+/// line) starts with `dedup-host: refused: `, so each reads on its own and greps as one.
+fn refusal_text(text: &str) -> String {
+    text.lines()
+        .map(|line| format!("dedup-host: refused: {line}\n"))
+        .collect()
 }
 
 /// Parses a `KEY=VALUE` flag value.
@@ -182,4 +194,37 @@ pub(crate) fn store_route(config: &crate::config::Config, route: &str) -> anyhow
         anyhow::bail!("route `{route}` is served from the component directory (`components.dir`): copy the component to `{}` instead (hosts take it once it stops changing), or remove `components.dir` to serve routes from the object store", file.display());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_line_of_a_refusal_is_prefixed() {
+        assert_eq!(
+            refusal_text("route `a`: first conflict\nsecond conflict"),
+            "dedup-host: refused: route `a`: first conflict\ndedup-host: refused: second conflict\n"
+        );
+    }
+
+    #[test]
+    fn typed_refusals_are_refusals() {
+        let conflicts = crate::ownership::refuse(vec![crate::ownership::Conflict::Owned {
+            kind: "consumer",
+            name: "c".into(),
+            owner: "other".into(),
+            mine: "mine".into(),
+            would: "rebind it".into(),
+            route: Some("r".into()),
+        }])
+        .unwrap_err()
+        .context("route `r`: its component was not changed");
+        assert!(refused(&conflicts));
+        let canary =
+            crate::candidate::refusal("r", true, &crate::candidate::Mode::Canary { percent: 10 })
+                .expect("refused");
+        assert!(refused(&anyhow::Error::new(canary)));
+        assert!(!refused(&anyhow::anyhow!("cannot connect to NATS")));
+    }
 }

@@ -100,6 +100,15 @@ pub async fn run(args: SetupArgs) -> anyhow::Result<ExitCode> {
         eprintln!("dedup-host setup: nothing set up: {unservable}");
         return Ok(ExitCode::from(1));
     }
+    // The server's consumer limit per stream, named before anything is created.
+    let over_limit = crate::consumer_limit::check(&js, &config).await?;
+    for over in &over_limit {
+        eprintln!("dedup-host setup: consumer limit: {}", over.message());
+    }
+    if !over_limit.is_empty() && !args.dry_run {
+        eprintln!("dedup-host setup: nothing set up");
+        return Ok(ExitCode::from(1));
+    }
     let items = provision::provision(&js, &config, args.dry_run).await?;
     client.flush().await?;
     if args.json {
@@ -131,6 +140,9 @@ pub async fn run(args: SetupArgs) -> anyhow::Result<ExitCode> {
     }
     if differs > 0 {
         eprintln!("dedup-host setup: {differs} item(s) differ from the config or belong to another deployment, so nothing was created or changed; `dedup-host setup --plan` shows the changes that fix them on the server and `--apply` makes the safe ones (a contract changes with `--change-route R`)");
+        return Ok(ExitCode::from(1));
+    }
+    if !over_limit.is_empty() {
         return Ok(ExitCode::from(1));
     }
     Ok(ExitCode::SUCCESS)

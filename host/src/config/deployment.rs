@@ -13,7 +13,7 @@ use super::Config;
 pub struct DeploymentConfig {
     /// Its name, recorded as the owner of what it creates. Unset: `auto-<hash>` of the source
     /// stream and the subjects it captures (see [`Config::deployment_name`]); when those
-    /// change, set-up and host start move what the former default name owns to the new one.
+    /// change, an explicit `setup` moves what the former default name owns to the new one.
     /// Set it to adopt what another name recorded.
     pub name: Option<String>,
 }
@@ -46,7 +46,7 @@ impl Config {
     /// Whether `owner`, recorded on the server, is another deployment than this config's:
     /// names compare exactly. A default name changes with the source subjects, so a
     /// deployment's own former default name is recognised by what it owns, not here, and
-    /// moved to the current name by set-up and host start ([`crate::ownership`]).
+    /// moved to the current name by an explicit `setup` ([`crate::ownership`]).
     pub fn is_other_deployment(&self, owner: &str) -> bool {
         owner != self.deployment_name()
     }

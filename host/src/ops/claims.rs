@@ -169,14 +169,12 @@ impl Claims {
         };
         let found = match recorded {
             Some((record, _)) => {
-                if let Some(owner) = record.deployment.as_deref() {
-                    if self.config.is_other_deployment(owner) {
-                        return Err(LocateError::Owned {
-                            route: route.to_string(),
-                            owner: owner.to_string(),
-                            mine: self.config.deployment_name(),
-                        });
-                    }
+                if let Some(owner) = record.other_owner(&self.config, route) {
+                    return Err(LocateError::Owned {
+                        route: route.to_string(),
+                        owner: owner.to_string(),
+                        mine: self.config.deployment_name(),
+                    });
                 }
                 RouteClaims {
                     place: parse(route, &record.contract.claims)?,

@@ -24,9 +24,19 @@ use crate::candidate::{files, store as candidates};
 use crate::claim::ClaimStore;
 use crate::routes::{Guest, Route};
 
-/// The nak delay of a key pinned to a version this host has not loaded yet: about the time
-/// a host takes to notice and compile a new version.
-const NOT_LOADED_RETRY: Duration = Duration::from_secs(1);
+/// The longest nak delay of a key pinned to a version this host has not loaded ([`not_loaded_ceiling`]).
+const NOT_LOADED_RETRY_MAX: Duration = Duration::from_secs(60);
+
+/// The nak delay ceiling of the `delivered`-th delivery of a key pinned to a version that is
+/// offered but not loaded on this host: the outage backoff of its deliveries
+/// ([`infra_retry_ceiling`](dedup_delivery::backoff::infra_retry_ceiling)), 1 s at first
+/// (about the time a host takes to notice and compile a new version), doubling up to
+/// [`NOT_LOADED_RETRY_MAX`]. A version this host cannot load (it fails to compile here, or
+/// its file here differs) never loads: each retry costs a claim and a release (two KV
+/// writes) and a warning, and must not come every second forever.
+fn not_loaded_ceiling(delivered: u64) -> Duration {
+    dedup_delivery::backoff::infra_retry_ceiling(delivered).min(NOT_LOADED_RETRY_MAX)
+}
 
 /// The installed version of `route` whose digest is `digest`: the live one or its
 /// candidate (even one this host has decided to roll back or promote: it is still loaded).
@@ -59,7 +69,10 @@ impl<S: ClaimStore> Shared<S> {
             Ok(false) => self.give_up(c, reason).await,
             Ok(true) => {
                 let why = format!("version {digest}, which began this key's effects, is not loaded on this host yet");
-                self.release_after(c, &why, NOT_LOADED_RETRY).await
+                let ceiling = not_loaded_ceiling(c.d.delivered);
+                let delay =
+                    dedup_delivery::backoff::jittered(ceiling, rand::random_range(0.0..=1.0));
+                self.release_after(c, &why, delay).await
             }
             Err(e) => {
                 let why = format!("cannot tell whether version {digest}, which began this key's effects, is still installed: {e:#}");
@@ -69,7 +82,9 @@ impl<S: ClaimStore> Shared<S> {
     }
 
     /// Whether version `digest` is still offered to `route`'s hosts: its live version or a
-    /// running candidate, in its files or in the components bucket.
+    /// running candidate, in its files or in the components bucket. A route served from
+    /// files (`component`, `components.dir`) is decided from this host's files alone: another
+    /// host's files may offer a version this host's do not, and the other way round.
     async fn offered(&self, route: &Route, digest: &str) -> anyhow::Result<bool> {
         if let Some(live) = &route.component_file {
             return Ok(offered_in_files(live, digest).await);
@@ -121,4 +136,26 @@ pub(super) fn gone(route: &str, key: &str, digest: &str) -> String {
     format!(
         "key `{key}` of route `{route}`: version {digest} may have published some of its outputs already and is no longer installed (rolled back, promoted away or replaced), so no other version runs it; to finish it with that version, install it again (as the live version or a canary) and replay this letter; to run it on the current version, accepting that outputs already stored stay, delete the claim key (see `Dedup-Claim-Key`) and replay"
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_pinned_to_a_version_not_loaded_here_backs_off_with_its_deliveries() {
+        assert_eq!(not_loaded_ceiling(1), Duration::from_secs(1));
+        assert_eq!(not_loaded_ceiling(2), Duration::from_secs(2));
+        assert_eq!(not_loaded_ceiling(4), Duration::from_secs(8));
+        for delivered in 1..200 {
+            assert!(not_loaded_ceiling(delivered + 1) >= not_loaded_ceiling(delivered));
+            assert!(not_loaded_ceiling(delivered) <= NOT_LOADED_RETRY_MAX);
+        }
+        assert_eq!(not_loaded_ceiling(100), NOT_LOADED_RETRY_MAX);
+        // 100 deliveries last over 40 minutes, not 100 seconds.
+        let total: Duration = (1..=100)
+            .map(|d| dedup_delivery::backoff::jittered(not_loaded_ceiling(d), 0.0))
+            .sum();
+        assert!(total > Duration::from_secs(40 * 60), "{total:?}");
+    }
 }

@@ -315,7 +315,7 @@ async fn a_canary_of_a_claim_after_route_is_refused_by_deploy_and_by_the_hosts()
     let canary = guest("hostile").display().to_string();
     let args = ["deploy", "--route", "after", "--canary", "20%", &canary];
     let refused = run(args.map(String::from).to_vec()).await.unwrap();
-    assert_ne!(refused.code, 0, "{refused:?}");
+    assert_eq!(refused.code, 1, "a refusal: {refused:?}");
     assert!(
         refused
             .stderr

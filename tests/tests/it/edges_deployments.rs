@@ -12,6 +12,8 @@ use dedup_host_tests::guests::guest;
 use dedup_host_tests::harness::{wait_for, TestEnv, Timing, CONSUMER, SOURCE};
 use futures::StreamExt;
 
+mod former_names;
+
 /// A team's config as the quick start writes it: the default source stream, one route named
 /// `handler` on `<prefix>.*`, its component deployed through the store.
 fn team(env: &TestEnv, prefix: &str) -> (PathBuf, Config) {

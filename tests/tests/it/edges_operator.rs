@@ -441,3 +441,123 @@ async fn dev_logs_version_swaps_but_not_every_message_when_rust_log_is_unset() {
         "no line per message by default: {log}"
     );
 }
+
+/// A team's config as the quick start writes it: the default source stream, one route named
+/// `handler` on `<prefix>.*` served from the object store.
+fn team(env: &TestEnv, prefix: &str) -> std::path::PathBuf {
+    let text = format!(
+        "[nats]\nurls = [\"{url}\"]\n\n[source]\nsubjects = [\"{prefix}.*\"]\nack_wait = \"2s\"\n\n[claims]\nlease = \"2s\"\nheartbeat = \"500ms\"\nstorage = \"memory\"\n\n[[routes]]\nname = \"handler\"\nsubject = \"{prefix}.*\"\n",
+        url = env.server().url(),
+    );
+    let path = env.path(&format!("{prefix}.toml"));
+    std::fs::write(&path, text).expect("write config");
+    path
+}
+
+/// `run` exited 1 as a refusal, and every line of the refusal (it may list several
+/// conflicts, one a line) starts with `dedup-host: refused: `.
+fn assert_refused(run: &dedup_host_tests::guests::CliRun, what: &str) {
+    assert_eq!(run.code, 1, "{what} is a refusal: {run:?}");
+    let lines: Vec<&str> = (run.stderr.lines())
+        .skip_while(|l| !l.starts_with("dedup-host: refused: "))
+        .collect();
+    assert!(!lines.is_empty(), "{what} says it was refused: {run:?}");
+    for line in lines {
+        assert!(
+            line.starts_with("dedup-host: refused: "),
+            "{what}: every line of the refusal is prefixed: {line:?} in {run:?}"
+        );
+    }
+}
+
+/// A second team's `deploy` and `undeploy` of a route another deployment's component holds,
+/// and its `run` while the first team's consumer and contract exist, are refusals: exit 1,
+/// every line of the (multi-line) refusal prefixed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_teams_deploy_undeploy_and_run_exit_1_with_every_line_prefixed() {
+    let env = TestEnv::start().await;
+    let (one, two) = (team(&env, "shipping"), team(&env, "billing"));
+    let hostile = guest("hostile").display().to_string();
+    let deploy = ["deploy", "--route", "handler", "--component", &hostile];
+
+    // Team 1 deployed its component before setting up: the object records it as theirs.
+    let deployed = cli(&one, &deploy);
+    assert_eq!(deployed.code, 0, "{deployed:?}");
+    let refused = cli(&two, &deploy);
+    assert_refused(&refused, "a deploy over another deployment's component");
+    assert!(refused.stderr.contains("its component was not changed"));
+    let refused = cli(&two, &["undeploy", "--route", "handler"]);
+    assert_refused(&refused, "an undeploy of another deployment's component");
+
+    // Team 1 set up: its consumer and contract refuse team 2's commands and host.
+    let setup = cli(&one, &["setup"]);
+    assert_eq!(setup.code, 0, "{setup:?}");
+    let refused = cli(&two, &deploy);
+    assert_refused(&refused, "a deploy over another deployment's consumer");
+    let mut run = Command::new(host_binary())
+        .args(["run", "--config"])
+        .arg(&two)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn dedup-host run");
+    let status = wait_exit(&mut run, Duration::from_secs(60), "team 2's run");
+    let mut stderr = String::new();
+    run.stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    let run = dedup_host_tests::guests::CliRun {
+        code: status.code().unwrap_or(-1),
+        stdout: String::new(),
+        stderr,
+    };
+    assert_refused(&run, "a host of another deployment's consumer");
+    assert!(
+        run.stderr.contains("belongs to deployment"),
+        "names the owner: {run:?}"
+    );
+}
+
+/// A rename refused because a key of the old route is unsettled exits 1, and leaves the old
+/// route's contract record without the `changing` mark it wrote before its checks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rename_refused_for_unsettled_keys_exits_1_and_clears_its_mark() {
+    use dedup_host::claim::key;
+    use dedup_host_tests::harness::BUCKET;
+
+    let env = TestEnv::start().await;
+    let host = env
+        .host(&Timing::default(), &mv_route("old", ""), "op-ren")
+        .await;
+    settled(&env, "old", "a", "spin-sleep:0:0", ClaimState::Completed).await;
+    host.shutdown().await.unwrap();
+    // Key `z` was left in progress by a host that died mid-run.
+    let mut unsettled = env.claim("old", "a").await.unwrap();
+    unsettled.state = ClaimState::InProgress;
+    unsettled.outputs.clear();
+    let kv = env.js.get_key_value(BUCKET).await.unwrap();
+    kv.put(key::encode("old", "z"), unsettled.to_bytes())
+        .await
+        .unwrap();
+
+    let renamed = write_config(&env, &mv_route("new", ""), "op-ren-new", "");
+    let rename = cli(&renamed, &["setup", "--rename-route", "old", "new"]);
+    assert_refused(&rename, "a rename with an unsettled key");
+    assert!(
+        rename.stderr.contains("1 unsettled claim key(s)"),
+        "{rename:?}"
+    );
+    let config = env.config(&Timing::default(), &mv_route("old", ""));
+    let contracts = (env.js)
+        .get_key_value(dedup_host::contract::bucket_name(&config))
+        .await
+        .unwrap();
+    let record = contracts.get("old").await.unwrap().expect("old's contract");
+    assert!(
+        !dedup_host::contract::is_marked(&record),
+        "the refused rename cleared its mark: {}",
+        String::from_utf8_lossy(&record)
+    );
+}
