@@ -12,7 +12,7 @@ use async_nats::jetstream::AckKind;
 use super::delays::{outage_retry, outage_retry_uncounted, pool_full_retry};
 use super::effects::{self, DeadLetter, DeadLetterError};
 use super::message::{event, invoked, Delivery};
-use super::settle::trace_context;
+use super::settling::trace_context;
 use super::Shared;
 use crate::claim::after::{found, Found};
 use crate::claim::{ClaimError, ClaimStore};

@@ -25,7 +25,7 @@ use crate::claim::ClaimStore;
 use crate::routes::{Guest, Route};
 
 /// The longest nak delay of a key pinned to a version this host has not loaded ([`not_loaded_ceiling`]).
-const NOT_LOADED_RETRY_MAX: Duration = Duration::from_secs(60);
+const NOT_LOADED_RETRY_MAX: Duration = Duration::from_secs(10);
 
 /// The nak delay ceiling of the `delivered`-th delivery of a key pinned to a version that is
 /// offered but not loaded on this host: the outage backoff of its deliveries
@@ -156,6 +156,6 @@ mod tests {
         let total: Duration = (1..=100)
             .map(|d| dedup_delivery::backoff::jittered(not_loaded_ceiling(d), 0.0))
             .sum();
-        assert!(total > Duration::from_secs(40 * 60), "{total:?}");
+        assert!(total > Duration::from_secs(6 * 60), "{total:?}");
     }
 }

@@ -227,14 +227,3 @@ fn ack_name(kind: &AckKind) -> &'static str {
         AckKind::Term => "term",
     }
 }
-
-/// The event's W3C trace-context headers, carried to its outputs.
-pub(super) fn trace_context(d: &Delivery) -> Vec<(&'static str, &str)> {
-    let Some(headers) = &d.message.headers else {
-        return Vec::new();
-    };
-    [super::message::TRACEPARENT, "tracestate"]
-        .into_iter()
-        .filter_map(|name| headers.get(name).map(|v| (name, v.as_str())))
-        .collect()
-}

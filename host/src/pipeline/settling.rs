@@ -14,7 +14,7 @@ use opentelemetry::KeyValue;
 
 use super::delays::outage_retry_uncounted;
 use super::effects::{self, DeadLetter, DeadLetterError, Outgoing};
-use super::message::Claimed;
+use super::message::{Claimed, Delivery};
 use super::Shared;
 use crate::bindings::Output;
 use crate::metrics::DedupLayer;
@@ -41,7 +41,7 @@ impl<'a, 'c, S: ClaimStore> Settle<'a, 'c, S> {
             send.set(|| vec![KeyValue::new("dedup.outputs", outputs.len() as i64)]);
             let trace = match send.headers() {
                 Some(own) => own.iter().map(|(n, v)| (*n, v.clone())).collect(),
-                None => super::settle::trace_context(c.d)
+                None => trace_context(c.d)
                     .into_iter()
                     .map(|(n, v)| (n, v.to_string()))
                     .collect(),
@@ -80,7 +80,7 @@ impl<'a, 'c, S: ClaimStore> Settle<'a, 'c, S> {
     }
 
     fn make_outgoing(&self) -> Vec<Outgoing> {
-        let trace = super::settle::trace_context(self.c.d);
+        let trace = trace_context(self.c.d);
         effects::prepare_outputs(self.c.lease.key(), self.outputs, &self.c.d.trace, &trace)
     }
 }
@@ -213,4 +213,15 @@ impl<S: ClaimStore> Settling for Settle<'_, '_, S> {
     fn unanswered_delay(&self) -> Duration {
         self.shared.config.claims.lease
     }
+}
+
+/// The event's W3C trace-context headers, carried to its outputs.
+pub(super) fn trace_context(d: &Delivery) -> Vec<(&'static str, &str)> {
+    let Some(headers) = &d.message.headers else {
+        return Vec::new();
+    };
+    [super::message::TRACEPARENT, "tracestate"]
+        .into_iter()
+        .filter_map(|name| headers.get(name).map(|v| (name, v.as_str())))
+        .collect()
 }
