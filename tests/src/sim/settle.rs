@@ -13,7 +13,6 @@ use std::time::Duration;
 use dedup_delivery::outcome::MessageOutcome;
 use dedup_delivery::settle::{self, Retries};
 use dedup_host::claim::after::{found, Found};
-use dedup_host::claim::record::RESET_DELIVERIES;
 use dedup_host::claim::{ClaimOutcome, ClaimState, ClaimStore, Claimer, Lease, LeaseLost};
 use dedup_host::pipeline::{busy_delay, effects, infra_retry_ceiling};
 use dedup_host::stranded;
@@ -45,7 +44,7 @@ pub(super) struct At {
     pub(super) number: u64,
     pub(super) key: String,
     entity: String,
-    /// The revision a replay reset the key at, on the first deliveries (`Delivery::fresh_from`).
+    /// The revision a replay reset the key at (`Delivery::fresh_from`).
     fresh_from: u64,
 }
 
@@ -130,10 +129,9 @@ impl Ctx {
             number: offer.number,
             key: offer.message.key.clone(),
             entity: offer.message.entity.clone(),
-            fresh_from: match offer.number <= RESET_DELIVERIES {
-                true => offer.message.fresh_from,
-                false => 0,
-            },
+            // A proven replay's reset holds on every delivery (the host confirms it with the
+            // stream leader; the model's replays are always proven).
+            fresh_from: offer.message.fresh_from,
         };
         if at.lane == Lane::Source && self.settings.mode.exclusive {
             return self.queue(&at, offer.message.source, &served);

@@ -134,12 +134,9 @@ pub const STALE_READS: u32 = 3;
 
 /// The header of a replayed message naming the revision at which the replay reset its key:
 /// a read of the key below it is stale. Only the replay command sets it: a host honours it
-/// only on a message the dead-letter stream proves a replay of its key (`pipeline/reset.rs`),
-/// and for its first [`RESET_DELIVERIES`] deliveries only.
+/// only on a message the dead-letter stream proves a replay of its key and whose reset the
+/// claim store's leader holds (`pipeline/reset.rs`), on every delivery.
 pub const RESET_REVISION: &str = "Dedup-Reset-Revision";
-
-/// The deliveries of a replayed message that wait for a read of its reset key.
-pub const RESET_DELIVERIES: u64 = 5;
 
 /// The reason a replay writes into the claim record it resets.
 pub const REPLAY_REASON: &str = "replay of dead letter";
