@@ -106,7 +106,8 @@ pub async fn rename(
     owned(
         "contract",
         &format!("{}/{old}", store.name),
-        recorded.deployment.as_deref(),
+        // A former default name of this deployment (same route consumer) is its own.
+        recorded.other_owner(config, old),
         &mine,
     )?;
     anyhow::ensure!(
