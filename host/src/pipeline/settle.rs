@@ -32,7 +32,7 @@ impl<S: ClaimStore> Shared<S> {
         outputs: &[Output],
         published: &AtomicBool,
     ) {
-        let t = Settle::new(self, c, outputs);
+        let t = Settle::succeeded(self, c, outputs);
         let outcome = match c.route.fenced {
             Some(_) => {
                 let outcome = settle::commit_fenced(&t, outputs.len() as u32).await;
@@ -49,7 +49,7 @@ impl<S: ClaimStore> Shared<S> {
     /// A coalescing route's message with a newer one of its entity waiting: completed
     /// without running, so the handler sees the latest state ([`settle::coalesced`]).
     pub(super) async fn coalesced(&self, c: &Claimed<'_, S>) {
-        let outcome = settle::coalesced(&Settle::new(self, c, &[])).await;
+        let outcome = settle::coalesced(&Settle::new(self, c)).await;
         c.route.metrics.outcome(outcome);
     }
 
@@ -66,27 +66,27 @@ impl<S: ClaimStore> Shared<S> {
             backoff: self.config.backoff_for(c.lease.attempt()),
             max_backoff: self.config.max_backoff(),
         };
-        let t = Settle::new(self, c, &[]);
+        let t = Settle::new(self, c);
         let outcome = settle::retry_or_give_up(&t, reason, delay, retries).await;
         c.route.metrics.outcome(outcome);
     }
 
     /// A permanent failure: dead-letter, record, terminate ([`settle::give_up`]).
     pub(super) async fn give_up(&self, c: &Claimed<'_, S>, reason: &str) {
-        let outcome = settle::give_up(&Settle::new(self, c, &[]), reason).await;
+        let outcome = settle::give_up(&Settle::new(self, c), reason).await;
         c.route.metrics.outcome(outcome);
     }
 
     /// Gives the key back without counting the attempt (an infrastructure failure, rule 14)
     /// and naks after the outage backoff ([`settle::release`]).
     pub(super) async fn release(&self, c: &Claimed<'_, S>, reason: &str) {
-        let outcome = settle::release(&Settle::new(self, c, &[]), reason).await;
+        let outcome = settle::release(&Settle::new(self, c), reason).await;
         c.route.metrics.outcome(outcome);
     }
 
     /// [`Self::release`] with the nak delay given.
     pub(super) async fn release_after(&self, c: &Claimed<'_, S>, reason: &str, delay: Duration) {
-        let outcome = settle::release_after(&Settle::new(self, c, &[]), reason, delay).await;
+        let outcome = settle::release_after(&Settle::new(self, c), reason, delay).await;
         c.route.metrics.outcome(outcome);
     }
 
@@ -151,7 +151,7 @@ impl<S: ClaimStore> Shared<S> {
     /// store did not answer, nak so the message comes back once the lease lapses
     /// ([`settle::write_failed`]).
     pub(super) async fn write_failed(&self, c: &Claimed<'_, S>, e: LeaseLost, published: bool) {
-        let outcome = settle::write_failed(&Settle::new(self, c, &[]), e, published).await;
+        let outcome = settle::write_failed(&Settle::new(self, c), e, published).await;
         c.route.metrics.outcome(outcome);
     }
 

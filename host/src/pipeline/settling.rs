@@ -34,8 +34,24 @@ pub(super) struct Settle<'a, 'c, S: ClaimStore> {
 }
 
 impl<'a, 'c, S: ClaimStore> Settle<'a, 'c, S> {
-    /// The settling of `c` with the guest's `outputs`.
-    pub(super) fn new(shared: &'a Shared<S>, c: &'a Claimed<'c, S>, outputs: &'a [Output]) -> Self {
+    /// The settling of `c` on a path that stores no outputs (retry, release, give up, ...).
+    pub(super) fn new(shared: &'a Shared<S>, c: &'a Claimed<'c, S>) -> Self {
+        Self {
+            shared,
+            c,
+            outputs: &[],
+            outgoing: Mutex::new(None),
+            fenced: None,
+        }
+    }
+
+    /// The settling of `c` after the guest succeeded with `outputs`: on a fenced route, with
+    /// the send span of its commit.
+    pub(super) fn succeeded(
+        shared: &'a Shared<S>,
+        c: &'a Claimed<'c, S>,
+        outputs: &'a [Output],
+    ) -> Self {
         let fenced = c.route.fenced.as_deref().map(|stream| {
             let send = effects::send_span(&c.d.trace, stream, 0);
             send.set(|| vec![KeyValue::new("dedup.outputs", outputs.len() as i64)]);
@@ -95,7 +111,7 @@ impl<S: ClaimStore> Settling for Settle<'_, '_, S> {
     /// Also counts the handler's output-limit trap when they are.
     fn oversized(&self) -> Option<String> {
         let js = &self.shared.js;
-        let reason = if self.fenced.is_some() {
+        let reason = if self.c.route.fenced.is_some() {
             let trace = self.fenced_trace();
             let (_, claim_key) = self.fenced_keys();
             effects::oversized(
@@ -158,7 +174,7 @@ impl<S: ClaimStore> Settling for Settle<'_, '_, S> {
     {
         let started = std::time::Instant::now();
         // A fenced commit has its send span; a window route's record gets its own.
-        let span = self.fenced.is_none().then(|| {
+        let span = self.c.route.fenced.is_none().then(|| {
             self.c
                 .d
                 .trace
