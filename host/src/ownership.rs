@@ -153,6 +153,13 @@ impl<'a> Others<'a> {
     }
 }
 
+/// The former default names of `config`'s deployment that what it owns on the server proves
+/// ([`former::names`]): what the next explicit `setup` moves to its current name ([`migrate`]).
+pub async fn former_names(js: &Context, config: &Config) -> anyhow::Result<BTreeSet<String>> {
+    let existing = former::source_consumers(js, config).await?;
+    Ok(former::names(config, &existing))
+}
+
 /// New routes of `config` that would take over the subject of a route it no longer names (a
 /// rename that is not `setup --rename-route`): what a reload refuses, as a start does.
 pub async fn renamed(js: &Context, config: &Config) -> anyhow::Result<Vec<Conflict>> {

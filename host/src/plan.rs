@@ -2,7 +2,8 @@
 //! its config, like `terraform plan/apply`. Each change says what it does and its risk; a
 //! change that would lose or weaken something already stored is refused with what to do
 //! instead. Widening a stream's subjects, raising a duplicate window, a bucket's history or
-//! max age, and changing replicas are made in place (the server keeps every message).
+//! max age, changing replicas and letting an output stream take fenced commits are made in
+//! place (the server keeps every message).
 
 use std::time::Duration;
 
@@ -31,6 +32,9 @@ pub struct Change {
     /// Set by `--apply`: whether the server took it (`None` when not attempted).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub applied: Option<Result<(), String>>,
+    /// Made by the next plain `setup`, not by `--apply` (a former default name's move).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub by_setup: bool,
 }
 
 impl Change {
@@ -38,6 +42,7 @@ impl Change {
     /// why it is refused and what to do instead.
     pub fn render(&self) -> String {
         let state = match (&self.applied, self.safe) {
+            _ if self.by_setup => "at setup".to_string(),
             (Some(Ok(())), _) => "applied".to_string(),
             (Some(Err(_)), _) => "NOT MADE".to_string(),
             (None, true) => "to apply".to_string(),
@@ -93,6 +98,7 @@ struct Update {
 /// would rebind or take as its own are listed first, refused.
 pub async fn plan(js: &Context, config: &Config, shared: &[String]) -> anyhow::Result<Vec<Change>> {
     let mut all = refusals(js, config).await?;
+    all.extend(moves(js, config).await?);
     all.extend(
         updates(js, config, shared)
             .await?
@@ -112,6 +118,7 @@ pub async fn apply(
 ) -> anyhow::Result<Vec<Change>> {
     let mut all = refusals(js, config).await?;
     let blocked = !all.is_empty();
+    all.extend(moves(js, config).await?);
     for mut update in updates(js, config, shared).await? {
         let wanted = update.changes.iter().any(|c| c.safe);
         let outcome = if blocked {
@@ -174,7 +181,29 @@ async fn refusals(js: &Context, config: &Config) -> anyhow::Result<Vec<Change>> 
                 risk: c.to_string(),
                 safe: false,
                 applied: None,
+                by_setup: false,
             })
+        })
+        .collect())
+}
+
+/// The former default names (`auto-...`) of this config's deployment that the next plain
+/// `setup` moves to its current name ([`crate::ownership::migrate`]): a plan says so, since
+/// `--apply` does not make the move and the name on the server changes.
+async fn moves(js: &Context, config: &Config) -> anyhow::Result<Vec<Change>> {
+    let mine = config.deployment_name();
+    let former = crate::ownership::former_names(js, config).await?;
+    Ok(former
+        .into_iter()
+        .map(|was| Change {
+            kind: "deployment",
+            name: was.clone(),
+            field: "deployment.name".into(),
+            what: format!("owner `{was}` -> `{mine}`"),
+            risk: format!("none: this config's deployment was recorded under its former default name `{was}` (the default name follows the source subjects, which changed). The next plain `dedup-host setup` (not `--apply`) records `{mine}` as the owner of what `{was}` owns of this config: its streams, the consumers this config names, its routes' contracts. Hosts still running the old config keep serving (they know the route by its consumer); set `[deployment] name` to keep one name from now on"),
+            safe: true,
+            applied: None,
+            by_setup: true,
         })
         .collect())
 }
@@ -236,6 +265,7 @@ fn stream_update(spec: &StreamSpec, have: stream::Config) -> Update {
         risk: risk.to_string(),
         safe,
         applied: None,
+        by_setup: false,
     };
     let mut changes = Vec::new();
     let mut config = have.clone();
@@ -257,7 +287,8 @@ fn stream_update(spec: &StreamSpec, have: stream::Config) -> Update {
             false,
         ));
     }
-    if let Some(difference) = spec.dedup_difference(&have) {
+    fence_change(&mut changes, &mut config, spec, &change);
+    if let Some(difference) = spec.dedup_difference(&config) {
         changes.push(change(
             difference,
             "changing retention, per-subject limits or batch settings can discard stored messages or change what a publish means; name a new stream in the config and move the messages to it",
@@ -265,6 +296,32 @@ fn stream_update(spec: &StreamSpec, have: stream::Config) -> Update {
         ));
     }
     Update { changes, config }
+}
+
+/// Makes an existing output stream accept what fenced routes commit with (atomic batches and
+/// rollups), in place: nothing stored changes, and window publishes go on as before, so hosts
+/// of the old config keep serving while a route moves from window to fenced effects. A stream
+/// that denies purges is left to [`StreamSpec::dedup_difference`] (refused).
+fn fence_change(
+    changes: &mut Vec<Change>,
+    config: &mut stream::Config,
+    spec: &StreamSpec,
+    change: &dyn Fn(String, &str, bool) -> Change,
+) {
+    if !spec.fenced || config.deny_purge || (config.allow_atomic_publish && config.allow_rollup) {
+        return;
+    }
+    let what = format!(
+        "atomic batches {} -> true, rollups {} -> true (fenced effects)",
+        config.allow_atomic_publish, config.allow_rollup
+    );
+    config.allow_atomic_publish = true;
+    config.allow_rollup = true;
+    changes.push(change(
+        what,
+        "none: stored messages stay and publishes without a batch are taken as before (hosts of the old config keep serving); the stream also accepts the atomic batches and rollups fenced routes commit with (nats-server 2.12+)",
+        true,
+    ));
 }
 
 /// Changes the replicas in place (the server moves the data).
@@ -325,6 +382,7 @@ fn bucket_update(config: &Config, have: stream::Config) -> Update {
         risk: risk.to_string(),
         safe,
         applied: None,
+        by_setup: false,
     };
     let want = setup::claim_bucket_config(config);
     let mut changes = Vec::new();
@@ -390,6 +448,7 @@ mod tests {
             risk: "none".into(),
             safe: true,
             applied: None,
+            by_setup: false,
         }
     }
 

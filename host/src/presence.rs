@@ -13,6 +13,12 @@
 //! Status records ([`crate::components::status`]) expire while a host is paused; this does not
 //! (the server drops the subscription only with the connection, when the host died or the
 //! server's ping timeout cut it off).
+//!
+//! Hosts of the previous release hold `dedup.control.serving.<source stream>.R`
+//! ([`previous_serving_subject`]), so a probe asks there too, and counts an answer or silence
+//! there as serving: during a rolling upgrade, old hosts still serve. Hosts do not hold the
+//! old subject themselves: it names no deployment, and another deployment's hosts holding it
+//! would block this one's changes for good, the reason the subject changed.
 
 use std::time::Duration;
 
@@ -48,6 +54,12 @@ pub fn serving_subject(config: &Config, route: &str) -> String {
     };
     let stream = &config.source.stream;
     format!("{CONTROL_PREFIX}serving.{deployment}.{stream}.{route}")
+}
+
+/// The serving subject hosts of the previous release hold for route `route`:
+/// `dedup.control.serving.<source stream>.<route>`, without the deployment. Only probed.
+pub fn previous_serving_subject(config: &Config, route: &str) -> String {
+    format!("{CONTROL_PREFIX}serving.{}.{route}", config.source.stream)
 }
 
 /// A held serving subscription: dropped (after the route drained), it is given up.
@@ -98,9 +110,29 @@ pub enum Probe {
     Silent,
 }
 
-/// Asks who serves route `route` of `config`'s deployment.
+impl Probe {
+    /// What two probes found together: an answer over silence over nobody.
+    fn or(self, other: Probe) -> Probe {
+        match (self, other) {
+            (a @ Probe::Answered(_), _) | (_, a @ Probe::Answered(_)) => a,
+            (Probe::Silent, _) | (_, Probe::Silent) => Probe::Silent,
+            (Probe::NoneServes, Probe::NoneServes) => Probe::NoneServes,
+        }
+    }
+}
+
+/// Asks who serves route `route` of `config`'s deployment: on its serving subject, and on the
+/// one hosts of the previous release hold ([`previous_serving_subject`]), at once.
 pub async fn probe(client: &Client, config: &Config, route: &str) -> Result<Probe, ProbeError> {
-    let subject = serving_subject(config, route);
+    let (now, before) = tokio::join!(
+        ask(client, serving_subject(config, route)),
+        ask(client, previous_serving_subject(config, route)),
+    );
+    Ok(now?.or(before?))
+}
+
+/// Asks who holds serving subject `subject`.
+async fn ask(client: &Client, subject: String) -> Result<Probe, ProbeError> {
     let request = client.request(subject.clone(), bytes::Bytes::new());
     match tokio::time::timeout(ANSWER_WITHIN, request).await {
         Err(_) => Ok(Probe::Silent),

@@ -20,11 +20,10 @@ use anyhow::Context as _;
 use async_nats::jetstream::Context;
 use serde::Serialize;
 
-use crate::claim::ClaimStore as _;
 use crate::config::Config;
 use crate::contract::{self, ContractRecord};
 use crate::contract_change::{
-    claim_keys, copy_record, dead_with_effects, refuse_while_served, store_key,
+    copy_record, dead_with_effects, read_records, refuse_while_served, store_key, AcceptedDead,
 };
 use crate::setup::route_consumer_name;
 
@@ -41,12 +40,14 @@ pub struct Renamed {
     pub starts_at: u64,
 }
 
-/// Renames route `old` to `new` (see the module documentation).
+/// Renames route `old` to `new` (see the module documentation); keys in `accepted` are
+/// taken as settled though dead-lettered after their outputs (they move as they are).
 pub async fn rename(
     js: &Context,
     config: &Config,
     old: &str,
     new: &str,
+    accepted: &AcceptedDead,
 ) -> anyhow::Result<Renamed> {
     let fix = format!("`dedup-host setup --rename-route {old} {new}`");
     let route = config.routes.iter().find(|r| r.name == new).with_context(|| {
@@ -139,13 +140,8 @@ pub async fn rename(
     let claim_store = crate::fenced::host_store(js, config).await?;
     let checked = async {
         refuse_while_served(js, config, old).await?;
-        let mut records = Vec::new();
-        for key in claim_keys(js, claims, old).await? {
-            if let Some((record, _)) = claim_store.get(&store_key(claims, &key)).await? {
-                records.push((key, record));
-            }
-        }
-        refuse_unsettled(old, new, &records)?;
+        let records = read_records(js, &claim_store, claims, old).await?;
+        refuse_unsettled(old, new, &records, accepted)?;
         anyhow::Ok(records)
     }
     .await;
@@ -224,15 +220,19 @@ fn refuse_unsettled(
     old: &str,
     new: &str,
     records: &[(String, crate::claim::ClaimRecord)],
+    accepted: &AcceptedDead,
 ) -> anyhow::Result<()> {
     use crate::claim::ClaimState;
     let unsettled: Vec<&str> = records
         .iter()
-        .filter(|(_, r)| match r.state {
+        .filter(|(key, r)| match r.state {
             ClaimState::InProgress => true,
             // Dead-lettered after outputs may have been stored: a replay under `new` would
             // publish them again under other ids.
-            ClaimState::Failed => !r.permanent || dead_with_effects(r),
+            // The operator may accept such a key (`--accept-dead`): it can never complete.
+            ClaimState::Failed => {
+                !r.permanent || (dead_with_effects(r) && !accepted.accepts(old, key))
+            }
             ClaimState::Completed => false,
         })
         .map(|(key, _)| key.as_str())
@@ -263,7 +263,7 @@ fn refuse_unsettled(
 #[derive(Debug, thiserror::Error)]
 pub enum RenameRefused {
     /// Keys of the old route are not settled ([`refuse_unsettled`]).
-    #[error("route `{old}` has {count} unsettled claim key(s) ({keys}): in progress, due again, or dead-lettered after publishing, they may have published outputs under ids of `{old}`, which a run (or a dead letter's replay) under `{new}` would publish again; run a host with the config that still names `{old}` until they settle (completed, or dead-lettered before any output; replay the letters of the others with `dedup-host dead-letters replay --route {old} --all` until they complete; `dedup-host inspect --route {old} --key <key>` shows one), stop it, then run `dedup-host setup --rename-route {old} {new}` again")]
+    #[error("route `{old}` has {count} unsettled claim key(s) ({keys}): in progress, due again, or dead-lettered after publishing, they may have published outputs under ids of `{old}`, which a run (or a dead letter's replay) under `{new}` would publish again; run a host with the config that still names `{old}` until they settle (completed, or dead-lettered before any output; replay the letters of the others with `dedup-host dead-letters replay --route {old} --all` until they complete; `dedup-host inspect --route {old} --key <key>` shows one), stop it, then run `dedup-host setup --rename-route {old} {new}` again; a dead-lettered key that can never complete may be accepted as settled with `--accept-dead <key>` (repeatable): it moves as it is, still dead-lettered, and its letter must then not be replayed")]
     Unsettled {
         /// The old route name.
         old: String,

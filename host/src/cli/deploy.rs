@@ -135,15 +135,19 @@ pub async fn undeploy(args: UndeployArgs) -> anyhow::Result<ExitCode> {
 
 /// Prints every route with the version deployed and the version each live host serves, or
 /// why a host does not serve it (a refused version, a config that differs from the route's
-/// contract). Exits non-zero, naming each, when a host refuses to serve a route or refused
-/// the last config reload.
+/// contract), and when the route on the server is another deployment's. Exits non-zero,
+/// naming each, when a host refuses to serve a route or refused the last config reload, or a
+/// route is another deployment's.
 pub async fn routes(args: RoutesArgs) -> anyhow::Result<ExitCode> {
     let config = args.config.load()?;
     let js = connect(&config, "routes").await?;
     let bucket = store::open(&js, &config).await?;
     let hosts = status::read_all(&status::open(&js, &config).await?).await?;
     let mut listing = Vec::new();
-    let refusals = refusals(&config, &hosts);
+    let mut refusals = refusals(&config, &hosts);
+    // A route another deployment holds: the hosts listed for it are that deployment's.
+    let foreign = super::foreign::routes(&js, &config).await?;
+    refusals.extend(foreign.values().map(super::foreign::Foreign::message));
     for r in &config.routes {
         let dir = config.components.dir.as_ref().map(|d| config.resolve(d));
         let source = match (&r.component, dir) {
@@ -178,10 +182,14 @@ pub async fn routes(args: RoutesArgs) -> anyhow::Result<ExitCode> {
                 "source": source,
                 "candidate": candidate,
                 "hosts": served,
+                "other_deployment": foreign.get(&r.name),
             }));
             continue;
         }
         println!("{}  {}  <- {source}", r.name, r.subject);
+        if let Some(foreign) = foreign.get(&r.name) {
+            println!("  ANOTHER DEPLOYMENT'S: {}", foreign.message());
+        }
         if let Some(candidate) = candidate {
             println!("  candidate {candidate}");
         }

@@ -8,6 +8,7 @@ mod demo_modes;
 mod demo_shadow;
 mod deploy;
 mod dev;
+mod foreign;
 mod invoke;
 mod ops;
 mod payload;

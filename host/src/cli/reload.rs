@@ -5,6 +5,7 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use anyhow::Context as _;
 use clap::Args;
 use futures::StreamExt;
 
@@ -25,16 +26,14 @@ pub struct ReloadArgs {
     json: bool,
 }
 
-/// Sends the reload and reports the answers; exits 1 when the config is refused here, a host
-/// refused it (whole, or a route of it: by contract, or not started), or no host answered.
+/// Sends the reload and reports the answers; exits 1 when a host refused it (whole, or a
+/// route of it: by contract, or not started) or no host answered. A config that does not
+/// load here is not sent, and the command cannot run: exit 2, as for every other command.
 pub async fn run(args: ReloadArgs) -> anyhow::Result<ExitCode> {
-    let config = match args.config.load() {
-        Ok(config) => config,
-        Err(e) => {
-            eprintln!("dedup-host reload: not sent, the config is refused: {e}");
-            return Ok(ExitCode::from(1));
-        }
-    };
+    let config = args
+        .config
+        .load()
+        .context("the reload was not sent to any host: the config does not load")?;
     let client = crate::connect::connect(&config, "dedup-host reload").await?;
     let js = async_nats::jetstream::new(client.clone());
     let live = match status::open(&js, &config).await {

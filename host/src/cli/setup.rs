@@ -47,6 +47,12 @@ pub struct SetupArgs {
     /// serves OLD.
     #[arg(long, num_args = 2, value_names = ["OLD", "NEW"], conflicts_with_all = ["dry_run", "plan", "apply", "change_route"])]
     rename_route: Option<Vec<String>>,
+    /// With `--change-route` / `--rename-route`: accept claim key K (as a refusal lists it),
+    /// dead-lettered after its outputs may have been stored, as settled: it can never
+    /// complete, so it moves as it is (still dead-lettered; do not replay its letter).
+    /// Repeatable.
+    #[arg(long, value_name = "K")]
+    accept_dead: Vec<String>,
 }
 
 /// Provisions and reports.
@@ -55,7 +61,8 @@ pub async fn run(args: SetupArgs) -> anyhow::Result<ExitCode> {
     let client = crate::connect::connect(&config, "dedup-host setup").await?;
     let js = async_nats::jetstream::new(client.clone());
     if let Some([old, new]) = args.rename_route.as_deref() {
-        let renamed = crate::rename::rename(&js, &config, old, new).await?;
+        let accepted = crate::contract_change::AcceptedDead::new(&args.accept_dead);
+        let renamed = crate::rename::rename(&js, &config, old, new, &accepted).await?;
         client.flush().await?;
         if args.json {
             println!("{}", serde_json::to_string_pretty(&renamed)?);
@@ -68,7 +75,8 @@ pub async fn run(args: SetupArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     if let Some(route) = &args.change_route {
-        let changed = crate::contract_change::change(&js, &config, route).await?;
+        let accepted = crate::contract_change::AcceptedDead::new(&args.accept_dead);
+        let changed = crate::contract_change::change(&js, &config, route, &accepted).await?;
         client.flush().await?;
         if args.json {
             println!("{}", serde_json::to_string_pretty(&changed)?);
@@ -139,13 +147,72 @@ pub async fn run(args: SetupArgs) -> anyhow::Result<ExitCode> {
         client.flush().await?;
     }
     if differs > 0 {
-        eprintln!("dedup-host setup: {differs} item(s) differ from the config or belong to another deployment, so nothing was created or changed; `dedup-host setup --plan` shows the changes that fix them on the server and `--apply` makes the safe ones (a contract changes with `--change-route R`)");
+        let conflicts = crate::ownership::check(&js, &config).await?;
+        let conflicts: Vec<String> = conflicts.iter().map(ToString::to_string).collect();
+        eprintln!("{}", closing_line(&items, &conflicts));
         return Ok(ExitCode::from(1));
     }
     if !over_limit.is_empty() {
         return Ok(ExitCode::from(1));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// What a refused `setup` says last: how many items differ, and per kind of difference what
+/// actually fixes it. `conflicts` are the texts of the ownership conflicts
+/// ([`crate::ownership::check`]) that some items' differences are: `--plan`/`--apply` change
+/// streams and the claim bucket only, never what another deployment owns.
+fn closing_line(items: &[provision::Item], conflicts: &[String]) -> String {
+    let mut owned = 0;
+    let mut contracts = Vec::new();
+    let mut planned = 0;
+    let mut consumers = 0;
+    let mut other = 0;
+    for item in items {
+        let Found::Differs(differences) = &item.found else {
+            continue;
+        };
+        if differences.iter().any(|d| conflicts.contains(d)) {
+            owned += 1;
+        } else if item.kind == "contract" {
+            contracts.push(item.field.trim_start_matches("routes.").to_string());
+        } else if item.kind == "stream" || item.field == "claims.bucket" {
+            planned += 1;
+        } else if item.kind == "consumer" {
+            consumers += 1;
+        } else {
+            other += 1;
+        }
+    }
+    let total = owned + contracts.len() + planned + consumers + other;
+    let mut fixes = Vec::new();
+    if owned > 0 {
+        fixes.push(format!("{owned} belong(s) to another deployment or would rename a route, which `--plan`/`--apply` cannot change: if this config is that deployment, set its `[deployment] name` to the owner named above; otherwise give this config its own `[source] stream` or route names (a rename is `dedup-host setup --rename-route OLD NEW`)"));
+    }
+    if planned > 0 {
+        fixes.push(format!("{planned} stream/bucket difference(s): `dedup-host setup --plan` shows the changes and `--apply` makes the safe ones (a stream another deployment uses also needs `--share-stream S`), or make the config match the server"));
+    }
+    if !contracts.is_empty() {
+        let routes: Vec<String> = contracts
+            .iter()
+            .map(|r| format!("`dedup-host setup --change-route {r}`"))
+            .collect();
+        fixes.push(format!(
+            "{} contract difference(s): change the contract with {} once no host serves the route, or keep the recorded settings in the config",
+            contracts.len(),
+            routes.join(", ")
+        ));
+    }
+    if consumers > 0 {
+        fixes.push(format!("{consumers} consumer(s) of this deployment with other settings: a `setup` without `--dry-run` (or a host start) updates them"));
+    }
+    if other > 0 {
+        fixes.push(format!("{other} other difference(s): make the config match the server (`setup` never changes an existing bucket)"));
+    }
+    format!(
+        "dedup-host setup: {total} item(s) differ from the config or belong to another deployment, so nothing was created or changed; {}",
+        fixes.join("; ")
+    )
 }
 
 /// Prints a plan (or what `--apply` made of it); exit 1 when a change was refused or failed.

@@ -5,7 +5,9 @@
 //!
 //! Attempts are the server's delivery count (there is no record before the first outcome).
 //! The final ack is not confirmed: the stored record makes a lost ack a redelivery that is
-//! acked, not a re-run.
+//! acked, not a re-run. A key dead-lettered on a route with outputs is recorded as one whose
+//! window outputs may be stored (an earlier delivery may have published part of them), so a
+//! change to fenced effects refuses while it is dead (see `dedup-host setup --change-route`).
 
 use async_nats::jetstream::AckKind;
 
@@ -206,11 +208,24 @@ impl<S: ClaimStore> Shared<S> {
             }
             Err(e @ DeadLetterError::Refused { .. }) => format!("{reason}; not dead-lettered: {e}"),
         };
-        let record = self
-            .claimer
-            .settled(a.guest.digest(), attempt, Err(recorded));
+        let record = self.dead_after(a.route, a.guest.digest(), attempt, recorded);
         self.record_after(a, record, MessageOutcome::DeadLettered, AckKind::Term)
             .await
+    }
+
+    /// The record of claim-after route `route`'s key dead-lettered with `reason` after
+    /// `digest` ran it: on a route that may publish outputs, marked as one whose window
+    /// outputs may be stored, since an earlier delivery may have published part of them
+    /// (`setup --change-route` to fenced effects then refuses while the key is dead).
+    pub(super) fn dead_after(
+        &self,
+        route: &Route,
+        digest: &str,
+        attempt: u32,
+        reason: String,
+    ) -> crate::claim::ClaimRecord {
+        let outputs = (route.options.allowed_outputs.as_ref()).is_some_and(|o| !o.is_empty());
+        self.claimer.dead_lettered(digest, attempt, reason, outputs)
     }
 
     /// Creates the key's settled record (or replaces the reset one a replay left). Losing the

@@ -5,7 +5,9 @@
 //! The server then publishes a `MAX_DELIVERIES` advisory, for the source stream and for an
 //! exclusive route's queue stream alike; this loop reads the message through the JetStream API
 //! (where headers arrive base64-encoded), cleans its headers, and dead-letters it, unless its
-//! key was settled meanwhile (then it was only a duplicate).
+//! key was settled meanwhile (then it was only a duplicate). The key is then recorded as
+//! failed for good; a claim-after key (no record before its outcome) on a route with outputs
+//! as one whose window outputs may be stored, as the pipeline's own dead letters record it.
 //!
 //! A letter that cannot be stored now (the dead-letter stream is missing, full or
 //! unreachable), or an advisory no host heard, must not lose the message: it stays in its
@@ -238,6 +240,14 @@ impl<S: ClaimStore> Shared<S> {
         tracing::error!(sequence, subject = %message.subject, "dead-lettering: {reason}");
         let subject = &self.config.dead_letter.subject;
         effects::publish_dead_letter(&self.js, subject, &message, sequence, letter).await?;
+        // A claim-after key has no record before its outcome, yet a delivery may have stored
+        // part of its outputs before the server gave up: its record says so, as the
+        // pipeline's own dead letters do (see `dead_after`).
+        let after = route.as_ref().filter(|r| r.claim_after);
+        let after = after.map(|r| {
+            let digest = r.guest().map(|g| g.digest().to_string());
+            (r, digest.unwrap_or_default())
+        });
         if let Some((claim_key, mut record, revision)) = claim {
             // `inspect` and `audit` then see the key failed for good, as a dead letter says.
             record.state = ClaimState::Failed;
@@ -245,6 +255,10 @@ impl<S: ClaimStore> Shared<S> {
             record.retry_at_ms = None;
             record.reason = Some(reason.clone());
             record.updated_ms = now_ms();
+            if let Some((route, digest)) = &after {
+                let dead = self.dead_after(route, digest, attempt, reason.clone());
+                record.effects_by = record.effects_by.or(dead.effects_by);
+            }
             if let Err(e) = self
                 .claimer
                 .store()
@@ -254,6 +268,14 @@ impl<S: ClaimStore> Shared<S> {
                 tracing::warn!(
                     "dead letter stored, but its claim record was not marked failed: {e}"
                 );
+            }
+        } else if let (Some((route, digest)), Some(key)) = (&after, &key) {
+            let record = self.dead_after(route, digest, attempt, reason.clone());
+            let written = (self.claimer)
+                .create_settled(&route.claim_key(key), &record)
+                .await;
+            if let Err(e) = written {
+                tracing::warn!("dead letter stored, but its claim record was not written: {e}");
             }
         }
         self.metrics_of(route.as_ref())

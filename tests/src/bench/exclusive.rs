@@ -26,6 +26,7 @@ pub async fn run(messages: usize, rounds: usize) -> anyhow::Result<()> {
     let server = NatsServer::start();
     let js = jetstream::new(server.connect().await);
     let mut rates = vec![Vec::new(); SETTINGS.len()];
+    let mut queueing = vec![Vec::new(); SETTINGS.len()];
     for round in 0..rounds {
         // Alternate the order so that a drift over the run falls on every setting alike.
         let order: Vec<usize> = if round % 2 == 0 {
@@ -35,8 +36,9 @@ pub async fn run(messages: usize, rounds: usize) -> anyhow::Result<()> {
         };
         for i in order {
             let name = format!("x{round}s{i}");
-            let rate = throughput(&server, &js, &name, SETTINGS[i].1, messages).await?;
+            let (rate, queued) = throughput(&server, &js, &name, SETTINGS[i].1, messages).await?;
             rates[i].push(rate);
+            queueing[i].extend(queued);
         }
     }
     println!("exclusive routes (uppercase, {messages} messages per round, {rounds} rounds, 16 guest slots = 16 partitions, in-process host):");
@@ -48,8 +50,18 @@ pub async fn run(messages: usize, rounds: usize) -> anyhow::Result<()> {
     let base = median(&rates[0]);
     for (i, (label, _)) in SETTINGS.iter().enumerate() {
         let rate = median(&rates[i]);
+        let queue = match queueing[i].is_empty() {
+            true => String::new(),
+            false => {
+                let q = median(&queueing[i]);
+                format!(
+                    "   queueing alone {q:>6.0} msg/s ({:.0} us a message)",
+                    1e6 / q
+                )
+            }
+        };
         println!(
-            "  {label:<32} {rate:>8.0} msg/s   ratio to not exclusive {:.2}   (rounds {:.0?})",
+            "  {label:<32} {rate:>8.0} msg/s   ratio to not exclusive {:.2}   (rounds {:.0?}){queue}",
             rate / base,
             rates[i]
         );
@@ -57,14 +69,17 @@ pub async fn run(messages: usize, rounds: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// One host draining `n` messages spread over the entities; returns messages per second.
+/// One host draining `n` messages spread over the entities; returns messages per second, and
+/// for an exclusive route the rate at which its queueing step copied them onto the work queue
+/// (the step that hands out one message at a time; read from the queue's last sequence).
 async fn throughput(
     server: &NatsServer,
     js: &Context,
     name: &str,
     entities: Option<usize>,
     n: usize,
-) -> anyhow::Result<f64> {
+) -> anyhow::Result<(f64, Option<f64>)> {
+    let exclusive_stream = entities.map(|_| format!("S_{name}_EXCLUSIVE"));
     let exclusive = if entities.is_some() {
         "exclusive_by = { subject_token = 2 }"
     } else {
@@ -98,15 +113,27 @@ async fn throughput(
         let spread = move |i: usize| format!("{name}.in.e{}", i % entities);
         publish_spread(js, spread, prefix, count, &[b'a'; 1024])
     };
+    // When the queue's last sequence (every copy ever stored) reached `target`, if it did.
+    let queued = |js: Context, target: u64| {
+        let stream = exclusive_stream.clone();
+        async move {
+            let mut s = js.get_stream(stream?).await.ok()?;
+            (s.info().await.ok()?.state.last_sequence >= target).then(Instant::now)
+        }
+    };
     let wait = |target: u64| {
         let (js, outputs) = (js.clone(), outputs.clone());
         async move {
             let deadline = Instant::now() + Duration::from_secs(600);
+            let mut all_queued = None;
             while stored(js.clone(), outputs.clone()).await.unwrap_or(0) < target {
                 anyhow::ensure!(Instant::now() < deadline, "the host did not drain");
-                tokio::time::sleep(Duration::from_millis(20)).await;
+                if all_queued.is_none() {
+                    all_queued = queued(js.clone(), target).await;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
             }
-            Ok(())
+            Ok(all_queued.or(queued(js.clone(), target).await))
         }
     };
     // Warm up: consumers bound, the guest compiled.
@@ -114,8 +141,9 @@ async fn throughput(
     wait(100).await?;
     let started = Instant::now();
     publish(n, "m").await?;
-    wait(100 + n as u64).await?;
+    let all_queued = wait(100 + n as u64).await?;
     let rate = n as f64 / started.elapsed().as_secs_f64();
     host.shutdown().await?;
-    Ok(rate)
+    let queueing = all_queued.map(|t| n as f64 / (t - started).as_secs_f64());
+    Ok((rate, queueing))
 }

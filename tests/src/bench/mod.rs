@@ -8,6 +8,7 @@ pub mod exclusive;
 pub mod fairness;
 pub mod fenced;
 pub mod floor;
+pub mod growth;
 pub mod handguard;
 pub mod hotload;
 pub mod invoke;

@@ -3,6 +3,7 @@
 //! `dedup-bench deploy [DEPLOYS]`, `dedup-bench load [GUEST...]`,
 //! `dedup-bench languages [ITERATIONS] [LANGUAGE...]`, `dedup-bench ops [MESSAGES] [ROUNDS] [AUDITED]`,
 //! `dedup-bench exclusive [MESSAGES] [ROUNDS]`, `dedup-bench scale [MESSAGES]`,
+//! `dedup-bench growth routes|inflight|claims [MESSAGES]`,
 //! `dedup-bench tracing|shadow|console [MESSAGES] [ROUNDS]`.
 
 use dedup_host_tests::bench;
@@ -36,6 +37,10 @@ async fn main() -> anyhow::Result<()> {
         "exclusive" => bench::exclusive::run(number(1, 5_000)?, number(2, 3)?).await,
         "ops" => bench::ops::run(number(1, 20_000)?, number(2, 3)?, number(3, 100_000)?).await,
         "scale" => bench::scale::run(number(1, 20_000)?).await,
+        "growth" => {
+            let part = args.get(1).map(String::as_str).unwrap_or("");
+            bench::growth::run(part, number(2, 20_000)?).await
+        }
         "tracing" => bench::tracing::run(number(1, 20_000)?, number(2, 3)?).await,
         "shadow" => bench::shadow::run(number(1, 20_000)?, number(2, 3)?).await,
         "console" => bench::console::run(number(1, 20_000)?, number(2, 3)?).await,
@@ -55,7 +60,7 @@ async fn main() -> anyhow::Result<()> {
             bench::hotload::load_times(&guests, 5)
         }
         other => anyhow::bail!(
-            "unknown benchmark `{other}`; choose: invoke, floor, counts, pipeline, fenced, fairness, deploy, load, languages, ops, exclusive, scale, tracing, shadow, console"
+            "unknown benchmark `{other}`; choose: invoke, floor, counts, pipeline, fenced, fairness, deploy, load, languages, ops, exclusive, scale, growth, tracing, shadow, console"
         ),
     }
 }

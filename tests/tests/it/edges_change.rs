@@ -50,13 +50,13 @@ fn text(env: &TestEnv, extra: &str, bucket: &str) -> String {
 }
 
 /// One side of a change: its config text, parsed config and file.
-struct Side {
-    config: Config,
-    text: String,
-    path: PathBuf,
+pub(super) struct Side {
+    pub(super) config: Config,
+    pub(super) text: String,
+    pub(super) path: PathBuf,
 }
 
-fn side(env: &TestEnv, name: &str, extra: &str, bucket: &str) -> Side {
+pub(super) fn side(env: &TestEnv, name: &str, extra: &str, bucket: &str) -> Side {
     let text = text(env, extra, bucket);
     let path = env.path(&format!("{name}.toml"));
     std::fs::write(&path, &text).unwrap();
@@ -64,7 +64,7 @@ fn side(env: &TestEnv, name: &str, extra: &str, bucket: &str) -> Side {
     Side { config, text, path }
 }
 
-async fn host(env: &TestEnv, side: &Side, instance: &str) -> RunningHost {
+pub(super) async fn host(env: &TestEnv, side: &Side, instance: &str) -> RunningHost {
     let mut config = Config::parse(&side.text, Path::new("t.toml"), env.dir.path().into()).unwrap();
     config.host.instance_id = Some(instance.to_string());
     serve::start(config).await.expect("host starts")
@@ -82,7 +82,7 @@ async fn change(side: &Side) -> (bool, String) {
 }
 
 /// Waits until host `instance` reports route `mv` refused by its contract.
-async fn refused(env: &TestEnv, config: &Config, instance: &str) {
+pub(super) async fn refused(env: &TestEnv, config: &Config, instance: &str) {
     wait_for(
         Duration::from_secs(30),
         &format!("{instance} refusing the route"),
@@ -101,7 +101,7 @@ async fn refused(env: &TestEnv, config: &Config, instance: &str) {
 }
 
 /// The recorded contract's effects and claims.
-async fn recorded(env: &TestEnv, config: &Config) -> (String, String) {
+pub(super) async fn recorded(env: &TestEnv, config: &Config) -> (String, String) {
     let store = env
         .js
         .get_key_value(contract::bucket_name(config))
@@ -115,7 +115,7 @@ async fn recorded(env: &TestEnv, config: &Config) -> (String, String) {
 }
 
 /// The outputs of route `mv` (without claim records).
-async fn outputs(env: &TestEnv) -> usize {
+pub(super) async fn outputs(env: &TestEnv) -> usize {
     env.outputs()
         .await
         .iter()
@@ -123,7 +123,7 @@ async fn outputs(env: &TestEnv) -> usize {
         .count()
 }
 
-async fn publish(env: &TestEnv, key: &str, copy: &str) {
+pub(super) async fn publish(env: &TestEnv, key: &str, copy: &str) {
     env.publish(
         "in.mv.x",
         &format!("{key}-{copy}"),
@@ -305,7 +305,12 @@ async fn a_paused_host_whose_status_aged_out_still_counts_as_serving() {
 }
 
 /// Rewrites key `key`'s claim record of route `mv` in bucket `bucket` with `change`.
-async fn rewrite(env: &TestEnv, bucket: &str, key: &str, change: impl FnOnce(&mut ClaimRecord)) {
+pub(super) async fn rewrite(
+    env: &TestEnv,
+    bucket: &str,
+    key: &str,
+    change: impl FnOnce(&mut ClaimRecord),
+) {
     let kv = env.js.get_key_value(bucket).await.unwrap();
     let claim_key = key::encode("mv", key);
     let entry = kv.get(&claim_key).await.unwrap().expect("a claim record");
@@ -315,7 +320,7 @@ async fn rewrite(env: &TestEnv, bucket: &str, key: &str, change: impl FnOnce(&mu
 }
 
 /// Key `key`'s claim record of route `mv` in bucket `bucket`.
-async fn record_in(env: &TestEnv, bucket: &str, key: &str) -> Option<ClaimRecord> {
+pub(super) async fn record_in(env: &TestEnv, bucket: &str, key: &str) -> Option<ClaimRecord> {
     let kv = env.js.get_key_value(bucket).await.ok()?;
     let entry = kv.get(key::encode("mv", key)).await.ok()??;
     Some(ClaimRecord::from_bytes(&entry).unwrap())

@@ -561,3 +561,5 @@ async fn a_rename_refused_for_unsettled_keys_exits_1_and_clears_its_mark() {
         String::from_utf8_lossy(&record)
     );
 }
+
+mod trial;

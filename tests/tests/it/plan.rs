@@ -124,3 +124,121 @@ async fn stream_config(env: &TestEnv, name: &str) -> async_nats::jetstream::stre
     let mut stream = env.js.get_stream(name).await.unwrap();
     stream.info().await.unwrap().config.clone()
 }
+
+/// A deployment that leaves `[deployment] name` unset and widens its source subjects gets a
+/// new default name: `setup --plan` says that the next plain `setup` moves what the former
+/// name owns to the new one (and that old hosts keep serving), and moves nothing itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plan_says_the_next_setup_moves_a_former_default_deployment_name() {
+    use dedup_host::config::Config;
+
+    let env = TestEnv::start().await;
+    // Every source subject routed: no unrouted consumer (hosts of this name rebind theirs).
+    let base = env.config_text(&Timing::default(), UPPER_ROUTE).replace(
+        "subjects = [\"in.*.*\"]\nconsumer",
+        "subjects = [\"in.upper.*\"]\nconsumer",
+    );
+    assert!(!base.contains("[deployment]"), "a default name");
+    let path = env.path("base.toml");
+    std::fs::write(&path, &base).unwrap();
+    let setup = cli(&path, &["setup"]);
+    assert_eq!(setup.code, 0, "{setup:?}");
+    let wider = base.replace(
+        "subjects = [\"in.upper.*\"]\nconsumer",
+        "subjects = [\"in.upper.*\", \"extra.>\"]\nconsumer",
+    );
+    assert_ne!(wider, base, "the harness config changed shape");
+    let wider_path = env.path("wider.toml");
+    std::fs::write(&wider_path, &wider).unwrap();
+    let (old, new) = (
+        Config::load(&path).unwrap().deployment_name(),
+        Config::load(&wider_path).unwrap().deployment_name(),
+    );
+    assert_ne!(old, new, "the default name follows the subjects");
+    let consumer = format!("{}-upper", dedup_host_tests::harness::CONSUMER);
+    let owner = || async {
+        let stream = env.js.get_stream(SOURCE).await.unwrap();
+        let info = stream.consumer_info(&consumer).await.unwrap();
+        dedup_host::ownership::owner(&info.config.metadata).map(str::to_string)
+    };
+
+    let plan = cli(&wider_path, &["setup", "--plan"]);
+    assert_eq!(plan.code, 0, "{plan:?}");
+    let line = format!("at setup  deployment {old} (deployment.name): owner `{old}` -> `{new}`");
+    assert!(plan.stdout.contains(&line), "{}", plan.stdout);
+    assert_eq!(
+        owner().await.as_deref(),
+        Some(old.as_str()),
+        "--plan moved nothing"
+    );
+    let json = cli(&wider_path, &["setup", "--plan", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&json.stdout).expect("JSON");
+    let moves: Vec<&serde_json::Value> = (v.as_array().unwrap().iter())
+        .filter(|c| c["by_setup"] == true)
+        .collect();
+    assert_eq!(moves.len(), 1, "{v}");
+    let risk = moves[0]["risk"].as_str().unwrap();
+    for part in [
+        "The next plain `dedup-host setup` (not `--apply`)",
+        "Hosts still running the old config keep serving",
+    ] {
+        assert!(risk.contains(part), "`{part}` in {risk}");
+    }
+
+    let applied = cli(&wider_path, &["setup", "--apply"]);
+    assert_eq!(applied.code, 0, "{applied:?}");
+    let moved = cli(&wider_path, &["setup"]);
+    assert_eq!(moved.code, 0, "{moved:?}");
+    assert_eq!(
+        owner().await.as_deref(),
+        Some(new.as_str()),
+        "setup moved it"
+    );
+}
+
+/// A route moving from window to fenced effects needs its output stream to take atomic
+/// batches: `setup --apply` makes that in place (stored messages stay), so the README's
+/// steps work: apply, restart the hosts with the new config, `--change-route`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn apply_lets_an_existing_output_stream_take_fenced_commits_in_place() {
+    let env = TestEnv::start().await;
+    let timing = Timing::default();
+    let window = env.config_text(&timing, UPPER_ROUTE);
+    let path = env.path("window.toml");
+    std::fs::write(&path, &window).unwrap();
+    let setup = cli(&path, &["setup"]);
+    assert_eq!(setup.code, 0, "{setup:?}");
+    env.js
+        .publish("out.kept", "stored before".into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+
+    let fenced = env
+        .config_text(&timing, &format!("{UPPER_ROUTE}effects = \"fenced\"\n"))
+        .replace(
+            "duplicate_window = \"10m\"\nreplicas",
+            "duplicate_window = \"10m\"\neffects = \"fenced\"\nreplicas",
+        );
+    assert_ne!(fenced, window, "the harness config changed shape");
+    let fenced_path = env.path("fenced.toml");
+    std::fs::write(&fenced_path, &fenced).unwrap();
+    let plan = cli(&fenced_path, &["setup", "--plan"]);
+    assert_eq!(plan.code, 0, "{plan:?}");
+    assert!(
+        plan.stdout
+            .contains("atomic batches false -> true, rollups false -> true")
+            && !plan.stdout.contains("REFUSED"),
+        "{}",
+        plan.stdout
+    );
+    let applied = cli(&fenced_path, &["setup", "--apply"]);
+    assert_eq!(applied.code, 0, "{applied:?}");
+    let outputs = stream_config(&env, OUTPUTS).await;
+    assert!(outputs.allow_atomic_publish && outputs.allow_rollup);
+    let mut stream = env.js.get_stream(OUTPUTS).await.unwrap();
+    assert_eq!(stream.info().await.unwrap().state.messages, 1, "kept");
+    let changed = cli(&fenced_path, &["setup", "--change-route", "upper"]);
+    assert_eq!(changed.code, 0, "{changed:?}");
+}

@@ -64,6 +64,24 @@ impl<S: ClaimStore> Claimer<S> {
         record
     }
 
+    /// The record of a claim-after key dead-lettered (failed for good) with `reason`. When
+    /// the route may publish outputs (`outputs`), it names `digest` as the version whose
+    /// window outputs may be stored ([`ClaimRecord::effects_by`]): a claim-after key has no
+    /// record before its outcome, so an earlier delivery (or another copy under the key) may
+    /// have stored part of its outputs before a publish failed, and nothing else tells that a
+    /// replay must not run where those outputs' message ids no longer deduplicate (fenced).
+    pub fn dead_lettered(
+        &self,
+        digest: &str,
+        attempt: u32,
+        reason: String,
+        outputs: bool,
+    ) -> ClaimRecord {
+        let mut record = self.settled(digest, attempt, Err(reason));
+        record.effects_by = outputs.then(|| digest.to_string());
+        record
+    }
+
     /// Creates `key` as `record` (from [`Claimer::settled`]): `true` if this write made it,
     /// `false` if the key existed (another host settled it first). A create whose answer was
     /// lost counts as made when the store holds exactly `record` (rule 13).

@@ -1,0 +1,152 @@
+//! Moving a route's claim records between claim stores (a bucket, or a fenced stream), for a
+//! contract change and a rename: which keys a route has, where each lives, and copying a
+//! record so that the store the route was served from wins.
+
+use anyhow::Context as _;
+use async_nats::jetstream::Context;
+use futures::StreamExt;
+
+use crate::claim::host::HostClaimStore;
+use crate::claim::kv::KvClaimStore;
+use crate::claim::record::ClaimRecord;
+use crate::claim::{ClaimError, ClaimState, ClaimStore};
+use crate::config::Config;
+
+/// Keys the operator accepted as settled though they failed for good after their window
+/// outputs may have been stored (`--accept-dead KEY`): they can never complete, so they move
+/// as they are, still dead-lettered, and their letters must not be replayed.
+#[derive(Debug, Clone, Default)]
+pub struct AcceptedDead(Vec<String>);
+
+impl AcceptedDead {
+    /// The keys named, each a claim key (`<route>.<key>` as a refusal lists it) or a
+    /// message's idempotency key.
+    pub fn new(keys: &[String]) -> Self {
+        Self(keys.to_vec())
+    }
+
+    /// Whether claim key `claim_key` of route `route` was named.
+    pub fn accepts(&self, route: &str, claim_key: &str) -> bool {
+        self.0
+            .iter()
+            .any(|k| k == claim_key || crate::claim::key::encode(route, k) == claim_key)
+    }
+}
+
+/// Where a contract's claims live, as the host's claim store knows a claim key there.
+pub(crate) fn store_key(claims: &str, claim_key: &str) -> String {
+    match claims.strip_prefix("stream ") {
+        Some(stream) => crate::fenced::claim_subject(stream, claim_key),
+        None => claim_key.to_string(),
+    }
+}
+
+/// Every claim record of `route` in the claim store of `claims`, each read from its
+/// stream's leader (a replica may lag behind the last write): (claim key, record).
+pub(crate) async fn read_records(
+    js: &Context,
+    store: &HostClaimStore,
+    claims: &str,
+    route: &str,
+) -> anyhow::Result<Vec<(String, ClaimRecord)>> {
+    let mut records = Vec::new();
+    for claim_key in claim_keys(js, claims, route).await? {
+        if let Some((record, _)) = store
+            .get_from_leader(&store_key(claims, &claim_key))
+            .await?
+        {
+            records.push((claim_key, record));
+        }
+    }
+    Ok(records)
+}
+
+/// Writes `record`, read from the store the route was served from, to `key` of claim store
+/// `to`. Hosts serve a route only under its recorded contract, so that store holds every
+/// write since the route last moved; a record `to` kept (claims moved A to B to A, or an
+/// earlier life of a renamed route's name) dates from before and is written over. Which of
+/// the two is newer is never decided by `updated_ms`: hosts' clocks differ. Whether it wrote.
+pub(crate) async fn copy_record(
+    to: &HostClaimStore,
+    key: &str,
+    record: &ClaimRecord,
+) -> anyhow::Result<bool> {
+    let conflict = match to.create(key, record).await {
+        Ok(_) => return Ok(true),
+        Err(ClaimError::Conflict) => ClaimError::Conflict,
+        Err(e) => return Err(e).context("copying a claim record"),
+    };
+    let Some((there, revision)) = to.get_from_leader(key).await? else {
+        // The key's last write there was a deletion.
+        return match to.create_over_deleted(key, record).await {
+            Ok(_) => Ok(true),
+            Err(e) => Err(e).context(format!("copying a claim record ({conflict})")),
+        };
+    };
+    if there == *record {
+        return Ok(false);
+    }
+    to.update(key, record, revision)
+        .await
+        .context("copying a claim record over an older one")?;
+    Ok(true)
+}
+
+/// Whether a record is final: completed, or failed for good.
+pub(crate) fn settled(record: &ClaimRecord) -> bool {
+    record.state == ClaimState::Completed
+        || (record.state == ClaimState::Failed && record.permanent)
+}
+
+/// Whether a key failed for good (dead-lettered) after its window outputs may have been
+/// stored: a replay of its dead letter runs it again, and must do so where those outputs'
+/// message ids still deduplicate.
+pub(crate) fn dead_with_effects(record: &ClaimRecord) -> bool {
+    record.state == ClaimState::Failed && record.permanent && record.effects_by.is_some()
+}
+
+/// The claim store holding the claims of a contract's `claims` (`bucket <name>` or
+/// `stream <name>`), reached by [`store_key`].
+pub(crate) async fn claim_store(
+    js: &Context,
+    config: &Config,
+    claims: &str,
+) -> anyhow::Result<HostClaimStore> {
+    // A fenced store still needs a bucket for keys outside streams; none is used here.
+    let bucket = claims
+        .strip_prefix("bucket ")
+        .unwrap_or(&config.claims.bucket);
+    let kv = js.get_key_value(bucket).await.map_err(|e| {
+        anyhow::anyhow!("cannot open claim bucket `{bucket}` ({claims}): {e}; create it with `dedup-host setup --config <the config that names it>`")
+    })?;
+    Ok(HostClaimStore::new(KvClaimStore::new(kv), js.clone()))
+}
+
+/// The claim keys of `route` in a claim store (`bucket <name>` or `stream <name>`).
+async fn claim_keys(js: &Context, claims: &str, route: &str) -> anyhow::Result<Vec<String>> {
+    let prefix = format!("{route}.");
+    if let Some(stream) = claims.strip_prefix("stream ") {
+        let s = js.get_stream(stream).await?;
+        let filter = crate::fenced::claim_subject(stream, &format!("{route}.>"));
+        let mut info = s.info_with_subjects(filter).await?;
+        let mut subjects = Vec::new();
+        while let Some(entry) = info.next().await {
+            let (subject, _) = entry?;
+            if let Some(key) = crate::fenced::claim_key_of(stream, &subject) {
+                subjects.push(key.to_string());
+            }
+        }
+        return Ok(subjects);
+    }
+    let bucket = claims.strip_prefix("bucket ").unwrap_or(claims);
+    let kv = js.get_key_value(bucket).await?;
+    let mut keys = kv.keys().await?;
+    let mut found = Vec::new();
+    while let Some(key) = keys.next().await {
+        let key = key?;
+        if key.starts_with(&prefix) {
+            found.push(key);
+        }
+    }
+    Ok(found)
+}
