@@ -85,7 +85,11 @@ pub struct LogContext {
 
 /// Store data for one invocation. A fresh one is built for every call and dropped after it.
 pub struct GuestState {
-    pub(crate) wasi: WasiCtx,
+    /// The WASI context, built at the guest's first WASI call (most handler calls make none,
+    /// and building one costs as much as a small guest's work: it seeds a random generator).
+    /// Built at once when the route grants a directory, so a directory that cannot be opened
+    /// fails the invocation before the guest runs.
+    pub(crate) wasi: Option<WasiCtx>,
     pub(crate) table: ResourceTable,
     pub(crate) stderr: MemoryOutputPipe,
     pub(crate) config: Arc<BTreeMap<String, String>>,
@@ -121,27 +125,27 @@ impl GuestState {
     /// Fails only if that directory cannot be opened.
     pub(crate) fn new(options: &InvokeOptions, context: LogContext) -> std::io::Result<Self> {
         let stderr = MemoryOutputPipe::new(STDERR_CAPACITY);
-        let mut wasi = WasiCtxBuilder::new();
-        wasi.stderr(stderr.clone())
-            .allow_tcp(false)
-            .allow_udp(false)
-            .allow_ip_name_lookup(false);
-        if let Some(dir) = &options.read_only_dir {
-            wasi.preopened_dir(dir.as_path(), GUEST_DIR, FsPerms::ReadOnly)
-                .map_err(|e| {
-                    std::io::Error::other(format!(
-                        "cannot open read-only directory `{}`: {e:#}",
-                        dir.display()
-                    ))
-                })?;
-        }
+        let wasi = match &options.read_only_dir {
+            Some(dir) => {
+                let mut wasi = sandboxed(&stderr);
+                wasi.preopened_dir(dir.as_path(), GUEST_DIR, FsPerms::ReadOnly)
+                    .map_err(|e| {
+                        std::io::Error::other(format!(
+                            "cannot open read-only directory `{}`: {e:#}",
+                            dir.display()
+                        ))
+                    })?;
+                Some(wasi.build())
+            }
+            None => None,
+        };
         let limits = options.limits.clone();
         let started = Instant::now();
         let wall_deadline = started + limits.wall_limit();
         Ok(Self {
             started,
             lane: Arc::default(),
-            wasi: wasi.build(),
+            wasi,
             table: ResourceTable::new(),
             stderr,
             config: options.config.clone(),
@@ -197,10 +201,22 @@ impl GuestState {
     }
 }
 
+/// A WASI context builder that grants nothing but `stderr` (captured): no environment,
+/// arguments, files, sockets or name lookups.
+fn sandboxed(stderr: &MemoryOutputPipe) -> WasiCtxBuilder {
+    let mut wasi = WasiCtxBuilder::new();
+    wasi.stderr(stderr.clone())
+        .allow_tcp(false)
+        .allow_udp(false)
+        .allow_ip_name_lookup(false);
+    wasi
+}
+
 impl WasiView for GuestState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
+        let stderr = &self.stderr;
         WasiCtxView {
-            ctx: &mut self.wasi,
+            ctx: self.wasi.get_or_insert_with(|| sandboxed(stderr).build()),
             table: &mut self.table,
         }
     }
@@ -250,5 +266,37 @@ impl ResourceLimiter for GuestState {
 
     fn memories(&self) -> usize {
         self.limits.memories
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wasi_context_is_built_at_the_first_wasi_call_only() {
+        let mut state =
+            GuestState::new(&InvokeOptions::default(), LogContext::default()).expect("state");
+        assert!(
+            state.wasi.is_none(),
+            "no WASI context before the guest asks"
+        );
+        let _ = state.ctx();
+        assert!(state.wasi.is_some(), "the first WASI call builds it");
+    }
+
+    #[test]
+    fn a_granted_directory_that_cannot_be_opened_fails_before_the_guest_runs() {
+        let options = InvokeOptions {
+            read_only_dir: Some(Arc::new(PathBuf::from("/nonexistent/dedup-state-test"))),
+            ..InvokeOptions::default()
+        };
+        let err = GuestState::new(&options, LogContext::default())
+            .err()
+            .expect("the directory is refused");
+        assert!(
+            err.to_string().contains("cannot open read-only directory"),
+            "{err}"
+        );
     }
 }

@@ -20,7 +20,7 @@ use dedup_host::runtime::{EngineSettings, Handler, InvokeOptions, Outcome, Runti
 use dedup_host::serve;
 
 use super::callgrind::dump;
-use super::floor::{event, Floor};
+use super::floor::{event, Floor, FloorCode};
 use super::handguard::{self, Ack, Guard};
 use super::pipeline::{guarded_config, Effects};
 use super::publish_many;
@@ -34,8 +34,11 @@ use crate::nats::NatsServer;
 pub const BENCHES: &[(&str, usize)] = &[
     ("invoke-rust", 200),
     ("invoke-c", 200),
+    ("invoke-uppercase", 200),
     ("floor-rust", 200),
     ("floor-c", 200),
+    ("floor-armed-rust", 200),
+    ("floor-armed-c", 200),
     ("guard", 300),
     ("pipeline", 300),
     ("fenced", 300),
@@ -73,26 +76,42 @@ pub async fn run(which: &str, units: Option<usize>) -> anyhow::Result<()> {
     };
     let n = units.unwrap_or(default);
     match which {
-        "floor-rust" | "floor-c" => floor(&which.replace("floor", "conformance"), n).await?,
+        "floor-rust" | "floor-c" => {
+            floor(&which.replace("floor", "conformance"), n, FloorCode::Bare).await?
+        }
+        "floor-armed-rust" | "floor-armed-c" => {
+            let name = which.replace("floor-armed", "conformance");
+            floor(&name, n, FloorCode::Armed).await?
+        }
         "guard" => host(Hosted::Noop, n).await?,
         "pipeline" => host(Hosted::Wasm(Effects::Window), n).await?,
         "fenced" => host(Hosted::Wasm(Effects::Fenced), n).await?,
         "hand-2b" => hand(Guard::Record, n).await?,
         "hand-2c" => hand(Guard::Output, n).await?,
-        _ => invoke(&which.replace("invoke", "conformance"), n).await?,
+        "invoke-uppercase" => invoke("uppercase", n, as_routed()).await?,
+        _ => invoke(&which.replace("invoke", "conformance"), n, upper()).await?,
     }
     println!("counts: {which} {n}");
     Ok(())
 }
 
-/// `n` host invocations of guest `name` (limits armed, as the host runs them). Compiled
-/// components are cached in the temp dir, so only the first run of a language compiles.
-async fn invoke(name: &str, n: usize) -> anyhow::Result<()> {
+/// The options the `pipeline` bench's route gives `uppercase`: default limits, its one
+/// output allowed. With them, `invoke-uppercase` is the pipeline's guest call alone.
+fn as_routed() -> InvokeOptions {
+    InvokeOptions {
+        allowed_outputs: Some(Arc::from(["bench.in.done".to_string()])),
+        ..InvokeOptions::default()
+    }
+}
+
+/// `n` host invocations of guest `name` with `options` (limits armed, as the host runs
+/// them). Compiled components are cached in the temp dir, so only the first run of a
+/// language compiles.
+async fn invoke(name: &str, n: usize, options: InvokeOptions) -> anyhow::Result<()> {
     let cache = std::env::temp_dir().join("dedup-counts-cache");
     std::fs::create_dir_all(&cache)?;
     let runtime = Runtime::new(&engine_settings())?.with_cache(&cache)?;
     let handler = runtime.load_file(&guest(name))?;
-    let options = upper();
     for i in 0..WARM_UP.min(n) {
         invoke_once(&handler, &options, i).await?;
     }
@@ -115,9 +134,9 @@ async fn invoke_once(handler: &Handler, options: &InvokeOptions, i: usize) -> an
     Ok(())
 }
 
-/// `n` floor calls (2d) of guest `name`.
-async fn floor(name: &str, n: usize) -> anyhow::Result<()> {
-    let floor = Floor::load(name, &engine_settings())?;
+/// `n` floor calls of guest `name` compiled as `code` says ((2d) when bare).
+async fn floor(name: &str, n: usize, code: FloorCode) -> anyhow::Result<()> {
+    let floor = Floor::load(name, &engine_settings(), code)?;
     for i in 0..WARM_UP.min(n) {
         floor.call(event(i)).await?;
     }

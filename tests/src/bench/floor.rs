@@ -1,9 +1,12 @@
 //! The floor, baseline (2d): what wasmtime itself needs to run a handler once. The same
-//! component, compiled by the host's own pooled engine (same code settings, so the same
-//! machine code), is instantiated from an `InstancePre` in the pooling allocator and called,
-//! and nothing else: no fuel, no epoch deadline, no resource limiter, no WASI context (the
-//! guests' WASI imports are linked as traps: a handler call does not reach them), no log
-//! capture; the two `dedup:handler` imports a guest may call answer from a plain struct.
+//! component, compiled by the host's pooled engine (same pool and memory settings), is
+//! instantiated from an `InstancePre` in the pooling allocator and called, and nothing else:
+//! no fuel, no epoch deadline, no resource limiter, no WASI context (the guests' WASI imports
+//! are linked as traps: a handler call does not reach them), no log capture; the two
+//! `dedup:handler` imports a guest may call answer from a plain struct. Without fuel and
+//! epochs the guest's machine code has no checks in it ([`FloorCode::Bare`]);
+//! [`FloorCode::Armed`] compiles them in as the host does, which splits the host's distance
+//! from (2d) into what its code settings cost and what the rest of the host costs.
 //! `dedup-bench floor` times it beside the host's `invoke` of the same guest.
 
 use std::time::{Duration, Instant};
@@ -45,19 +48,33 @@ impl config::Host for FloorState {
     }
 }
 
+/// Which machine code a floor runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FloorCode {
+    /// No epoch checks and no fuel metering compiled in: wasmtime's own floor, (2d).
+    Bare,
+    /// Epoch checks and fuel metering compiled in, as the host's engine does, with a deadline
+    /// and a fuel budget no call reaches; still none of the rest of the host.
+    Armed,
+}
+
 /// A component ready to be instantiated at the floor: its engine (kept alive by the runtime)
 /// and its pre-instantiated form.
 pub struct Floor {
     runtime: Runtime,
     pre: HandlerGuestPre<FloorState>,
+    code: FloorCode,
 }
+
+/// Epoch ticks the armed floor's deadline lies ahead: never reached.
+const NO_DEADLINE: u64 = 1 << 40;
 
 impl Floor {
     /// Loads guest `name` (e.g. `conformance-rust`) with the host's pooled engine built from
-    /// `settings`, limits off.
-    pub fn load(name: &str, settings: &EngineSettings) -> anyhow::Result<Self> {
+    /// `settings`, compiled as `code` says, limits off.
+    pub fn load(name: &str, settings: &EngineSettings, code: FloorCode) -> anyhow::Result<Self> {
         let runtime = Runtime::new(&EngineSettings {
-            metered: false,
+            metered: code == FloorCode::Armed,
             ..settings.clone()
         })?;
         let handler = runtime.load_file(&guest(name))?;
@@ -65,7 +82,7 @@ impl Floor {
         HandlerGuest::add_to_linker::<_, HasSelf<_>>(&mut linker, |state| state)?;
         linker.define_unknown_imports_as_traps(handler.component())?;
         let pre = HandlerGuestPre::new(linker.instantiate_pre(handler.component())?)?;
-        Ok(Self { runtime, pre })
+        Ok(Self { runtime, pre, code })
     }
 
     /// One fresh store and instance, one call of the handler with `event`; the call must
@@ -77,6 +94,10 @@ impl Floor {
                 mode: "upper".into(),
             },
         );
+        if self.code == FloorCode::Armed {
+            store.set_fuel(u64::MAX)?;
+            store.set_epoch_deadline(NO_DEADLINE);
+        }
         let guest = self.pre.instantiate_async(&mut store).await?;
         let outputs = guest
             .dedup_handler_handler()
@@ -107,7 +128,7 @@ pub async fn run(iterations: usize) -> anyhow::Result<()> {
     println!("floor (2d) vs the host's invoke (conformance guest, mode upper, 1 KiB payload, {iterations} each):");
     for lang in ["rust", "c"] {
         let name = format!("conformance-{lang}");
-        let floor = Floor::load(&name, &EngineSettings::default())?;
+        let floor = Floor::load(&name, &EngineSettings::default(), FloorCode::Bare)?;
         for i in 0..iterations / 10 {
             floor.call(event(i)).await?;
         }
