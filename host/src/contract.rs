@@ -65,15 +65,39 @@ pub struct ContractRecord {
     /// where two default deployment names cannot.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub consumer: Option<String>,
+    /// The filter subjects of [`ContractRecord::consumer`] when it was recorded (the route's
+    /// subject); `None` in a record written before they were recorded
+    /// ([`ContractRecord::with_live_subjects`] reads them from the consumer). Two teams with
+    /// default deployment names, one stream and one route name share the consumer name: the
+    /// subjects tell them apart.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subjects: Option<Vec<String>>,
 }
 
 impl ContractRecord {
+    /// A record of `contract` for `route` of `config`, written by `by` now: this config's
+    /// deployment, the route's consumer and its filter subjects.
+    pub fn new(contract: RouteContract, by: &str, config: &Config, route: &RouteConfig) -> Self {
+        ContractRecord {
+            contract,
+            recorded_by: by.to_string(),
+            recorded_ms: crate::claim::record::now_ms(),
+            deployment: Some(config.deployment_name()),
+            consumer: Some(crate::consumers::route_consumer_name(config, &route.name)),
+            subjects: Some(vec![route.subject.clone()]),
+        }
+    }
+
     /// The deployment that recorded this contract of `route`, when it is another than
     /// `config`'s. Names compare exactly, with one exception: when both are default (`auto-`)
-    /// names and the record names the consumer `config` gives the route, it is this
-    /// deployment under a former default name (same consumer, same claim keys): a rolling
-    /// restart or `setup` with a config that adds a source subject (or, with `[source]
-    /// subjects` unset, a route) renames it while hosts of the old config still serve.
+    /// names, the record names the consumer `config` gives the route AND that consumer takes
+    /// the subject `config` gives the route, it is this deployment under a former default
+    /// name (same consumer, same claim keys): a rolling restart or `setup` with a config that
+    /// adds a source subject (or, with `[source] subjects` unset, a route) renames it while
+    /// hosts of the old config still serve. Another team with a default name, the default
+    /// stream and the same route name has the same consumer name but its own subject.
+    /// A record without subjects (older) is judged by the consumer name alone: callers that
+    /// can reach the server fill them first ([`ContractRecord::with_live_subjects`]).
     pub fn other_owner(&self, config: &Config, route: &str) -> Option<&str> {
         let owner = self.deployment.as_deref()?;
         if !config.is_other_deployment(owner) {
@@ -81,10 +105,40 @@ impl ContractRecord {
         }
         let default = |name: &str| crate::config::DeploymentConfig::is_default(name);
         let consumer = crate::consumers::route_consumer_name(config, route);
+        let same_subjects = match (
+            &self.subjects,
+            config.routes.iter().find(|r| r.name == route),
+        ) {
+            (Some(recorded), Some(r)) => *recorded == [r.subject.clone()],
+            _ => true,
+        };
         let former = default(owner)
             && default(&config.deployment_name())
-            && self.consumer.as_deref() == Some(consumer.as_str());
+            && self.consumer.as_deref() == Some(consumer.as_str())
+            && same_subjects;
         (!former).then_some(owner)
+    }
+
+    /// This record with [`ContractRecord::subjects`] read from its live consumer on
+    /// `config`'s source stream: they fill a record that predates them, and win over the
+    /// recorded ones (a plain `setup` may have changed the route's subject since). Kept as
+    /// recorded when the consumer or the stream is gone.
+    pub async fn with_live_subjects(mut self, js: &Context, config: &Config) -> Self {
+        let Some(consumer) = self.consumer.clone() else {
+            return self;
+        };
+        let Ok(source) = js.get_stream(&config.source.stream).await else {
+            return self;
+        };
+        if let Ok(info) = source.consumer_info(&consumer).await {
+            let c = &info.config;
+            let mut subjects = c.filter_subjects.clone();
+            if !c.filter_subject.is_empty() {
+                subjects.insert(0, c.filter_subject.clone());
+            }
+            self.subjects = Some(subjects);
+        }
+        self
     }
 }
 
@@ -431,13 +485,7 @@ async fn settle(
                 return Err(unreadable(store, &route.name, &reason))
             }
         };
-        let record = ContractRecord {
-            contract: wanted.clone(),
-            recorded_by: by.to_string(),
-            recorded_ms: crate::claim::record::now_ms(),
-            deployment: Some(config.deployment_name()),
-            consumer: Some(crate::consumers::route_consumer_name(config, &route.name)),
-        };
+        let record = ContractRecord::new(wanted.clone(), by, config, route);
         let bytes = serde_json::to_vec(&record).expect("record serializes");
         // Written against the revision read (not `create`, which also writes over a deleted
         // key): a contract deleted meanwhile is never recorded anew by a host.
@@ -506,6 +554,7 @@ mod tests {
             recorded_ms: 1,
             deployment: Some("d".into()),
             consumer: None,
+            subjects: None,
         };
         let mark = Changing {
             to: of(&c, &c.routes[0]),
@@ -544,6 +593,7 @@ mod tests {
             recorded_ms: 0,
             deployment: None,
             consumer: None,
+            subjects: None,
         };
         let e = compare("r", &record, w).unwrap_err().to_string();
         assert!(

@@ -110,6 +110,9 @@ pub const ORDER_ACK_WAIT: Duration = Duration::from_secs(5);
 
 /// The headers of the queued copy: the original's, plus where it came from; its
 /// `Nats-Msg-Id` (the copy's dedup id) is `<route>.<sequence>`, the original's is kept aside.
+/// The original's other `Nats-*` headers are dropped: the server would check an expectation
+/// (`Nats-Expected-Last-Subject-Sequence`, `Nats-Expected-Stream`) or a `Nats-TTL` again
+/// against the queue, where it does not hold, and the copy would never be stored.
 pub fn queued_headers(
     original: Option<&HeaderMap>,
     route: &str,
@@ -120,9 +123,10 @@ pub fn queued_headers(
     if let Some(original) = original {
         for (name, values) in original.iter() {
             for value in values {
-                if AsRef::<str>::as_ref(name).eq_ignore_ascii_case(crate::idempotency::MSG_ID) {
+                let name_str: &str = name.as_ref();
+                if name_str.eq_ignore_ascii_case(crate::idempotency::MSG_ID) {
                     h.append(headers::MSG_ID, value.as_str());
-                } else {
+                } else if !is_nats_header(name_str) {
                     h.append(name.clone(), value.clone());
                 }
             }
@@ -134,6 +138,27 @@ pub fn queued_headers(
         crate::idempotency::MSG_ID,
         format!("{route}.{sequence}").as_str(),
     );
+    h
+}
+
+/// Whether `name` is a header the server gives meaning to (`Nats-*`).
+fn is_nats_header(name: &str) -> bool {
+    name.get(..5)
+        .is_some_and(|p| p.eq_ignore_ascii_case("Nats-"))
+}
+
+/// `headers` without any `Nats-*` header: what a queued message keeps when it is queued
+/// again (the caller sets the copy's own `Nats-Msg-Id`).
+pub fn without_nats_headers(headers: &HeaderMap) -> HeaderMap {
+    let mut h = HeaderMap::new();
+    for (name, values) in headers.iter() {
+        if is_nats_header(name.as_ref()) {
+            continue;
+        }
+        for value in values {
+            h.append(name.clone(), value.clone());
+        }
+    }
     h
 }
 
@@ -176,8 +201,10 @@ mod tests {
         let mut h = HeaderMap::new();
         h.insert("Nats-Msg-Id", "evt-1");
         h.insert("Account", "a-1");
+        h.insert("Nats-Expected-Last-Subject-Sequence", "7");
         let queued = queued_headers(Some(&h), "ledger", "ledger.adjust.a-1", 42);
         assert_eq!(queued.get("Nats-Msg-Id").unwrap().as_str(), "ledger.42");
+        assert!(queued.get("Nats-Expected-Last-Subject-Sequence").is_none());
         let (subject, sequence, back) = original(Some(&queued)).unwrap();
         assert_eq!((subject.as_str(), sequence), ("ledger.adjust.a-1", 42));
         assert_eq!(back.get("Nats-Msg-Id").unwrap().as_str(), "evt-1");

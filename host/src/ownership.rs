@@ -15,8 +15,8 @@
 use std::collections::{BTreeSet, HashMap};
 
 use anyhow::Context as _;
-use async_nats::jetstream::consumer;
 use async_nats::jetstream::Context;
+use async_nats::jetstream::{consumer, stream};
 use futures::StreamExt;
 use thiserror::Error;
 
@@ -122,11 +122,10 @@ pub fn stamp(metadata: &mut HashMap<String, String>, config: &Config) {
 /// would rebind, contracts of another deployment it would take as its own, silent renames.
 /// Reads only.
 pub async fn check(js: &Context, config: &Config) -> anyhow::Result<Vec<Conflict>> {
-    let mine = config.deployment_name();
     let mut conflicts = Vec::new();
     let existing = former::source_consumers(js, config).await?;
     let others = Others::of(config, &existing);
-    consumers(config, &mine, &existing, &mut conflicts);
+    consumers(&others, &existing, &mut conflicts);
     renames(config, &others, &existing, &mut conflicts);
     contracts(js, config, &others, &mut conflicts).await?;
     Ok(conflicts)
@@ -150,6 +149,31 @@ impl<'a> Others<'a> {
     /// Whether `owner` is another deployment.
     fn is_other(&self, owner: &str) -> bool {
         self.config.is_other_deployment(owner) && !self.former.contains(owner)
+    }
+
+    /// Whether binding consumer `name` (now `have`) to the filters `want` would take it from
+    /// another deployment: it records another owner (not this config's current or former
+    /// name) and other filters (a consumer another deployment owns with these very filters
+    /// consumes what this config would anyway, and is only read).
+    fn consumer_conflict(
+        &self,
+        name: &str,
+        have: &consumer::Config,
+        want: &[String],
+    ) -> Option<Conflict> {
+        let owner = owner(&have.metadata)?;
+        let filters = filters(have);
+        let config = self.config;
+        (self.is_other(owner) && filters != want).then(|| Conflict::Owned {
+            kind: "consumer",
+            route: (config.routes.iter())
+                .find(|r| route_consumer_name(config, &r.name) == name)
+                .map(|r| r.name.clone()),
+            name: name.to_string(),
+            owner: owner.to_string(),
+            mine: config.deployment_name(),
+            would: format!("rebind it from {filters:?} to {want:?}"),
+        })
     }
 }
 
@@ -213,41 +237,39 @@ fn filters(c: &consumer::Config) -> Vec<String> {
 }
 
 /// Consumers this config needs that another deployment owns with other filters.
-fn consumers(config: &Config, mine: &str, existing: &[consumer::Info], out: &mut Vec<Conflict>) {
-    for (name, want, _) in consumer_specs(config) {
+fn consumers(others: &Others, existing: &[consumer::Info], out: &mut Vec<Conflict>) {
+    for (name, want, _) in consumer_specs(others.config) {
         let Some(info) = existing.iter().find(|i| i.name == name) else {
             continue;
         };
-        out.extend(consumer_conflict(config, mine, &name, &info.config, &want));
+        out.extend(others.consumer_conflict(&name, &info.config, &want));
     }
 }
 
-/// Whether binding consumer `name` (now `have`) to the filters `want` would take it from
-/// another deployment: it records another owner and other filters (a consumer another
-/// deployment owns with these very filters consumes what this config would anyway, and is
-/// only read). Checked before every create or update of a route consumer, at set-up, at
-/// start, on reload and on every re-bind.
-pub fn consumer_conflict(
+/// Whether binding consumer `name` of the source stream `source` (now `have`) to the filters
+/// `want` would take it from another deployment: it records another owner and other filters
+/// (a consumer another deployment owns with these very filters consumes what this config
+/// would anyway, and is only read). A former default name of this deployment ([`former`]) is
+/// not another: a deployment that widens its source subjects re-filters its own unrouted
+/// consumer. Checked before every create or update of a route consumer, at set-up, at
+/// start, on reload and on every re-bind; lists the stream's consumers only when the owner
+/// is not this config's current name.
+pub async fn consumer_conflict(
+    source: &stream::Stream,
     config: &Config,
-    mine: &str,
     name: &str,
     have: &consumer::Config,
     want: &[String],
-) -> Option<Conflict> {
-    let owner = owner(&have.metadata)?;
-    let filters = filters(have);
-    (owner != mine && filters != want).then(|| Conflict::Owned {
-        kind: "consumer",
-        route: config
-            .routes
-            .iter()
-            .find(|r| route_consumer_name(config, &r.name) == name)
-            .map(|r| r.name.clone()),
-        name: name.to_string(),
-        owner: owner.to_string(),
-        mine: mine.to_string(),
-        would: format!("rebind it from {filters:?} to {want:?}"),
-    })
+) -> anyhow::Result<Option<Conflict>> {
+    let exact = Others {
+        config,
+        former: BTreeSet::new(),
+    };
+    if exact.consumer_conflict(name, have, want).is_none() {
+        return Ok(None);
+    }
+    let existing = former::stream_consumers(source, &config.source.stream).await?;
+    Ok(Others::of(config, &existing).consumer_conflict(name, have, want))
 }
 
 /// New routes whose subject a consumer of this deployment serves for a route it no longer
@@ -303,6 +325,7 @@ async fn contracts(
         let Some((record, _)) = crate::contract::read(&store, &r.name).await? else {
             continue;
         };
+        let record = record.with_live_subjects(js, config).await;
         if let Some(recorded) = crate::contract::other_consumer(&record, config, &r.name) {
             out.push(Conflict::Consumer {
                 name: format!("{}/{}", store.name, r.name),

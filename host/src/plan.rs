@@ -3,7 +3,9 @@
 //! change that would lose or weaken something already stored is refused with what to do
 //! instead. Widening a stream's subjects, raising a duplicate window, a bucket's history or
 //! max age, changing replicas and letting an output stream take fenced commits are made in
-//! place (the server keeps every message).
+//! place (the server keeps every message). Turning on an existing stream's rollups (for fenced
+//! commits) lets any client that may publish there purge it, so it is made only when the
+//! operator names the stream (`--allow-rollup S`).
 
 use std::time::Duration;
 
@@ -96,11 +98,11 @@ struct Update {
 /// What the deployment needs changed; nothing is changed. Missing items are not listed
 /// (`setup` creates them). Consumers and contracts of another deployment that this config
 /// would rebind or take as its own are listed first, refused.
-pub async fn plan(js: &Context, config: &Config, shared: &[String]) -> anyhow::Result<Vec<Change>> {
+pub async fn plan(js: &Context, config: &Config, consent: &Consent) -> anyhow::Result<Vec<Change>> {
     let mut all = refusals(js, config).await?;
     all.extend(moves(js, config).await?);
     all.extend(
-        updates(js, config, shared)
+        updates(js, config, consent)
             .await?
             .into_iter()
             .flat_map(|u| u.changes),
@@ -114,12 +116,12 @@ pub async fn plan(js: &Context, config: &Config, shared: &[String]) -> anyhow::R
 pub async fn apply(
     js: &Context,
     config: &Config,
-    shared: &[String],
+    consent: &Consent,
 ) -> anyhow::Result<Vec<Change>> {
     let mut all = refusals(js, config).await?;
     let blocked = !all.is_empty();
     all.extend(moves(js, config).await?);
-    for mut update in updates(js, config, shared).await? {
+    for mut update in updates(js, config, consent).await? {
         let wanted = update.changes.iter().any(|c| c.safe);
         let outcome = if blocked {
             Some(Err(NOT_MADE.to_string()))
@@ -208,17 +210,27 @@ async fn moves(js: &Context, config: &Config) -> anyhow::Result<Vec<Change>> {
         .collect())
 }
 
+/// What the operator allowed beyond the safe changes, each by naming the stream.
+#[derive(Debug, Clone, Default)]
+pub struct Consent {
+    /// Streams another deployment uses that may be changed (`--share-stream S`).
+    pub shared: Vec<String>,
+    /// Existing streams whose rollups may be turned on for fenced commits (`--allow-rollup S`).
+    pub rollups: Vec<String>,
+}
+
 /// The updates the config needs. A change to a stream another deployment uses is refused
-/// unless `shared` names the stream (`--share-stream`), and says so either way.
-async fn updates(js: &Context, config: &Config, shared: &[String]) -> anyhow::Result<Vec<Update>> {
+/// unless `consent` names the stream (`--share-stream`), and says so either way.
+async fn updates(js: &Context, config: &Config, consent: &Consent) -> anyhow::Result<Vec<Update>> {
     let mut updates = Vec::new();
     for spec in setup::stream_specs(config) {
         if let Ok(mut existing) = js.get_stream(&spec.name).await {
             let have = existing.info().await?.config.clone();
-            let mut update = stream_update(&spec, have);
+            let rollups = consent.rollups.contains(&spec.name);
+            let mut update = stream_update(&spec, have, rollups);
             let users = crate::ownership::other_users(js, config, &spec.name).await?;
             if !users.is_empty() {
-                let allowed = shared.contains(&spec.name);
+                let allowed = consent.shared.contains(&spec.name);
                 for change in &mut update.changes {
                     share_risk(change, &users, &config.deployment_name(), allowed);
                 }
@@ -255,8 +267,9 @@ fn share_risk(change: &mut Change, users: &[String], mine: &str, allowed: bool) 
     }
 }
 
-/// The changes that make an existing stream what `spec` needs.
-fn stream_update(spec: &StreamSpec, have: stream::Config) -> Update {
+/// The changes that make an existing stream what `spec` needs; `rollups`: the operator allowed
+/// turning its rollups on (`--allow-rollup`).
+fn stream_update(spec: &StreamSpec, have: stream::Config, rollups: bool) -> Update {
     let change = |what: String, risk: &str, safe: bool| Change {
         kind: "stream",
         name: spec.name.clone(),
@@ -287,7 +300,7 @@ fn stream_update(spec: &StreamSpec, have: stream::Config) -> Update {
             false,
         ));
     }
-    fence_change(&mut changes, &mut config, spec, &change);
+    fence_change(&mut changes, &mut config, spec, rollups, &change);
     if let Some(difference) = spec.dedup_difference(&config) {
         changes.push(change(
             difference,
@@ -300,12 +313,15 @@ fn stream_update(spec: &StreamSpec, have: stream::Config) -> Update {
 
 /// Makes an existing output stream accept what fenced routes commit with (atomic batches and
 /// rollups), in place: nothing stored changes, and window publishes go on as before, so hosts
-/// of the old config keep serving while a route moves from window to fenced effects. A stream
-/// that denies purges is left to [`StreamSpec::dedup_difference`] (refused).
+/// of the old config keep serving while a route moves from window to fenced effects. Turning
+/// rollups on is refused unless `rollups` (`--allow-rollup`): any client that may publish to
+/// the stream could then purge it. A stream that denies purges is left to
+/// [`StreamSpec::dedup_difference`] (refused).
 fn fence_change(
     changes: &mut Vec<Change>,
     config: &mut stream::Config,
     spec: &StreamSpec,
+    rollups: bool,
     change: &dyn Fn(String, &str, bool) -> Change,
 ) {
     if !spec.fenced || config.deny_purge || (config.allow_atomic_publish && config.allow_rollup) {
@@ -315,11 +331,27 @@ fn fence_change(
         "atomic batches {} -> true, rollups {} -> true (fenced effects)",
         config.allow_atomic_publish, config.allow_rollup
     );
+    let taken = "stored messages stay and publishes without a batch are taken as before (hosts of the old config keep serving); the stream also accepts the atomic batches and rollups fenced routes commit with (nats-server 2.12+)";
+    if config.allow_rollup {
+        config.allow_atomic_publish = true;
+        changes.push(change(what, &format!("none: {taken}"), true));
+        return;
+    }
+    let name = &spec.name;
+    let purge = format!("with rollups on, any client allowed to publish to stream `{name}` can purge it with one message carrying `Nats-Rollup: all`: every output and every fenced claim record stored there (a purged completed key runs again)");
+    if !rollups {
+        changes.push(change(
+            what,
+            &format!("{purge}. Allow publishing to `{name}` only to the hosts (account permissions), then pass `--allow-rollup {name}` to make the change; fenced routes cannot commit without it"),
+            false,
+        ));
+        return;
+    }
     config.allow_atomic_publish = true;
     config.allow_rollup = true;
     changes.push(change(
         what,
-        "none: stored messages stay and publishes without a batch are taken as before (hosts of the old config keep serving); the stream also accepts the atomic batches and rollups fenced routes commit with (nats-server 2.12+)",
+        &format!("{purge} (allowed by --allow-rollup {name}); {taken}"),
         true,
     ));
 }

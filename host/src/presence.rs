@@ -106,16 +106,22 @@ pub enum Probe {
     /// Host (instance id) answered: it serves the route.
     Answered(String),
     /// A subscriber holds the subscription but did not answer: a host paused or busy, or
-    /// another client subscribed to the subject.
-    Silent,
+    /// another client subscribed to the subject. Names each serving subject that was silent
+    /// (the route's, the previous release's, or both), so the operator looks where it was.
+    Silent(Vec<String>),
 }
 
 impl Probe {
-    /// What two probes found together: an answer over silence over nobody.
+    /// What two probes found together: an answer over silence over nobody; silences keep
+    /// every subject that was silent.
     fn or(self, other: Probe) -> Probe {
         match (self, other) {
             (a @ Probe::Answered(_), _) | (_, a @ Probe::Answered(_)) => a,
-            (Probe::Silent, _) | (_, Probe::Silent) => Probe::Silent,
+            (Probe::Silent(mut a), Probe::Silent(b)) => {
+                a.extend(b);
+                Probe::Silent(a)
+            }
+            (s @ Probe::Silent(_), _) | (_, s @ Probe::Silent(_)) => s,
             (Probe::NoneServes, Probe::NoneServes) => Probe::NoneServes,
         }
     }
@@ -135,13 +141,13 @@ pub async fn probe(client: &Client, config: &Config, route: &str) -> Result<Prob
 async fn ask(client: &Client, subject: String) -> Result<Probe, ProbeError> {
     let request = client.request(subject.clone(), bytes::Bytes::new());
     match tokio::time::timeout(ANSWER_WITHIN, request).await {
-        Err(_) => Ok(Probe::Silent),
+        Err(_) => Ok(Probe::Silent(vec![subject])),
         Ok(Ok(answer)) => Ok(Probe::Answered(
             String::from_utf8_lossy(&answer.payload).into_owned(),
         )),
         Ok(Err(e)) => match e.kind() {
             RequestErrorKind::NoResponders => Ok(Probe::NoneServes),
-            RequestErrorKind::TimedOut => Ok(Probe::Silent),
+            RequestErrorKind::TimedOut => Ok(Probe::Silent(vec![subject])),
             _ => Err(ProbeError {
                 subject,
                 reason: e.to_string(),
@@ -158,4 +164,22 @@ pub struct ProbeError {
     pub subject: String,
     /// What the client said.
     pub reason: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Probe;
+
+    #[test]
+    fn a_silence_keeps_the_subject_that_was_silent() {
+        let silent = |s: &str| Probe::Silent(vec![s.to_string()]);
+        assert_eq!(Probe::NoneServes.or(silent("old")), silent("old"));
+        assert_eq!(silent("new").or(Probe::NoneServes), silent("new"));
+        assert_eq!(
+            silent("new").or(silent("old")),
+            Probe::Silent(vec!["new".into(), "old".into()])
+        );
+        let answered = Probe::Answered("h".into());
+        assert_eq!(silent("new").or(answered.clone()), answered);
+    }
 }

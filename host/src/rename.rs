@@ -14,7 +14,9 @@
 //! 3. records `OLD`'s contract under `NEW`;
 //! 4. creates `NEW`'s consumer from the first message `OLD`'s consumer had not acknowledged
 //!    (its ack floor + 1: anything acked after the floor finds its copied claim and is acked
-//!    without running), then deletes `OLD`'s consumer and contract.
+//!    without running), then deletes `OLD`'s consumer and contract;
+//! 5. copies `OLD`'s deployed component to `NEW` (when `NEW` has none), recording this
+//!    deployment and `NEW`'s consumer as its deployer, so hosts serve `NEW` at once.
 
 use anyhow::Context as _;
 use async_nats::jetstream::Context;
@@ -38,6 +40,9 @@ pub struct Renamed {
     pub claims_copied: usize,
     /// The stream sequence the new consumer starts at.
     pub starts_at: u64,
+    /// The digest of `from`'s deployed component, copied to `to` (`None`: none was deployed,
+    /// or `to` had one already).
+    pub component: Option<String>,
 }
 
 /// Renames route `old` to `new` (see the module documentation); keys in `accepted` are
@@ -104,11 +109,13 @@ pub async fn rename(
             store.name
         )
     })?;
+    let live = recorded.clone().with_live_subjects(js, config).await;
     owned(
         "contract",
         &format!("{}/{old}", store.name),
-        // A former default name of this deployment (same route consumer) is its own.
-        recorded.other_owner(config, old),
+        // A former default name of this deployment (same route consumer, same subject) is
+        // its own.
+        live.other_owner(config, old),
         &mine,
     )?;
     anyhow::ensure!(
@@ -141,6 +148,7 @@ pub async fn rename(
     let checked = async {
         refuse_while_served(js, config, old).await?;
         let records = read_records(js, &claim_store, claims, old).await?;
+        accepted.check(old, &records)?;
         refuse_unsettled(old, new, &records, accepted)?;
         anyhow::Ok(records)
     }
@@ -161,8 +169,16 @@ pub async fn rename(
         }
     };
     let mut claims_copied = 0;
-    for (key, record) in records {
+    for (key, mut record) in records {
         let renamed = format!("{new}{}", &key[old.len()..]);
+        // Its outputs keep the ids they were published under (`audit`, `inspect`).
+        if record.outputs_as.is_none() {
+            record.outputs_as = Some(key.clone());
+        }
+        // An accepted dead key is marked: a replay of its letter is refused unless forced.
+        if dead_with_effects(&record) && accepted.accepts(old, &key) {
+            record.accept_dead(&format!("setup --rename-route {old} {new}"));
+        }
         // A record `new` kept from an earlier life of that name does not shadow a newer one.
         let copied = copy_record(&claim_store, &store_key(claims, &renamed), &record)
             .await
@@ -176,6 +192,7 @@ pub async fn rename(
         recorded_ms: crate::claim::record::now_ms(),
         deployment: Some(mine),
         consumer: Some(crate::consumers::route_consumer_name(config, new)),
+        subjects: Some(vec![route.subject.clone()]),
         ..recorded
     };
     let bytes = serde_json::to_vec(&record).expect("record serializes");
@@ -205,12 +222,43 @@ pub async fn rename(
             store.name
         )
     })?;
+    let component = carry_component(js, config, old, new)
+        .await
+        .with_context(|| format!("route `{old}` was renamed to `{new}`, but its component was not copied: deploy it with `dedup-host deploy --route {new} --component <file>`"))?;
     Ok(Renamed {
         from: old.to_string(),
         to: new.to_string(),
         claims_copied,
         starts_at,
+        component,
     })
+}
+
+/// Copies route `old`'s deployed component to `new` when `new` has none and `old`'s was
+/// deployed by this config's route consumer (or before deployers were recorded), recorded
+/// as deployed by `new`'s: its digest, or `None` when nothing was copied.
+async fn carry_component(
+    js: &Context,
+    config: &Config,
+    old: &str,
+    new: &str,
+) -> anyhow::Result<Option<String>> {
+    use crate::components::store;
+    let Ok(objects) = js.get_object_store(&config.components.bucket).await else {
+        return Ok(None);
+    };
+    let Some(deployer) = None::<store::Deployer> else {
+        return Ok(None);
+    };
+    let mine = route_consumer_name(config, old);
+    if deployer.consumer.as_ref().is_some_and(|c| *c != mine)
+        || store::deployed(&objects, new).await.is_some()
+    {
+        return Ok(None);
+    }
+    let bytes = crate::objects::read(&objects, old).await?;
+    let digest = store::deploy_by(&objects, new, &bytes, &store::Deployer::of(config, new)).await?;
+    Ok(Some(digest))
 }
 
 /// Refuses a rename while a key of `old` is unsettled (in progress, or failed and due again):
@@ -263,7 +311,7 @@ fn refuse_unsettled(
 #[derive(Debug, thiserror::Error)]
 pub enum RenameRefused {
     /// Keys of the old route are not settled ([`refuse_unsettled`]).
-    #[error("route `{old}` has {count} unsettled claim key(s) ({keys}): in progress, due again, or dead-lettered after publishing, they may have published outputs under ids of `{old}`, which a run (or a dead letter's replay) under `{new}` would publish again; run a host with the config that still names `{old}` until they settle (completed, or dead-lettered before any output; replay the letters of the others with `dedup-host dead-letters replay --route {old} --all` until they complete; `dedup-host inspect --route {old} --key <key>` shows one), stop it, then run `dedup-host setup --rename-route {old} {new}` again; a dead-lettered key that can never complete may be accepted as settled with `--accept-dead <key>` (repeatable): it moves as it is, still dead-lettered, and its letter must then not be replayed")]
+    #[error("route `{old}` has {count} unsettled claim key(s) ({keys}): in progress, due again, or dead-lettered after publishing, they may have published outputs under ids of `{old}`, which a run (or a dead letter's replay) under `{new}` would publish again; run a host with the config that still names `{old}` until they settle (completed, or dead-lettered before any output; replay the letters of the others with `dedup-host dead-letters replay --route {old} --all` until they complete; `dedup-host inspect --route {old} --key <key>` shows one), stop it, then run `dedup-host setup --rename-route {old} {new}` again; a dead-lettered key that can never complete may be accepted as settled with `--accept-dead <key>` (repeatable): it moves as it is, still dead-lettered and marked as accepted, and `dead-letters replay` then refuses its letter unless `--force`")]
     Unsettled {
         /// The old route name.
         old: String,

@@ -245,10 +245,10 @@ async fn write_consumer(
     if let Some(info) = &existing {
         // A reload or a re-bind reaches here without `ensure`'s checks: never re-filter
         // another deployment's consumer (its messages would be skipped for good).
-        let mine = config.deployment_name();
-        if let Some(conflict) =
-            crate::ownership::consumer_conflict(config, &mine, name, &info.config, &filter_subjects)
-        {
+        let filters = &filter_subjects;
+        let conflict =
+            crate::ownership::consumer_conflict(source, config, name, &info.config, filters);
+        if let Some(conflict) = conflict.await? {
             return Err(conflict.into());
         }
     }

@@ -10,6 +10,9 @@
 //! - [`settle`]: what follows a claimed delivery's outcome, in the order that keeps it exactly
 //!   once (publish, record, ack; fail, nak; release; dead-letter, record, terminate), over the
 //!   [`settle::Settling`] seam.
+//! - [`before`]: a claim-before delivery from the claim's answer to its settlement (busy,
+//!   duplicate, or the handler run beside the [`heartbeat`] that renews its lease, on a
+//!   [`clock`]), over the [`before::Unclaimed`] and [`before::ClaimedDelivery`] seams.
 //! - [`outcome`]: how a delivery ended and where a repeat was caught.
 //! - [`subject`]: NATS subject grammar (filters, literals, the server's and the host's reserved
 //!   namespaces); [`text`]: reasons and header values made safe to store and show.
@@ -17,7 +20,10 @@
 #![warn(missing_docs)]
 
 pub mod backoff;
+pub mod before;
 pub mod claim;
+pub mod clock;
+pub mod heartbeat;
 pub mod outcome;
 pub mod settle;
 pub mod subject;

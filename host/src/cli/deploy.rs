@@ -145,8 +145,16 @@ pub async fn routes(args: RoutesArgs) -> anyhow::Result<ExitCode> {
     let hosts = status::read_all(&status::open(&js, &config).await?).await?;
     let mut listing = Vec::new();
     let mut refusals = refusals(&config, &hosts);
-    // A route another deployment holds: the hosts listed for it are that deployment's.
-    let foreign = super::foreign::routes(&js, &config).await?;
+    // A route another deployment holds: the hosts listed for it are that deployment's. A
+    // check that cannot be made (no permission to list consumers, a timeout) is a warning:
+    // the listing is still worth having.
+    let foreign = match super::foreign::routes(&js, &config).await {
+        Ok(foreign) => foreign,
+        Err(e) => {
+            eprintln!("dedup-host routes: warning: cannot check whether another deployment holds these routes ({e:#}), so the hosts listed may be another deployment's; give this user permission to list the source stream's consumers and read the contracts, then run `dedup-host routes` again");
+            Default::default()
+        }
+    };
     refusals.extend(foreign.values().map(super::foreign::Foreign::message));
     for r in &config.routes {
         let dir = config.components.dir.as_ref().map(|d| config.resolve(d));

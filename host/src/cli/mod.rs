@@ -144,6 +144,7 @@ fn refused(error: &anyhow::Error) -> bool {
             || cause.is::<crate::ownership::Conflicts>()
             || cause.is::<crate::ownership::ComponentOwned>()
             || cause.is::<crate::rename::RenameRefused>()
+            || cause.is::<crate::contract_change::NotDeadLettered>()
             || cause.is::<crate::candidate::ClaimAfterCanary>()
     })
 }

@@ -171,6 +171,10 @@ pub enum LettersCommand {
         /// Only say what would be done.
         #[arg(long)]
         dry_run: bool,
+        /// Replay keys accepted as settled by `setup --accept-dead` too (refused without
+        /// it: their window outputs may be stored, and the route is now fenced).
+        #[arg(long)]
+        force: bool,
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
@@ -245,10 +249,12 @@ pub async fn dead_letters(args: LettersArgs) -> anyhow::Result<ExitCode> {
         LettersCommand::Replay {
             which,
             dry_run,
+            force,
             json,
         } => {
             let list = letters::list(&js, &config, &which.selection()).await?;
-            let actions = crate::ops::replay::replay(&js, &config, list, dry_run).await?;
+            let actions =
+                crate::ops::replay::replay_with(&js, &config, list, dry_run, force).await?;
             if !dry_run {
                 record(&js, &config, "replay", &which, &actions).await;
             }

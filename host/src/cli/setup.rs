@@ -15,6 +15,7 @@ use crate::provision::{self, Found};
 
 /// Flags of `dedup-host setup`.
 #[derive(Debug, Args)]
+#[command(group = clap::ArgGroup::new("route_change").args(["change_route", "rename_route"]))]
 pub struct SetupArgs {
     #[command(flatten)]
     config: ConfigArgs,
@@ -42,6 +43,12 @@ pub struct SetupArgs {
     /// it (both deployments mean to share it); without it such a change is refused.
     #[arg(long, value_name = "S")]
     share_stream: Vec<String>,
+    /// With `--apply`: let existing stream S take rollups (fenced commits need them). Any
+    /// client allowed to publish to S can then purge it with `Nats-Rollup: all`, outputs and
+    /// fenced claim records alike: allow publishing there only to the hosts. Without it the
+    /// change is refused.
+    #[arg(long, value_name = "S")]
+    allow_rollup: Vec<String>,
     /// Rename route OLD to NEW (the config names NEW): carry its claims, contract and
     /// consumer position over instead of running its retained messages again, once no host
     /// serves OLD.
@@ -49,9 +56,9 @@ pub struct SetupArgs {
     rename_route: Option<Vec<String>>,
     /// With `--change-route` / `--rename-route`: accept claim key K (as a refusal lists it),
     /// dead-lettered after its outputs may have been stored, as settled: it can never
-    /// complete, so it moves as it is (still dead-lettered; do not replay its letter).
-    /// Repeatable.
-    #[arg(long, value_name = "K")]
+    /// complete, so it moves as it is (still dead-lettered, marked as accepted: `dead-letters
+    /// replay` refuses its letter unless `--force`). Repeatable.
+    #[arg(long, value_name = "K", requires = "route_change")]
     accept_dead: Vec<String>,
 }
 
@@ -68,8 +75,13 @@ pub async fn run(args: SetupArgs) -> anyhow::Result<ExitCode> {
             println!("{}", serde_json::to_string_pretty(&renamed)?);
         } else {
             println!(
-                "route `{old}` renamed to `{new}`: {} claim record(s) carried over; its consumer starts at stream sequence {}",
-                renamed.claims_copied, renamed.starts_at
+                "route `{old}` renamed to `{new}`: {} claim record(s) carried over; its consumer starts at stream sequence {}; {}",
+                renamed.claims_copied,
+                renamed.starts_at,
+                match &renamed.component {
+                    Some(digest) => format!("its component {digest} was copied to `{new}`"),
+                    None => format!("no component copied (`{old}` had none, or `{new}` has one): `dedup-host routes` shows what `{new}` runs"),
+                }
             );
         }
         return Ok(ExitCode::SUCCESS);
@@ -92,14 +104,21 @@ pub async fn run(args: SetupArgs) -> anyhow::Result<ExitCode> {
                     .map(|d| format!("\n  {d}"))
                     .collect::<String>()
             );
+            for key in &changed.accepted_dead {
+                println!("  accepted as settled (dead-lettered; its letter is not replayed without --force): {key}");
+            }
         }
         return Ok(ExitCode::SUCCESS);
     }
     if args.plan || args.apply {
+        let consent = crate::plan::Consent {
+            shared: args.share_stream.clone(),
+            rollups: args.allow_rollup.clone(),
+        };
         let changes = if args.apply {
-            crate::plan::apply(&js, &config, &args.share_stream).await?
+            crate::plan::apply(&js, &config, &consent).await?
         } else {
-            crate::plan::plan(&js, &config, &args.share_stream).await?
+            crate::plan::plan(&js, &config, &consent).await?
         };
         return print_plan(&changes, args.json);
     }
@@ -149,7 +168,7 @@ pub async fn run(args: SetupArgs) -> anyhow::Result<ExitCode> {
     if differs > 0 {
         let conflicts = crate::ownership::check(&js, &config).await?;
         let conflicts: Vec<String> = conflicts.iter().map(ToString::to_string).collect();
-        eprintln!("{}", closing_line(&items, &conflicts));
+        eprintln!("{}", closing_line(&items, &conflicts, args.dry_run));
         return Ok(ExitCode::from(1));
     }
     if !over_limit.is_empty() {
@@ -161,8 +180,10 @@ pub async fn run(args: SetupArgs) -> anyhow::Result<ExitCode> {
 /// What a refused `setup` says last: how many items differ, and per kind of difference what
 /// actually fixes it. `conflicts` are the texts of the ownership conflicts
 /// ([`crate::ownership::check`]) that some items' differences are: `--plan`/`--apply` change
-/// streams and the claim bucket only, never what another deployment owns.
-fn closing_line(items: &[provision::Item], conflicts: &[String]) -> String {
+/// streams and the claim bucket only, never what another deployment owns. `dry_run` says
+/// whether this was `--dry-run`: a real run updates this deployment's consumers itself, unless
+/// another difference blocks it.
+fn closing_line(items: &[provision::Item], conflicts: &[String], dry_run: bool) -> String {
     let mut owned = 0;
     let mut contracts = Vec::new();
     let mut planned = 0;
@@ -190,7 +211,7 @@ fn closing_line(items: &[provision::Item], conflicts: &[String]) -> String {
         fixes.push(format!("{owned} belong(s) to another deployment or would rename a route, which `--plan`/`--apply` cannot change: if this config is that deployment, set its `[deployment] name` to the owner named above; otherwise give this config its own `[source] stream` or route names (a rename is `dedup-host setup --rename-route OLD NEW`)"));
     }
     if planned > 0 {
-        fixes.push(format!("{planned} stream/bucket difference(s): `dedup-host setup --plan` shows the changes and `--apply` makes the safe ones (a stream another deployment uses also needs `--share-stream S`), or make the config match the server"));
+        fixes.push(format!("{planned} stream/bucket difference(s): `dedup-host setup --plan` shows the changes and `--apply` makes the safe ones (a stream another deployment uses also needs `--share-stream S`, an output stream that must take rollups for fenced commits `--allow-rollup S`), or make the config match the server"));
     }
     if !contracts.is_empty() {
         let routes: Vec<String> = contracts
@@ -203,8 +224,11 @@ fn closing_line(items: &[provision::Item], conflicts: &[String]) -> String {
             routes.join(", ")
         ));
     }
-    if consumers > 0 {
+    let blocked = total > consumers;
+    if consumers > 0 && dry_run && !blocked {
         fixes.push(format!("{consumers} consumer(s) of this deployment with other settings: a `setup` without `--dry-run` (or a host start) updates them"));
+    } else if consumers > 0 {
+        fixes.push(format!("{consumers} consumer(s) of this deployment with other settings: not updated while the other items differ; once those are fixed, `dedup-host setup` updates them"));
     }
     if other > 0 {
         fixes.push(format!("{other} other difference(s): make the config match the server (`setup` never changes an existing bucket)"));

@@ -14,7 +14,8 @@ use crate::config::Config;
 
 /// Keys the operator accepted as settled though they failed for good after their window
 /// outputs may have been stored (`--accept-dead KEY`): they can never complete, so they move
-/// as they are, still dead-lettered, and their letters must not be replayed.
+/// as they are, still dead-lettered, marked as accepted ([`ClaimRecord::accept_dead`]), and a
+/// replay of their letters is refused unless forced.
 #[derive(Debug, Clone, Default)]
 pub struct AcceptedDead(Vec<String>);
 
@@ -31,6 +32,40 @@ impl AcceptedDead {
             .iter()
             .any(|k| k == claim_key || crate::claim::key::encode(route, k) == claim_key)
     }
+
+    /// Refuses keys named that are no dead-lettered (failed for good) key among route
+    /// `route`'s claim `records`: unknown, or not dead-lettered, accepting them means nothing.
+    pub fn check(
+        &self,
+        route: &str,
+        records: &[(String, ClaimRecord)],
+    ) -> Result<(), NotDeadLettered> {
+        let dead = |k: &str| {
+            records.iter().any(|(key, r)| {
+                r.state == ClaimState::Failed
+                    && r.permanent
+                    && (k == key || crate::claim::key::encode(route, k) == *key)
+            })
+        };
+        let keys: Vec<String> = self.0.iter().filter(|k| !dead(k)).cloned().collect();
+        if keys.is_empty() {
+            return Ok(());
+        }
+        Err(NotDeadLettered {
+            route: route.to_string(),
+            keys,
+        })
+    }
+}
+
+/// `--accept-dead` named keys that are not dead-lettered keys of the route.
+#[derive(Debug, thiserror::Error)]
+#[error("`--accept-dead` named {}: not a dead-lettered key of route `{route}` (unknown, or not failed for good); nothing was changed. Name only keys a refusal listed as dead-lettered (`dedup-host inspect --route {route} --key <key>` shows one), or drop the flag", keys.iter().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", "))]
+pub struct NotDeadLettered {
+    /// The route.
+    pub route: String,
+    /// The keys named that are not dead-lettered, as named.
+    pub keys: Vec<String>,
 }
 
 /// Where a contract's claims live, as the host's claim store knows a claim key there.
@@ -102,7 +137,7 @@ pub(crate) fn settled(record: &ClaimRecord) -> bool {
 /// stored: a replay of its dead letter runs it again, and must do so where those outputs'
 /// message ids still deduplicate.
 pub(crate) fn dead_with_effects(record: &ClaimRecord) -> bool {
-    record.state == ClaimState::Failed && record.permanent && record.effects_by.is_some()
+    record.state == ClaimState::Failed && record.permanent && record.may_have_effects()
 }
 
 /// The claim store holding the claims of a contract's `claims` (`bucket <name>` or
@@ -122,31 +157,47 @@ pub(crate) async fn claim_store(
     Ok(HostClaimStore::new(KvClaimStore::new(kv), js.clone()))
 }
 
-/// The claim keys of `route` in a claim store (`bucket <name>` or `stream <name>`).
+/// The claim keys of `route` in a claim store (`bucket <name>` or `stream <name>`), listed by
+/// the stream's leader (STREAM.INFO with a subjects filter): a bucket's `keys()` reads through
+/// an ordered consumer, which a lagging replica may serve without a key written just before.
 async fn claim_keys(js: &Context, claims: &str, route: &str) -> anyhow::Result<Vec<String>> {
-    let prefix = format!("{route}.");
     if let Some(stream) = claims.strip_prefix("stream ") {
-        let s = js.get_stream(stream).await?;
         let filter = crate::fenced::claim_subject(stream, &format!("{route}.>"));
-        let mut info = s.info_with_subjects(filter).await?;
-        let mut subjects = Vec::new();
-        while let Some(entry) = info.next().await {
-            let (subject, _) = entry?;
-            if let Some(key) = crate::fenced::claim_key_of(stream, &subject) {
-                subjects.push(key.to_string());
-            }
-        }
-        return Ok(subjects);
+        let subjects = subjects_from_leader(js, stream, filter).await?;
+        return Ok(subjects
+            .iter()
+            .filter_map(|s| crate::fenced::claim_key_of(stream, s))
+            .map(str::to_string)
+            .collect());
     }
     let bucket = claims.strip_prefix("bucket ").unwrap_or(claims);
-    let kv = js.get_key_value(bucket).await?;
-    let mut keys = kv.keys().await?;
-    let mut found = Vec::new();
-    while let Some(key) = keys.next().await {
-        let key = key?;
-        if key.starts_with(&prefix) {
-            found.push(key);
-        }
+    let prefix = format!("$KV.{bucket}.");
+    let subjects =
+        subjects_from_leader(js, &format!("KV_{bucket}"), format!("{prefix}{route}.>")).await?;
+    // A deleted key still has its deletion marker; reading it from the leader skips it.
+    Ok(subjects
+        .iter()
+        .filter_map(|s| s.strip_prefix(&prefix))
+        .map(str::to_string)
+        .collect())
+}
+
+/// The subjects of stream `stream` matching `filter` that hold a message, as its leader
+/// answers STREAM.INFO.
+async fn subjects_from_leader(
+    js: &Context,
+    stream: &str,
+    filter: String,
+) -> anyhow::Result<Vec<String>> {
+    let s = js
+        .get_stream(stream)
+        .await
+        .with_context(|| format!("cannot open stream `{stream}` to list claim keys"))?;
+    let mut info = s.info_with_subjects(filter).await?;
+    let mut subjects = Vec::new();
+    while let Some(entry) = info.next().await {
+        let (subject, _) = entry?;
+        subjects.push(subject);
     }
-    Ok(found)
+    Ok(subjects)
 }

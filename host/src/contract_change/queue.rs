@@ -11,8 +11,10 @@
 //! moves everything back, and no message stays on a partition nobody consumes.
 
 use anyhow::Context as _;
+use async_nats::jetstream::context::GetStreamErrorKind;
 use async_nats::jetstream::stream::{LastRawMessageErrorKind, Stream};
-use async_nats::jetstream::Context;
+use async_nats::jetstream::{Context, ErrorCode};
+use async_nats::HeaderMap;
 
 use crate::config::Config;
 
@@ -28,24 +30,109 @@ pub(super) struct RouteQueue {
 /// A message waiting in the queue: where it is, and where it was in the source.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(super) struct Waiting {
-    /// Its sequence in the source stream (the queue's sequence for a message without one).
+    /// Its sequence in the source stream, as its header and its message id both say.
     source_sequence: u64,
     /// Its sequence in the queue stream.
     sequence: u64,
+    /// The partition token of its subject.
+    partition: u64,
+}
+
+/// Why a queue move refused a message it found, or stopped after moving.
+#[derive(Debug, thiserror::Error)]
+pub enum QueueError {
+    /// A queued message whose source sequence the host did not write: its
+    /// `Dedup-Source-Sequence` header is missing, or its `Nats-Msg-Id` does not carry it.
+    #[error("route `{route}`: message {sequence} in queue stream `{stream}` was not queued by a host ({reason}), so its place in its entity's order is unknown and the move stopped before moving any queued message; look at it (`nats stream get {stream} {sequence}`), remove it (`nats stream rmm {stream} {sequence}`) or publish it again on the source stream, then run the change again")]
+    NotQueuedByHost {
+        /// The route.
+        route: String,
+        /// The queue stream.
+        stream: String,
+        /// Its sequence in the queue stream.
+        sequence: u64,
+        /// What does not agree.
+        reason: String,
+    },
+    /// After the move, messages still sit on partitions the target count does not consume.
+    #[error("route `{route}`: after moving its queue to {partitions} partition(s), message(s) still wait on partition(s) {stranded:?} of queue stream `{stream}`, which no consumer reads under that count; the change was not recorded: run it again (each run re-queues the whole queue)")]
+    Stranded {
+        /// The route.
+        route: String,
+        /// The queue stream.
+        stream: String,
+        /// The target count.
+        partitions: u64,
+        /// The partitions at or past it that hold messages.
+        stranded: Vec<u64>,
+    },
 }
 
 impl RouteQueue {
-    /// The queue of route `route`, or `None` when the deployment has no queue stream.
-    pub(super) async fn open(js: &Context, config: &Config, route: &str) -> Option<Self> {
-        let stream = js
-            .get_stream(crate::exclusive::stream_name(config))
-            .await
-            .ok()?;
-        Some(Self {
+    /// The queue of route `route`, or `None` when the deployment has no queue stream (the
+    /// server answered "stream not found"); any other error is returned, since a queue that
+    /// could not be read may hold messages.
+    pub(super) async fn open(
+        js: &Context,
+        config: &Config,
+        route: &str,
+    ) -> anyhow::Result<Option<Self>> {
+        let name = crate::exclusive::stream_name(config);
+        let stream = match js.get_stream(&name).await {
+            Ok(stream) => stream,
+            Err(e) if matches!(e.kind(), GetStreamErrorKind::JetStream(j) if j.error_code() == ErrorCode::STREAM_NOT_FOUND) => {
+                return Ok(None)
+            }
+            Err(e) => {
+                return Err(anyhow::anyhow!(
+                    "cannot read queue stream `{name}` of route `{route}` ({e}): its messages must move with the change; check that the server answers and that this config's NATS user may read `$JS.API.STREAM.INFO.{name}`, then run the change again"
+                ))
+            }
+        };
+        Ok(Some(Self {
             stream,
             base: crate::exclusive::route_subjects(config, route),
             route: route.to_string(),
-        })
+        }))
+    }
+
+    /// The queue stream's name.
+    fn stream_name(&self) -> String {
+        self.stream.cached_info().config.name.clone()
+    }
+
+    /// The source sequence a queued message's headers give, checked against its message id:
+    /// the host writes `<route>.<source sequence>` when it queues a message and
+    /// `<route>.<source sequence>.q<queue sequence>.p<count>` when a move re-queues it.
+    fn source_sequence(&self, headers: &HeaderMap, sequence: u64) -> Result<u64, QueueError> {
+        let refused = |reason: String| QueueError::NotQueuedByHost {
+            route: self.route.clone(),
+            stream: self.stream_name(),
+            sequence,
+            reason,
+        };
+        let header = crate::exclusive::headers::SEQUENCE;
+        let source: u64 = headers
+            .get(header)
+            .ok_or_else(|| refused(format!("it has no `{header}` header")))?
+            .as_str()
+            .parse()
+            .map_err(|_| refused(format!("its `{header}` header is not a number")))?;
+        let id = headers
+            .get(crate::idempotency::MSG_ID)
+            .map(|v| v.as_str().to_string())
+            .unwrap_or_default();
+        let carried = id
+            .strip_prefix(&format!("{}.", self.route))
+            .and_then(|rest| rest.split('.').next())
+            .and_then(|s| s.parse::<u64>().ok());
+        if carried != Some(source) {
+            return Err(refused(format!(
+                "its `{header}` header says {source}, its `{}` `{id}` does not",
+                crate::idempotency::MSG_ID
+            )));
+        }
+        Ok(source)
     }
 
     /// Every message waiting in the route's queue, in the order the host queued them (by
@@ -69,14 +156,17 @@ impl RouteQueue {
                     ))
                 }
             };
-            let source_sequence = m
-                .headers
-                .get(crate::exclusive::headers::SEQUENCE)
-                .and_then(|v| v.as_str().parse().ok())
-                .unwrap_or(m.sequence);
+            let source_sequence = self.source_sequence(&m.headers, m.sequence)?;
+            let partition = m
+                .subject
+                .strip_prefix(&format!("{}.", self.base))
+                .and_then(|rest| rest.split('.').next())
+                .and_then(|p| p.parse().ok())
+                .unwrap_or(u64::MAX);
             found.push(Waiting {
                 source_sequence,
                 sequence: m.sequence,
+                partition,
             });
             next = m.sequence + 1;
         }
@@ -120,8 +210,13 @@ impl RouteQueue {
             let hash = m.subject.rsplit('.').next().unwrap_or_default().to_string();
             let entity = u64::from_str_radix(&hash, 16).unwrap_or(0);
             let subject = format!("{}.{}.{hash}", self.base, entity % partitions);
-            let mut headers = m.headers.clone();
-            let id = format!("{}.{}.p{partitions}", self.route, m.sequence);
+            // Stored `Nats-*` headers (expectations, a TTL) would be checked again against
+            // the queue: only the message id the host sets goes with the copy.
+            let mut headers = crate::exclusive::without_nats_headers(&m.headers);
+            let id = format!(
+                "{}.{}.q{}.p{partitions}",
+                self.route, newest.source_sequence, m.sequence
+            );
             headers.insert(crate::idempotency::MSG_ID, id.as_str());
             js.publish_with_headers(subject, headers, m.payload.clone())
                 .await?
@@ -146,5 +241,30 @@ impl RouteQueue {
             moved += 1;
         }
         Ok(moved)
+    }
+
+    /// Fails, naming them, when messages of the route wait on partitions at or past
+    /// `partitions` (read again after a move).
+    pub(super) async fn check_none_past(&self, partitions: u64) -> anyhow::Result<()> {
+        let partitions = partitions.max(1);
+        let mut stranded: Vec<u64> = self
+            .waiting()
+            .await?
+            .iter()
+            .map(|w| w.partition)
+            .filter(|p| *p >= partitions)
+            .collect();
+        stranded.sort();
+        stranded.dedup();
+        if stranded.is_empty() {
+            return Ok(());
+        }
+        Err(QueueError::Stranded {
+            route: self.route.clone(),
+            stream: self.stream_name(),
+            partitions,
+            stranded,
+        }
+        .into())
     }
 }

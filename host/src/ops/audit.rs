@@ -178,7 +178,8 @@ pub async fn run(
         let acked = *seq <= ack_floors[route];
         match claims.get(claim_key).map(|(r, _)| r) {
             Some(r) if r.state == ClaimState::Completed => {
-                let missing = missing_outputs(claim_key, r, &outputs, &audited);
+                // A renamed route's carried record names the key its outputs were published under.
+                let missing = missing_outputs(r.outputs_key(claim_key), r, &outputs, &audited);
                 if missing.is_empty() {
                     completed += 1;
                 } else {

@@ -169,6 +169,7 @@ impl Claims {
         };
         let found = match recorded {
             Some((record, _)) => {
+                let record = record.with_live_subjects(&self.js, &self.config).await;
                 if let Some(owner) = record.other_owner(&self.config, route) {
                     return Err(LocateError::Owned {
                         route: route.to_string(),

@@ -260,7 +260,8 @@ pub struct Action {
     pub route: String,
     /// Its key.
     pub key: String,
-    /// `replayed`, `purged`, or `skipped`.
+    /// `replayed`, `purged`, `skipped`, or `refused` (a key accepted as settled, see
+    /// `replay --force`).
     pub action: &'static str,
     /// Details: why skipped, or what was written.
     pub detail: String,

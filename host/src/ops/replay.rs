@@ -6,6 +6,11 @@
 //! replayed again inside its duplicate window) stored nothing: the reset is then put back as
 //! it was, so a key is never left reset with no message to run it, and the letter is reported
 //! `already replayed` with what became of the first replay.
+//!
+//! A key the operator accepted as settled when its route changed to fenced effects
+//! or renamed (`setup --change-route R --accept-dead KEY`, `--rename-route`;
+//! [`ClaimRecord::is_accepted_dead`]) is refused unless forced: its window outputs may be
+//! stored, and a run now would publish them again under other message ids (or none).
 
 use async_nats::jetstream::publish::PublishAck;
 use async_nats::jetstream::Context;
@@ -21,12 +26,23 @@ use crate::idempotency::{MSG_ID, REPLAYED_MSG_ID, REPLAY_ID_PREFIX};
 use crate::runtime::outputs::CONTROL_HEADER_PREFIX;
 
 /// Replays each letter (see the module documentation). With `dry_run`, only says what it
-/// would do.
+/// would do. Keys accepted as settled are refused ([`replay_with`] forces them).
 pub async fn replay(
     js: &Context,
     config: &Config,
     letters: Vec<Letter>,
     dry_run: bool,
+) -> anyhow::Result<Vec<Action>> {
+    replay_with(js, config, letters, dry_run, false).await
+}
+
+/// [`replay`]; with `force`, keys accepted as settled are replayed too (`--force`).
+pub async fn replay_with(
+    js: &Context,
+    config: &Config,
+    letters: Vec<Letter>,
+    dry_run: bool,
+    force: bool,
 ) -> anyhow::Result<Vec<Action>> {
     let mut claims = Claims::new(js, config).await?;
     let mut actions = Vec::with_capacity(letters.len());
@@ -58,6 +74,10 @@ pub async fn replay(
         };
         let mut reset = None;
         if let Some((record, revision)) = claim.as_ref().and_then(|c| c.record.clone()) {
+            if record.is_accepted_dead() && !force {
+                actions.push(action("refused", accepted_dead(&record)));
+                continue;
+            }
             if !record.replayable() {
                 let state = format!("{:?}", record.state).to_lowercase();
                 actions.push(action(
@@ -160,6 +180,14 @@ async fn put_back(claim: Option<&Claim>, written: Option<(ClaimRecord, u64)>) ->
         // Written since the reset: a host claimed the key (the first replay's message).
         Err(e) => format!("the key changed since this reset ({e}): a host is running it"),
     }
+}
+
+/// Why the letter of a key accepted as settled is not replayed, and how to replay it anyway.
+fn accepted_dead(record: &ClaimRecord) -> String {
+    let reason = record.reason.as_deref().unwrap_or_default();
+    format!(
+        "refused: {reason}. Its window outputs may be stored under message ids a run now would not repeat (the route is now fenced, or renamed), so a replay would publish them again; replay it with `--force` only if duplicates of those outputs are acceptable"
+    )
 }
 
 /// The detail of a replay whose publish was a duplicate.

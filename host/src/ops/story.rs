@@ -107,8 +107,12 @@ pub async fn tell(
         None => (None, None),
     };
     let mut outputs = Vec::new();
+    // A renamed route's carried record names the key its outputs were published under.
+    let outputs_key = claim
+        .as_ref()
+        .map_or(claim_key.as_str(), |c| c.outputs_key(&claim_key));
     for (i, o) in claim.iter().flat_map(|c| c.outputs.iter()).enumerate() {
-        let id = output_id(&claim_key, i);
+        let id = output_id(outputs_key, i);
         let present = match js.get_stream(&o.stream).await {
             Ok(s) => s.get_raw_message(o.sequence).await.is_ok_and(|m| {
                 m.headers
@@ -132,7 +136,7 @@ pub async fn tell(
     ) {
         let s = js.get_stream(stream).await?;
         for i in 0..u64::from(n) {
-            let id = output_id(&claim_key, i as usize);
+            let id = output_id(outputs_key, i as usize);
             let sequence = revision - u64::from(n) + i;
             let present = s.get_raw_message(sequence).await.is_ok_and(|m| {
                 m.headers

@@ -11,8 +11,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use anyhow::Context as _;
-use async_nats::jetstream::consumer;
 use async_nats::jetstream::Context;
+use async_nats::jetstream::{consumer, stream};
 use futures::StreamExt;
 
 use crate::config::{Config, DeploymentConfig};
@@ -102,17 +102,22 @@ pub async fn source_consumers(
     js: &Context,
     config: &Config,
 ) -> anyhow::Result<Vec<consumer::Info>> {
-    let mut existing = Vec::new();
     let Ok(source) = js.get_stream(&config.source.stream).await else {
-        return Ok(existing);
+        return Ok(Vec::new());
     };
+    stream_consumers(&source, &config.source.stream).await
+}
+
+/// Every consumer of stream `source`, named `name`.
+pub async fn stream_consumers(
+    source: &stream::Stream,
+    name: &str,
+) -> anyhow::Result<Vec<consumer::Info>> {
+    let mut existing = Vec::new();
     let mut list = source.consumers();
     while let Some(info) = list.next().await {
         existing.push(info.with_context(|| {
-            format!(
-                "cannot list the consumers of stream `{}` to check who owns them",
-                config.source.stream
-            )
+            format!("cannot list the consumers of stream `{name}` to check who owns them")
         })?);
     }
     Ok(existing)
@@ -217,6 +222,8 @@ async fn contracts(
             continue;
         };
         record.deployment = Some(mine.to_string());
+        // Proved by the route's consumer, whose filter is the route's subject.
+        record.subjects = Some(vec![r.subject.clone()]);
         // A change under way (`setup --change-route`) keeps its mark.
         let bytes = crate::contract::encode(&record, changing.as_ref());
         // Against the revision read: a contract changed meanwhile is left as it is.

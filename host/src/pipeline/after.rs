@@ -5,9 +5,11 @@
 //!
 //! Attempts are the server's delivery count (there is no record before the first outcome).
 //! The final ack is not confirmed: the stored record makes a lost ack a redelivery that is
-//! acked, not a re-run. A key dead-lettered on a route with outputs is recorded as one whose
-//! window outputs may be stored (an earlier delivery may have published part of them), so a
-//! change to fenced effects refuses while it is dead (see `dedup-host setup --change-route`).
+//! acked, not a re-run. A delivery whose publish fails part-way records that the key's window
+//! outputs may be stored ([`ClaimRecord::unknown_effects`](crate::claim::ClaimRecord::unknown_effects));
+//! a key dead-lettered on a route with outputs keeps that mark, so a change to fenced effects
+//! refuses while it is dead (see `dedup-host setup --change-route`). A guest's reject of a key
+//! no publish was attempted for leaves no mark.
 
 use async_nats::jetstream::AckKind;
 
@@ -36,6 +38,9 @@ struct After<'a> {
     /// The revision of a record found before running (a key a replay reset to run again):
     /// the settled record replaces it, where a fresh key's is created.
     reset: Option<u64>,
+    /// The key's record read before running says its window outputs may be stored (a
+    /// delivery's publish failed part-way, or a dead key was replayed).
+    effects: bool,
 }
 
 impl<S: ClaimStore> Shared<S> {
@@ -55,6 +60,7 @@ impl<S: ClaimStore> Shared<S> {
             key,
             claim_key,
             reset: None,
+            effects: false,
         };
         // A read, not a claim: skip a key settled already (a resend, a redelivery).
         match self.claimer.store().get(a.claim_key).await {
@@ -71,7 +77,10 @@ impl<S: ClaimStore> Shared<S> {
                     tracing::debug!("the key's read lags its replay's reset, will read again");
                     return self.settle(d, AckKind::Nak(Some(STALE_RETRY))).await;
                 }
-                Found::Run { reset } => a.reset = reset,
+                Found::Run { reset } => {
+                    a.reset = reset;
+                    a.effects = read.is_some_and(|(r, _)| r.may_have_effects());
+                }
             },
             Err(e @ ClaimError::Corrupt { .. }) => {
                 let reason = format!("{e}; delete the key from the claim bucket to run it again");
@@ -160,6 +169,7 @@ impl<S: ClaimStore> Shared<S> {
             Err(e) => {
                 tracing::warn!("{e:#}, will retry");
                 metrics.outcome(MessageOutcome::Error);
+                self.publish_failed(a, attempt, &e).await;
                 return self
                     .settle(
                         a.d,
@@ -176,6 +186,27 @@ impl<S: ClaimStore> Shared<S> {
             .settled(a.guest.digest(), attempt, Ok(published));
         self.record_after(a, record, MessageOutcome::Processed, AckKind::Ack)
             .await
+    }
+
+    /// Records that `a`'s publish failed part-way (`e`): its key's window outputs may be
+    /// stored, which a later dead letter of the key must say (a claim-after key has no other
+    /// record before its outcome). Once per key: a record saying so already is left as it is.
+    /// A write that fails is only logged: the delivery is retried anyway.
+    async fn publish_failed(&self, a: &After<'_>, attempt: u32, e: &anyhow::Error) {
+        if a.effects {
+            return;
+        }
+        let reason = format!("publishing the outputs failed part-way: {e:#}");
+        let record = self
+            .claimer
+            .publish_failed(a.guest.digest(), attempt, reason);
+        let written = self
+            .claimer
+            .record_settled(a.claim_key, &record, a.reset)
+            .await;
+        if let Err(e) = written {
+            tracing::warn!("cannot record that the key's outputs may be stored: {e}");
+        }
     }
 
     /// Dead-letters the original, records the key as failed for good, terminates.
@@ -208,14 +239,16 @@ impl<S: ClaimStore> Shared<S> {
             }
             Err(e @ DeadLetterError::Refused { .. }) => format!("{reason}; not dead-lettered: {e}"),
         };
-        let record = self.dead_after(a.route, a.guest.digest(), attempt, recorded);
+        let digest = a.guest.digest();
+        let record = self.dead_after(a.route, digest, attempt, recorded, a.effects);
         self.record_after(a, record, MessageOutcome::DeadLettered, AckKind::Term)
             .await
     }
 
     /// The record of claim-after route `route`'s key dead-lettered with `reason` after
-    /// `digest` ran it: on a route that may publish outputs, marked as one whose window
-    /// outputs may be stored, since an earlier delivery may have published part of them
+    /// `digest` ran it (empty when not known). When `effects` says window outputs of the key
+    /// may be stored (a publish under it was attempted, or cannot be ruled out) and the route
+    /// may publish outputs, the record says so without naming a version
     /// (`setup --change-route` to fenced effects then refuses while the key is dead).
     pub(super) fn dead_after(
         &self,
@@ -223,9 +256,10 @@ impl<S: ClaimStore> Shared<S> {
         digest: &str,
         attempt: u32,
         reason: String,
+        effects: bool,
     ) -> crate::claim::ClaimRecord {
         let outputs = (route.options.allowed_outputs.as_ref()).is_some_and(|o| !o.is_empty());
-        self.claimer.dead_lettered(digest, attempt, reason, outputs)
+        (self.claimer).dead_lettered(digest, attempt, reason, effects && outputs)
     }
 
     /// Creates the key's settled record (or replaces the reset one a replay left). Losing the

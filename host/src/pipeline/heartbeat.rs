@@ -1,115 +1,23 @@
 //! Keeping a claim and its JetStream delivery alive while the guest works and its outcome is
-//! recorded (rule 16).
-//!
-//! The heartbeat is a future polled beside the message's work, in the message's own task: no
-//! task, channel or timer exists until it is polled, and a message settled before the first
-//! interval costs one timer entry. It runs on the I/O runtime with the message, so guests
-//! burning the guest threads cannot delay it.
+//! recorded (rule 16): the delivery crate's [`Heartbeat`], beating on tokio's clock
+//! ([`dedup_delivery::clock::Tokio`]) beside the message's work, in the message's own task, on
+//! the I/O runtime (guests burning the guest threads cannot delay it). Its progress acks are
+//! JetStream's `+WPI` (`super::delivering`). The tests below run it on tokio's paused clock.
 
-use std::future::Future;
-use std::time::Duration;
-
-use async_nats::jetstream::message::Acker;
-use async_nats::jetstream::AckKind;
-
-use crate::claim::{ClaimStore, Lease, LeaseLost};
-
-/// What keeps a delivery from being redelivered while its work runs: a JetStream progress
-/// ack (`+WPI`) in production.
-pub trait Progress: Sync {
-    /// Tells the source the delivery is still being worked on.
-    fn progress(&self) -> impl Future<Output = Result<(), String>> + Send;
-}
-
-impl Progress for Acker {
-    async fn progress(&self) -> Result<(), String> {
-        self.ack_with(AckKind::Progress)
-            .await
-            .map_err(|e| e.to_string())
-    }
-}
-
-/// Every interval, renews a lease and sends a progress ack for its delivery.
-pub struct Heartbeat<'a, S: ClaimStore, P: Progress = Acker> {
-    lease: &'a Lease<S>,
-    acker: &'a P,
-    interval: Duration,
-}
-
-impl<'a, S: ClaimStore, P: Progress> Heartbeat<'a, S, P> {
-    /// A heartbeat for `lease` and the delivery `acker` settles, every `interval`.
-    pub fn new(lease: &'a Lease<S>, acker: &'a P, interval: Duration) -> Self {
-        Self {
-            lease,
-            acker,
-            interval,
-        }
-    }
-
-    /// Runs `work` while beating. `None` when the lease was found taken over first, or lapsed
-    /// by this host's clock: `work` is dropped at its current await point and must touch
-    /// nothing more (rule 5). A takeover never cuts a lease write of `work` in progress (the
-    /// lease serializes writes, so a beat that finds the loss cannot finish while one is in
-    /// flight); a lapse may, as a crash would: a write still in flight either lands before a
-    /// new owner's claim (and the key's next delivery finds it) or is refused by its revision.
-    pub async fn beside<F: Future>(&self, work: F) -> Option<F::Output> {
-        tokio::select! {
-            biased;
-            out = work => Some(out),
-            () = self.until_lost() => None,
-        }
-    }
-
-    /// Beats until the lease is found taken over, or has lapsed by this host's own clock; an
-    /// unanswered renewal is retried at the next beat (the lease outlasts three of them).
-    ///
-    /// A renewal waits at most until the lease lapses by this host's clock: one that hangs (a
-    /// connection the network cut without a word) must not outlive the lease it renews. A
-    /// renewal cut that way may still land; a later write recognizes it as this claim's own
-    /// (rule 13).
-    async fn until_lost(&self) {
-        loop {
-            tokio::time::sleep(self.interval).await;
-            let left = self.lease.left_locally();
-            let renewed = match tokio::time::timeout(left, self.lease.renew()).await {
-                Ok(renewed) => renewed,
-                Err(_) => return lapsed(),
-            };
-            match renewed {
-                Ok(()) => {
-                    if let Err(e) = self.acker.progress().await {
-                        tracing::warn!("progress ack failed: {e}");
-                    }
-                }
-                Err(LeaseLost::Reclaimed) => return,
-                // Lapsed meanwhile, though the renewal failed at once rather than hung (a
-                // server that answers only "no responders", say).
-                Err(LeaseLost::Unavailable(_)) if self.lease.left_locally().is_zero() => {
-                    return lapsed()
-                }
-                Err(LeaseLost::Unavailable(e)) => {
-                    tracing::warn!("lease renewal failed, will retry: {e}");
-                }
-            }
-        }
-    }
-}
-
-/// Says why the work stops: its lease lapsed by this host's clock.
-fn lapsed() {
-    tracing::warn!(
-        "lease lapsed by this host's clock (no renewal answered for a whole lease): stopping the work; another host may now run the key"
-    );
-}
+pub use dedup_delivery::heartbeat::{Heartbeat, Progress};
 
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
 
+    use std::time::Duration;
+
+    use dedup_delivery::clock::Tokio;
+
     use super::*;
     use crate::claim::memory::MemoryClaimStore;
-    use crate::claim::{ClaimError, ClaimOutcome, ClaimRecord, Claimer};
+    use crate::claim::{ClaimError, ClaimOutcome, ClaimRecord, ClaimStore, Claimer};
 
     /// A claim store whose writes stop answering once `cut` is set: a host the network cut
     /// off without a word.
@@ -165,7 +73,7 @@ mod tests {
         };
         store.cut.store(true, Ordering::SeqCst);
         let started = tokio::time::Instant::now();
-        let heartbeat = Heartbeat::new(&lease, &NoProgress, Duration::from_millis(500));
+        let heartbeat = Heartbeat::new(&lease, &NoProgress, Duration::from_millis(500), &Tokio);
         // Work that would run far past the lease: it must be stopped, not left running on a
         // lease another host may already hold.
         let out = heartbeat
@@ -192,7 +100,7 @@ mod tests {
         };
         store.cut.store(true, Ordering::SeqCst);
         let started = tokio::time::Instant::now();
-        let heartbeat = Heartbeat::new(&lease, &NoProgress, Duration::from_millis(500));
+        let heartbeat = Heartbeat::new(&lease, &NoProgress, Duration::from_millis(500), &Tokio);
         // The work's own write (the outcome's) hangs with the lease's lock held: the lapse
         // must still be seen by this host's clock, not when the write returns (never, here).
         let out =

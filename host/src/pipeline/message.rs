@@ -1,7 +1,7 @@
 //! One message through the pipeline: route, key, claim, then run it with heartbeats; what
 //! follows the guest's outcome is in [`super::settle`].
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use std::time::Duration;
@@ -9,15 +9,12 @@ use std::time::Duration;
 use async_nats::jetstream::message::Acker;
 use async_nats::jetstream::{self, AckKind};
 
-use super::delays::{busy_delay, outage_retry, pool_full_retry};
-use super::heartbeat::Heartbeat;
 use super::Shared;
 use crate::bindings::{Event, Header};
 use crate::claim::{ClaimError, ClaimOutcome, ClaimStore, Lease};
 use crate::config::MissingKey;
-use crate::metrics::MessageOutcome;
 use crate::routes::{Guest, Route};
-use crate::runtime::{Invocation, Outcome, TrapKind};
+use crate::runtime::{Invocation, Outcome};
 use crate::stranded::{self, Marker};
 use crate::telemetry::Trace;
 use opentelemetry::trace::SpanKind;
@@ -307,136 +304,21 @@ impl<S: ClaimStore> Shared<S> {
                 KeyValue::new("dedup.digest", guest.digest().to_string()),
             ]
         });
-        match claimed {
-            Ok(ClaimOutcome::Acquired(lease)) => {
-                d.trace.set(|| {
-                    vec![
-                        KeyValue::new("dedup.attempt", i64::from(lease.attempt())),
-                        KeyValue::new("dedup.fencing_token", lease.fencing_token() as i64),
-                    ]
-                });
-                return Some((route, guest, key, lease));
-            }
-            Ok(ClaimOutcome::Completed) => {
-                route.metrics.outcome(MessageOutcome::Duplicate);
-                self.settle(d, AckKind::Ack).instrument(log_span()).await;
-            }
-            Ok(ClaimOutcome::DeadLettered) => {
-                route.metrics.outcome(MessageOutcome::Duplicate);
-                self.settle(d, AckKind::Term).instrument(log_span()).await;
-            }
-            Ok(ClaimOutcome::Busy { retry_in }) => {
-                // Never ack: if the owner dies, this delivery may be the only copy left.
-                route.metrics.outcome(MessageOutcome::Busy);
-                self.settle(d, AckKind::Nak(Some(self.busy_delay(retry_in))))
-                    .instrument(log_span())
-                    .await;
-            }
-            Err(e @ ClaimError::Corrupt { .. }) => {
-                // Not a record this host wrote: retrying would loop for as long as it stays.
-                let reason = format!("{e}; delete the key from the claim bucket to run it again");
-                self.dead_letter_unclaimed(d, &route.name, &key, &reason)
-                    .instrument(log_span())
-                    .await;
-            }
-            Err(e) => {
-                log_span().in_scope(|| tracing::warn!("claim failed, will retry: {e}"));
-                route.metrics.outcome(MessageOutcome::Error);
-                self.settle(
-                    d,
-                    AckKind::Nak(Some(outage_retry(&route.metrics, d.delivered))),
-                )
-                .instrument(log_span())
-                .await;
-            }
-        }
-        None
+        let lease = self.settle_unclaimed(d, &route, &key, claimed).await?;
+        d.trace.set(|| {
+            vec![
+                KeyValue::new("dedup.attempt", i64::from(lease.attempt())),
+                KeyValue::new("dedup.fencing_token", lease.fencing_token() as i64),
+            ]
+        });
+        Some((route, guest, key, lease))
     }
 
-    /// The nak delay of a busy key ([`busy_delay`] with this host's config).
-    fn busy_delay(&self, retry_in: Duration) -> Duration {
-        let c = &self.config;
-        busy_delay(
-            retry_in,
-            c.claims.lease + c.claims.clock_skew,
-            c.max_backoff(),
-        )
-    }
-
-    /// Runs a claimed message and settles it according to the outcome. The heartbeat runs
-    /// until the outcome is recorded (rule 16), not just until the guest returns.
+    /// Runs a claimed message beside its heartbeat and settles it according to the outcome
+    /// ([`dedup_delivery::before::run`]), counting how it ended.
     async fn run(&self, c: &Claimed<'_, S>) {
-        if self.superseded(c).await {
-            return self.coalesced(c).await;
-        }
-        let (attempt, max) = (c.lease.attempt(), self.config.source.max_deliver);
-        if attempt > max {
-            let last = c
-                .lease
-                .previous_reason()
-                .await
-                .unwrap_or_else(|| "the host running it stopped".into());
-            let reason = format!("out of attempts ({max}); last failure: {last}");
-            return self.give_up(c, &reason).await;
-        }
-        let event = event(c.d, c.route, c.key, attempt, c.lease.fencing_token());
-        let heartbeat = Heartbeat::new(&c.lease, &c.d.acker, self.config.claims.heartbeat);
-        let published = AtomicBool::new(false);
-        if heartbeat
-            .beside(Box::pin(self.run_claimed(c, event, &published)))
-            .await
-            .is_none()
-        {
-            // The guest call is aborted with the dropped work; outputs may be out already.
-            self.lost(c, published.load(Ordering::Relaxed));
-        }
-    }
-
-    /// Runs the guest on a claimed message and records its outcome; `published` turns true
-    /// once outputs may have left the host.
-    async fn run_claimed(&self, c: &Claimed<'_, S>, event: Event, published: &AtomicBool) {
-        let span =
-            c.d.trace
-                .child(|| "handle".into(), SpanKind::Internal, Vec::new);
-        let called = self.call_guest(c.route, c.guest.clone(), event).await;
-        if let Ok(invocation) = &called {
-            span.set(|| guest_attributes(invocation));
-            if let Outcome::Trap(trap) = &invocation.outcome {
-                span.error(trap.kind.as_str(), || trap.message.clone());
-            }
-        }
-        drop(span);
-        let invocation = match called {
-            Ok(invocation) => invocation,
-            Err(e) => {
-                // Cancelled by shutdown, most likely: not the guest's outcome (rule 14).
-                tracing::warn!("guest task ended without an outcome: {e}");
-                let reason = format!("guest task ended without an outcome: {e}");
-                return self.release(c, &reason).await;
-            }
-        };
-        invoked(c.route, &invocation);
-        match invocation.outcome {
-            Outcome::Success(outputs) => {
-                if c.route.fenced.is_none() && !outputs.is_empty() {
-                    // Window outputs go out one by one: a re-run must be this version's.
-                    if let Err(e) = c.lease.begin_effects().await {
-                        return self.write_failed(c, e, false).await;
-                    }
-                }
-                self.succeed(c, &outputs, published).await
-            }
-            Outcome::Retry { reason, delay } => self.retry_or_give_up(c, &reason, delay).await,
-            Outcome::Trap(trap) if trap.kind == TrapKind::PoolFull => {
-                let delay = pool_full_retry(c.d.delivered);
-                self.release_after(c, &trap.to_string(), delay).await
-            }
-            Outcome::Trap(trap) if c.route.is_permanent(trap.kind) => {
-                self.give_up(c, &trap.to_string()).await
-            }
-            Outcome::Trap(trap) => self.retry_or_give_up(c, &trap.to_string(), None).await,
-            Outcome::Reject { reason } => self.give_up(c, &reason).await,
-        }
+        let outcome = self.run_before(c).await;
+        c.route.metrics.outcome(outcome);
     }
 }
 
@@ -543,22 +425,6 @@ fn claim_answer<S: ClaimStore>(claimed: &Result<ClaimOutcome<S>, ClaimError>) ->
         Ok(ClaimOutcome::Busy { .. }) => "busy",
         Err(_) => "error",
     }
-}
-
-/// A guest call's span attributes: how it ended, its time, fuel and memory.
-fn guest_attributes(invocation: &Invocation) -> Vec<KeyValue> {
-    let mut attributes = vec![
-        KeyValue::new("dedup.guest.outcome", invocation.outcome.kind()),
-        KeyValue::new(
-            "dedup.guest.elapsed_us",
-            invocation.elapsed.as_micros() as i64,
-        ),
-        KeyValue::new("dedup.guest.memory_bytes", invocation.memory_bytes as i64),
-    ];
-    if let Some(fuel) = invocation.fuel {
-        attributes.push(KeyValue::new("dedup.guest.fuel", fuel as i64));
-    }
-    attributes
 }
 
 /// Logs and counts what an invocation took and how it ended.

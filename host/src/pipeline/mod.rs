@@ -7,7 +7,9 @@
 //! - `consume`: pulling a consumer's messages, re-creating it when it is deleted.
 //! - `queue`: an exclusive route's messages queued per entity, in order.
 //! - `coalesce`: whether a coalescing route skips a message for a newer one that will run.
-//! - `message`: one message, from its key and claim to the guest's outcome.
+//! - `message`: one message, from its key and claim to the guest's outcome; the claim's
+//!   answer and the run beside the heartbeat are the delivery crate's
+//!   ([`dedup_delivery::before`]), `delivering` its adapters (JetStream, the guest, tokio's clock).
 //! - `guest_call`: a guest call, on the calling thread or the guest threads.
 //! - `undeliverable`: dead-letters what the server gave up delivering, now or once it can.
 //! - `unreadable`: dead-letters at once a message whose header block the client could not parse.
@@ -20,6 +22,7 @@ mod after;
 mod coalesce;
 mod consume;
 mod delays;
+mod delivering;
 pub mod effects;
 mod guest_call;
 pub mod heartbeat;

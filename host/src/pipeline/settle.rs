@@ -5,72 +5,22 @@
 
 use opentelemetry::trace::SpanKind;
 use opentelemetry::KeyValue;
-use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use async_nats::jetstream::AckKind;
-use dedup_delivery::settle::{self, Retries};
+use dedup_delivery::settle;
 
 use super::delays::outage_retry_uncounted;
 use super::effects::{self, DeadLetter, DeadLetterError};
 use super::message::{Claimed, Delivery};
 use super::settling::Settle;
 use super::Shared;
-use crate::bindings::Output;
-use crate::claim::{ClaimStore, LeaseLost};
+use crate::claim::ClaimStore;
 use crate::config::AckMode;
 use crate::metrics::{DedupLayer, MessageOutcome, RouteMetrics};
 use crate::routes::Route;
 
 impl<S: ClaimStore> Shared<S> {
-    /// Success: publish outputs (raced against losing the lease: `published` tells the
-    /// heartbeat), record completion, then ack; on a fenced route, one atomic commit
-    /// ([`settle::succeed`], [`settle::commit_fenced`]).
-    pub(super) async fn succeed(
-        &self,
-        c: &Claimed<'_, S>,
-        outputs: &[Output],
-        published: &AtomicBool,
-    ) {
-        let t = Settle::succeeded(self, c, outputs);
-        let outcome = match c.route.fenced {
-            Some(_) => {
-                let outcome = settle::commit_fenced(&t, outputs.len() as u32).await;
-                if outcome == MessageOutcome::LostClaim {
-                    c.route.metrics.hit(DedupLayer::Fence, 1);
-                }
-                outcome
-            }
-            None => settle::succeed(&t, !outputs.is_empty(), published).await,
-        };
-        c.route.metrics.outcome(outcome);
-    }
-
-    /// A coalescing route's message with a newer one of its entity waiting: completed
-    /// without running, so the handler sees the latest state ([`settle::coalesced`]).
-    pub(super) async fn coalesced(&self, c: &Claimed<'_, S>) {
-        let outcome = settle::coalesced(&Settle::new(self, c)).await;
-        c.route.metrics.outcome(outcome);
-    }
-
-    /// A failed attempt: retry after the backoff (or the guest's delay), or give up after
-    /// the last allowed attempt ([`settle::retry_or_give_up`]).
-    pub(super) async fn retry_or_give_up(
-        &self,
-        c: &Claimed<'_, S>,
-        reason: &str,
-        delay: Option<Duration>,
-    ) {
-        let retries = Retries {
-            max: self.config.source.max_deliver,
-            backoff: self.config.backoff_for(c.lease.attempt()),
-            max_backoff: self.config.max_backoff(),
-        };
-        let t = Settle::new(self, c);
-        let outcome = settle::retry_or_give_up(&t, reason, delay, retries).await;
-        c.route.metrics.outcome(outcome);
-    }
-
     /// A permanent failure: dead-letter, record, terminate ([`settle::give_up`]).
     pub(super) async fn give_up(&self, c: &Claimed<'_, S>, reason: &str) {
         let outcome = settle::give_up(&Settle::new(self, c), reason).await;
@@ -147,14 +97,6 @@ impl<S: ClaimStore> Shared<S> {
         result.map(|_| ())
     }
 
-    /// A write through the lease failed: if the key was reclaimed, touch nothing; if the
-    /// store did not answer, nak so the message comes back once the lease lapses
-    /// ([`settle::write_failed`]).
-    pub(super) async fn write_failed(&self, c: &Claimed<'_, S>, e: LeaseLost, published: bool) {
-        let outcome = settle::write_failed(&Settle::new(self, c), e, published).await;
-        c.route.metrics.outcome(outcome);
-    }
-
     /// The key, or the proof a replay carries, could not be read (the server did not
     /// answer): nak with the outage backoff; no attempt is counted.
     pub(super) async fn nak_unavailable(&self, d: &Delivery, route: &Route, why: String) {
@@ -166,11 +108,6 @@ impl<S: ClaimStore> Shared<S> {
         self.settle(d, AckKind::Nak(Some(delay)))
             .instrument(span)
             .await;
-    }
-
-    /// The claim was taken over: no more outputs, no record, no ack or nak ([`settle::lost`]).
-    pub(super) fn lost(&self, c: &Claimed<'_, S>, published: bool) {
-        c.route.metrics.outcome(settle::lost(published));
     }
 
     /// Acks a message whose outcome is recorded, as its route asks (rule 7): a plain ack by

@@ -24,7 +24,7 @@ pub(super) struct Settle<'a, 'c, S: ClaimStore> {
     pub(super) shared: &'a Shared<S>,
     pub(super) c: &'a Claimed<'c, S>,
     /// The guest's outputs (none unless it succeeded).
-    pub(super) outputs: &'a [Output],
+    pub(super) outputs: Vec<Output>,
     /// A window route's outputs with their headers and ids, made once for the size check and
     /// the publish.
     outgoing: Mutex<Option<Vec<Outgoing>>>,
@@ -39,7 +39,7 @@ impl<'a, 'c, S: ClaimStore> Settle<'a, 'c, S> {
         Self {
             shared,
             c,
-            outputs: &[],
+            outputs: Vec::new(),
             outgoing: Mutex::new(None),
             fenced: None,
         }
@@ -50,7 +50,7 @@ impl<'a, 'c, S: ClaimStore> Settle<'a, 'c, S> {
     pub(super) fn succeeded(
         shared: &'a Shared<S>,
         c: &'a Claimed<'c, S>,
-        outputs: &'a [Output],
+        outputs: Vec<Output>,
     ) -> Self {
         let fenced = c.route.fenced.as_deref().map(|stream| {
             let send = effects::send_span(&c.d.trace, stream, 0);
@@ -97,7 +97,7 @@ impl<'a, 'c, S: ClaimStore> Settle<'a, 'c, S> {
 
     fn make_outgoing(&self) -> Vec<Outgoing> {
         let trace = trace_context(self.c.d);
-        effects::prepare_outputs(self.c.lease.key(), self.outputs, &self.c.d.trace, &trace)
+        effects::prepare_outputs(self.c.lease.key(), &self.outputs, &self.c.d.trace, &trace)
     }
 }
 
@@ -117,7 +117,7 @@ impl<S: ClaimStore> Settling for Settle<'_, '_, S> {
             effects::oversized(
                 js,
                 claim_key,
-                effects::fenced_sizes(claim_key, self.outputs, &trace),
+                effects::fenced_sizes(claim_key, &self.outputs, &trace),
             )
         } else {
             let outgoing = self.make_outgoing();
@@ -158,7 +158,7 @@ impl<S: ClaimStore> Settling for Settle<'_, '_, S> {
             (subject, claim_key),
             &record,
             revision,
-            self.outputs,
+            &self.outputs,
             &trace,
         );
         let committed = self.shared.fenced.commit(stream, batch).await;

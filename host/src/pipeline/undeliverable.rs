@@ -6,8 +6,9 @@
 //! exclusive route's queue stream alike; this loop reads the message through the JetStream API
 //! (where headers arrive base64-encoded), cleans its headers, and dead-letters it, unless its
 //! key was settled meanwhile (then it was only a duplicate). The key is then recorded as
-//! failed for good; a claim-after key (no record before its outcome) on a route with outputs
-//! as one whose window outputs may be stored, as the pipeline's own dead letters record it.
+//! failed for good; a claim-after key on a route with outputs as one whose window outputs may
+//! be stored, by a version not known: whether a delivery published part of them cannot be
+//! told here, so the mark is conservative, and names no version a replay would be pinned to.
 //!
 //! A letter that cannot be stored now (the dead-letter stream is missing, full or
 //! unreachable), or an advisory no host heard, must not lose the message: it stays in its
@@ -240,14 +241,10 @@ impl<S: ClaimStore> Shared<S> {
         tracing::error!(sequence, subject = %message.subject, "dead-lettering: {reason}");
         let subject = &self.config.dead_letter.subject;
         effects::publish_dead_letter(&self.js, subject, &message, sequence, letter).await?;
-        // A claim-after key has no record before its outcome, yet a delivery may have stored
-        // part of its outputs before the server gave up: its record says so, as the
-        // pipeline's own dead letters do (see `dead_after`).
+        // A claim-after key may have no record yet a delivery may have stored part of its
+        // outputs before the server gave up: its record says so (see `dead_after`). Which
+        // version ran is not known (the live one may be newer): none is named.
         let after = route.as_ref().filter(|r| r.claim_after);
-        let after = after.map(|r| {
-            let digest = r.guest().map(|g| g.digest().to_string());
-            (r, digest.unwrap_or_default())
-        });
         if let Some((claim_key, mut record, revision)) = claim {
             // `inspect` and `audit` then see the key failed for good, as a dead letter says.
             record.state = ClaimState::Failed;
@@ -255,9 +252,9 @@ impl<S: ClaimStore> Shared<S> {
             record.retry_at_ms = None;
             record.reason = Some(reason.clone());
             record.updated_ms = now_ms();
-            if let Some((route, digest)) = &after {
-                let dead = self.dead_after(route, digest, attempt, reason.clone());
-                record.effects_by = record.effects_by.or(dead.effects_by);
+            if let Some(route) = after {
+                let dead = self.dead_after(route, &record.digest, attempt, reason.clone(), true);
+                record.unknown_effects |= dead.unknown_effects;
             }
             if let Err(e) = self
                 .claimer
@@ -269,8 +266,8 @@ impl<S: ClaimStore> Shared<S> {
                     "dead letter stored, but its claim record was not marked failed: {e}"
                 );
             }
-        } else if let (Some((route, digest)), Some(key)) = (&after, &key) {
-            let record = self.dead_after(route, digest, attempt, reason.clone());
+        } else if let (Some(route), Some(key)) = (after, &key) {
+            let record = self.dead_after(route, "", attempt, reason.clone(), true);
             let written = (self.claimer)
                 .create_settled(&route.claim_key(key), &record)
                 .await;

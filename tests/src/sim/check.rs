@@ -2,7 +2,8 @@
 //! [`super::settle`]): every key ends as its handler deserves, each output is stored once,
 //! and each entity's newest message ran.
 
-use dedup_host::claim::ClaimState::{Completed, Failed};
+use dedup_host::claim::record::COALESCED_REASON;
+use dedup_host::claim::ClaimState::{Completed, Failed, InProgress};
 
 use super::host::{space, Hosts};
 use super::settle::Handler;
@@ -43,10 +44,17 @@ pub fn end(w: &World, sim: &Hosts, max_deliver: u32) -> Vec<String> {
             .find(|m| Some(m.entity.as_str()) == entity);
         let must_run = !sim.coalesces() || newest.is_some_and(|m| m.key == key);
         let record = w.record(&format!("{space}{key}")).map(|(r, _)| r);
-        let coalesced = record.is_some_and(|r| r.is_coalesced());
+        // Any later delivery may reclaim a coalesced key, a stale one too (its host paused
+        // past the ack wait, its message since acked); if that delivery's own coalesce write
+        // goes unanswered, the key ends in progress, still marked coalesced, with no message
+        // left to run it: its next message reclaims it once the lease lapses.
+        let coalesced = record.is_some_and(|r| {
+            r.is_coalesced()
+                || (r.state == InProgress && r.reason.as_deref() == Some(COALESCED_REASON))
+        });
         let state = record.map(|r| (r.state, r.permanent));
         match (fails, state) {
-            (_, Some((Completed, _))) if coalesced && !must_run => {}
+            (_, Some((Completed | InProgress, _))) if coalesced && !must_run => {}
             (false, Some((Completed, _))) if !coalesced => {}
             (true, Some((Failed, true))) => {}
             (false, Some((Failed, true))) if excused => {}

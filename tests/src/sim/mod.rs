@@ -10,8 +10,9 @@
 //! after the writer's read-back, reads from a lagging replica), lost acks, refused publishes,
 //! outages of the output and dead-letter streams, missed advisories, hosts paused past their
 //! lease, hosts killed and restarted, clock skew, hosts of different sizes, a reload that
-//! changes the route on one host, and a replay of every dead letter after a fix. The settle
-//! logic around the protocol follows `host/src/pipeline` step for step ([`settle`]). Checked
+//! changes the route on one host, and a replay of every dead letter after a fix. A claim-before
+//! delivery runs the host's own loop and settle order over the model ([`running`],
+//! [`settling`]); queueing and claim-after still follow `host/src/pipeline` ([`settle`]). Checked
 //! as it runs and at the end ([`check`]): every message settled, every key completed or
 //! dead-lettered as its handler deserves, one stored copy of each output, per-entity runs
 //! never overlapping and in source order, the newest message of a coalesced entity run, no
@@ -21,6 +22,7 @@ mod check;
 mod consumer;
 mod host;
 pub mod route;
+mod running;
 mod settle;
 mod settling;
 pub mod store;

@@ -176,6 +176,7 @@ pub fn agree(recorded: &mut Option<ContractRecord>, served: &Served, by: &str) -
                 recorded_ms: 0,
                 deployment: None,
                 consumer: None,
+                subjects: None,
             });
             true
         }

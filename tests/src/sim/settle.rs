@@ -1,31 +1,35 @@
-//! How a simulated host settles one delivery, following `host/src/pipeline` step for step:
-//! queueing an exclusive route's message; claim, heartbeat, the size check, publish or fenced
-//! commit, record, ack; coalescing; retry, release and give up; claim-after's run then one
-//! settled write; the stranded-message marker before a last delivery. The protocol calls are
-//! the host's own ([`Claimer`], [`Lease`], [`dedup_host::claim::after`]); so are the size check
-//! ([`effects::over_max_payload`]), the outage backoff ([`infra_retry_ceiling`]) and the
-//! last-delivery test ([`stranded::last_delivery`]).
+//! How a simulated host handles one delivery. A claim-before route's delivery runs the host's
+//! own loop ([`dedup_delivery::before`]: the claim's answer, the handler beside the heartbeat,
+//! the settle order) over the model ([`super::running`]); still following `host/src/pipeline`
+//! step for step here: queueing an exclusive route's message, claim-after's run then one
+//! settled write, and the stranded-message marker before a last delivery. The protocol calls
+//! are the host's own ([`Claimer`], [`Lease`], [`dedup_host::claim::after`]); so are the size
+//! check ([`effects::over_max_payload`]), the outage backoff ([`infra_retry_ceiling`]) and the
+//! last-delivery test ([`stranded::last_delivery`]). The checks made as the host's code runs
+//! are here too: an exclusive route's overlapping runs, an ack before the outcome is durable,
+//! a lease given up while still its own.
 
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
+use dedup_delivery::before;
+use dedup_delivery::clock::Clock;
 use dedup_delivery::outcome::MessageOutcome;
-use dedup_delivery::settle::{self, Retries};
 use dedup_host::claim::after::{found, Found};
-use dedup_host::claim::{ClaimOutcome, ClaimState, ClaimStore, Claimer, Lease, LeaseLost};
-use dedup_host::pipeline::{busy_delay, effects, infra_retry_ceiling};
+use dedup_host::claim::{ClaimState, ClaimStore, Claimer, Lease};
+use dedup_host::pipeline::{effects, infra_retry_ceiling};
 use dedup_host::stranded;
 
 use super::consumer::{Lane, Offer};
 use super::route::Served;
-use super::settling::SimSettle;
+use super::running::{SimRun, SimUnclaimed};
 use super::store::{Shared, SimStore};
 use super::world::{Output, Rng, World};
 use super::Settings;
 
 /// The size of an output the handler of an oversized key returns (over 1 MiB).
-const OVERSIZED: usize = 2 << 20;
+pub(super) const OVERSIZED: usize = 2 << 20;
 
 /// What one host generation needs to settle a delivery.
 pub struct Ctx {
@@ -49,7 +53,7 @@ pub(super) struct At {
 }
 
 /// A handler run of an exclusive route, listed in [`World::running`] until dropped.
-struct Running {
+pub(super) struct Running {
     world: Shared,
     entry: (String, String, String),
 }
@@ -195,7 +199,7 @@ impl Ctx {
     }
 
     /// How long the handler runs on `attempt` of `key`.
-    fn work_ms(&self, key: &str, attempt: u32) -> u64 {
+    pub(super) fn work_ms(&self, key: &str, attempt: u32) -> u64 {
         let h = key.bytes().fold(self.seed ^ u64::from(attempt), |h, b| {
             (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
         });
@@ -207,7 +211,7 @@ impl Ctx {
     }
 
     /// What `key`'s handler does now: a replayed key's handler was fixed.
-    fn handler(&self, key: &str) -> Handler {
+    pub(super) fn handler(&self, key: &str) -> Handler {
         match self.world().replayed.contains(key) {
             true => Handler::Fails(0),
             false => handler(self.seed, key),
@@ -219,127 +223,32 @@ impl Ctx {
         *self.world().disrupted.entry(key.to_string()).or_default() += 1;
     }
 
-    fn violation(&self, what: String) {
+    pub(super) fn violation(&self, what: String) {
         let mut w = self.world();
         w.log(|| format!("VIOLATION {what}"));
         w.violations.push(what);
     }
 
-    /// Claim before: `pipeline::message` and `pipeline::settle`.
+    /// Claim before: the host's own loop ([`before::claimed`], [`before::run`]) over the
+    /// model.
     async fn deliver(&self, at: &At, served: &Served) {
-        let s = self.settings;
         let claimer = &self.claimers[usize::from(served.fenced)];
-        match claimer.claim_fresh(&at.key, "d", at.fresh_from).await {
-            Err(_) => {
-                // The claim may land later, unseen: a lease nobody renews, which costs an attempt.
-                self.unconfirmed(&at.key);
-                let delay = self.infra_delay(at.number);
-                self.settle(at, Some(delay))
-            }
-            Ok(ClaimOutcome::Completed | ClaimOutcome::DeadLettered) => self.settle(at, None),
-            Ok(ClaimOutcome::Busy { retry_in }) => {
-                let lease = Duration::from_millis(s.lease_ms + s.skew_ms);
-                let backoff = Duration::from_millis(s.backoff_ms);
-                let delay = busy_delay(retry_in, lease, backoff).as_millis() as u64;
-                self.settle(at, Some(delay));
-            }
-            Ok(ClaimOutcome::Acquired(lease)) => self.run(at, claimer, &lease, served).await,
-        }
-    }
-
-    async fn run(
-        &self,
-        at: &At,
-        claimer: &Claimer<SimStore>,
-        lease: &Lease<SimStore>,
-        served: &Served,
-    ) {
-        let s = self.settings;
-        let key = at.key.as_str();
-        let mut t = SimSettle {
-            ctx: self,
-            at,
-            lease,
-            store: claimer.store(),
-            output: None,
-            checked: true,
+        let claim = claimer.claim_fresh(&at.key, "d", at.fresh_from).await;
+        let unclaimed = SimUnclaimed { ctx: self, at };
+        let Some(lease) = before::claimed(&unclaimed, claim).await else {
+            return;
         };
-        if s.mode.coalesce
-            && at.lane == Lane::Queue
-            && self.world().streams.newer_waiting(at.sequence)
-        {
-            // Not checked like other outcomes: any later delivery of the key (this message's
-            // own redelivery included) may reclaim a coalesced key at once.
-            t.checked = false;
-            let outcome = settle::coalesced(&t).await;
-            return self.ended(outcome, claimer, lease, key);
-        }
-        let attempt = lease.attempt();
-        if attempt > s.max_deliver {
-            let outcome = settle::give_up(&t, "out of attempts").await;
-            return self.ended(outcome, claimer, lease, key);
-        }
-        // Registered while the handler runs (and dropped with this future if the host dies).
-        let _running = s
-            .mode
-            .exclusive
-            .then(|| self.exclusive_start(at, served, claimer.owner()));
-        // The handler runs; the heartbeat renews the lease and sends progress acks.
-        let mut left = self.work_ms(key, attempt);
-        while left > 0 {
-            let slice = left.min(s.heartbeat_ms);
-            sleep(&self.world, slice).await;
-            left -= slice;
-            if slice == s.heartbeat_ms {
-                match lease.renew().await {
-                    Ok(()) => self.world().progress(at.lane, at.sequence, at.number),
-                    Err(LeaseLost::Reclaimed) => return self.lost(claimer, key, lease),
-                    Err(LeaseLost::Unavailable(_)) => self.unconfirmed(key),
-                }
-            }
-        }
-        let size = match self.handler(key) {
-            Handler::Fails(n) if attempt <= n => {
-                let backoff = Duration::from_millis(s.backoff_ms);
-                let retries = Retries {
-                    max: s.max_deliver,
-                    backoff,
-                    max_backoff: backoff,
-                };
-                let outcome = settle::retry_or_give_up(&t, "failed", None, retries).await;
-                return self.ended(outcome, claimer, lease, key);
-            }
-            Handler::Fails(_) => 100,
-            Handler::Oversized => OVERSIZED,
-        };
-        t.output = Some(Output {
-            id: format!("{key}#0"),
-            size,
-        });
-        let outcome = match served.fenced {
-            true => settle::commit_fenced(&t, 1).await,
-            false => settle::succeed(&t, true, &AtomicBool::new(false)).await,
-        };
-        self.ended(outcome, claimer, lease, key)
-    }
-
-    /// What the host's settle order returned: a claim found taken over must really have been
-    /// lost.
-    fn ended(
-        &self,
-        outcome: MessageOutcome,
-        claimer: &Claimer<SimStore>,
-        lease: &Lease<SimStore>,
-        key: &str,
-    ) {
-        if outcome == MessageOutcome::LostClaim {
-            self.lost(claimer, key, lease);
+        let run = SimRun::new(self, at, &lease, claimer.store(), served, claimer.owner());
+        let outcome = before::run(&run).await;
+        // A lease that lapsed by the host's clock was given up by design, not found lost.
+        if outcome == MessageOutcome::LostClaim && !run.lapsed.load(Ordering::Relaxed) {
+            self.lost(claimer, &at.key, &lease);
         }
     }
 
     /// An exclusive route's run starts: no handler of another message of the entity may be
     /// running under a live lease, and none after it in source order may have started.
-    fn exclusive_start(&self, at: &At, served: &Served, owner: &str) -> Running {
+    pub(super) fn exclusive_start(&self, at: &At, served: &Served, owner: &str) -> Running {
         let mut w = self.world();
         let source = w.streams.message(at.lane, at.sequence).source;
         let skew = Duration::from_millis(self.settings.skew_ms);
@@ -458,7 +367,7 @@ impl Ctx {
         let mut left = self.work_ms(&at.key, attempt);
         while left > 0 {
             let slice = left.min(s.heartbeat_ms);
-            sleep(&self.world, slice).await;
+            self.sleep(Duration::from_millis(slice)).await;
             left -= slice;
             self.world().progress(at.lane, at.sequence, at.number);
         }
@@ -502,18 +411,4 @@ impl Ctx {
             }
         }
     }
-}
-
-/// Waits `ms` of virtual time.
-async fn sleep(world: &Shared, ms: u64) {
-    let until = world.lock().expect("one thread").now + ms;
-    std::future::poll_fn(|_| {
-        let now = world.lock().expect("one thread").now;
-        if now >= until {
-            std::task::Poll::Ready(())
-        } else {
-            std::task::Poll::Pending
-        }
-    })
-    .await
 }

@@ -347,6 +347,8 @@ impl World {
                     lease_expires_ms: 0,
                     digest: String::new(),
                     effects_by: None,
+                    unknown_effects: false,
+                    outputs_as: None,
                     reason: None,
                     permanent: true,
                     retry_at_ms: None,

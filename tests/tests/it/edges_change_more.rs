@@ -5,6 +5,8 @@
 //! complete move as it is; moving claims back never trusts hosts' clocks; a former default
 //! name of this deployment is its own.
 
+mod queue_moves;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;

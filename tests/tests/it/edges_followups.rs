@@ -2,10 +2,12 @@
 //! - a claim-after key dead-lettered after part of its window outputs was stored (by the
 //!   pipeline after a guest's reject, or after the server gave up delivering it) blocks a
 //!   change to fenced effects, as a claim-before key does: a replay of its letter under
-//!   fenced effects would publish those outputs again without message ids;
+//!   fenced effects would publish those outputs again without message ids; one a guest
+//!   rejected before any publish under its key was attempted does not block it;
 //! - a host of the previous release, holding the serving subject without a deployment
 //!   (`dedup.control.serving.<source stream>.<route>`), counts as serving during a rolling
-//!   upgrade.
+//!   upgrade, and a refusal names the serving subject that was silent;
+//! - `setup --accept-dead` is refused without `--change-route` or `--rename-route`.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -193,6 +195,25 @@ async fn a_claim_before_key_dead_lettered_after_a_partial_publish_blocks_the_cha
     dead_after_a_partial_publish_blocks_the_change("before").await;
 }
 
+/// A claim-after key a guest rejected, with no publish under the key attempted, cannot have
+/// stored window outputs: it does not block window -> fenced (nor name a version).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_after_key_rejected_before_any_publish_does_not_block_the_change_to_fenced() {
+    let env = TestEnv::start().await;
+    let old = window(&env, "after", 100);
+    let new = fenced(&env, 100);
+    let first = host(&env, &old, "old-1").await;
+    publish(&env, "k1", "a", "reject:0").await;
+    dead(&env).await;
+    let record = env.claim("fu", "k1").await.unwrap();
+    assert!(!record.may_have_effects(), "no mark: {record:?}");
+    env.wait_drained(Duration::from_secs(60)).await;
+    first.shutdown().await.unwrap();
+    let (changed, out) = change(&new).await;
+    assert!(changed, "window -> fenced refused: {out}");
+    assert_eq!(recorded(&env, &new.config).await.0, "Fenced");
+}
+
 /// A claim-after message whose second output can never be published is given up by the
 /// server (its `server_max_deliver`) after output 0 was stored: its dead letter leaves a
 /// record that blocks window -> fenced.
@@ -239,7 +260,17 @@ async fn a_host_of_the_previous_release_on_the_old_serving_subject_blocks_a_chan
     let silent = client.subscribe(subject.clone()).await.unwrap();
     client.flush().await.unwrap();
     let probe = presence::probe(&client, &new.config, "fu").await.unwrap();
-    assert_eq!(probe, Probe::Silent, "a silent old host counts as serving");
+    assert_eq!(
+        probe,
+        Probe::Silent(vec![subject.clone()]),
+        "a silent old host counts as serving, on its subject"
+    );
+    let (changed, out) = change(&new).await;
+    assert!(!changed, "{out}");
+    assert!(
+        out.contains(&format!("no answer came on `{subject}`:")),
+        "names the silent subject: {out}"
+    );
     drop(silent);
 
     // Answering with its instance id, as an old host does.
@@ -274,4 +305,25 @@ async fn a_host_of_the_previous_release_on_the_old_serving_subject_blocks_a_chan
     let (changed, out) = change(&new).await;
     assert!(changed, "{out}");
     assert_eq!(recorded(&env, &new.config).await.1, "bucket claims-next");
+}
+
+/// `--accept-dead` only means something to a route change or rename: alone it is refused
+/// (exit 2, naming the flags it needs) instead of being ignored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn accept_dead_without_a_route_change_is_refused() {
+    let env = TestEnv::start().await;
+    let old = window(&env, "after", 100);
+    let run = cli(&old.path, &["setup", "--accept-dead", "fu.k1"]);
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(
+        run.stderr.contains("--change-route") && run.stderr.contains("--rename-route"),
+        "{run:?}"
+    );
+    let setup = cli(&old.path, &["setup"]);
+    assert_eq!(setup.code, 0, "{setup:?}");
+    let with = cli(
+        &old.path,
+        &["setup", "--change-route", "fu", "--accept-dead", "fu.k1"],
+    );
+    assert_eq!(with.code, 0, "with a route change it is taken: {with:?}");
 }

@@ -247,6 +247,7 @@ allowed_outputs = ["in.slow.*.done"]
             recorded_ms: 0,
             deployment: None,
             consumer: None,
+            subjects: None,
         };
         serde_json::to_vec(&record).unwrap()
     };

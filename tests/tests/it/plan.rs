@@ -197,8 +197,10 @@ async fn plan_says_the_next_setup_moves_a_former_default_deployment_name() {
 }
 
 /// A route moving from window to fenced effects needs its output stream to take atomic
-/// batches: `setup --apply` makes that in place (stored messages stay), so the README's
-/// steps work: apply, restart the hosts with the new config, `--change-route`.
+/// batches and rollups: `setup --apply` makes that in place (stored messages stay) once the
+/// operator names the stream with `--allow-rollup` (rollups let any client that may publish
+/// there purge it), so the README's steps work: apply, restart the hosts with the new config,
+/// `--change-route`, and a fenced host commits on the changed stream.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn apply_lets_an_existing_output_stream_take_fenced_commits_in_place() {
     let env = TestEnv::start().await;
@@ -224,21 +226,66 @@ async fn apply_lets_an_existing_output_stream_take_fenced_commits_in_place() {
     assert_ne!(fenced, window, "the harness config changed shape");
     let fenced_path = env.path("fenced.toml");
     std::fs::write(&fenced_path, &fenced).unwrap();
+    // Rollups let any client that may publish to the stream purge it: named, or refused.
     let plan = cli(&fenced_path, &["setup", "--plan"]);
-    assert_eq!(plan.code, 0, "{plan:?}");
+    assert_eq!(plan.code, 1, "{plan:?}");
+    let flag = format!("--allow-rollup {OUTPUTS}");
     assert!(
         plan.stdout
             .contains("atomic batches false -> true, rollups false -> true")
-            && !plan.stdout.contains("REFUSED"),
+            && plan.stdout.contains("REFUSED")
+            && plan.stdout.contains("Nats-Rollup: all")
+            && plan.stdout.contains(&flag),
         "{}",
         plan.stdout
     );
-    let applied = cli(&fenced_path, &["setup", "--apply"]);
+    let refused = cli(&fenced_path, &["setup", "--apply"]);
+    assert_eq!(refused.code, 1, "{refused:?}");
+    let outputs = stream_config(&env, OUTPUTS).await;
+    assert!(!outputs.allow_atomic_publish && !outputs.allow_rollup);
+    let applied = cli(
+        &fenced_path,
+        &["setup", "--apply", "--allow-rollup", OUTPUTS],
+    );
     assert_eq!(applied.code, 0, "{applied:?}");
+    assert!(
+        applied.stdout.contains("applied") && applied.stdout.contains("Nats-Rollup: all"),
+        "the risk is stated: {}",
+        applied.stdout
+    );
     let outputs = stream_config(&env, OUTPUTS).await;
     assert!(outputs.allow_atomic_publish && outputs.allow_rollup);
     let mut stream = env.js.get_stream(OUTPUTS).await.unwrap();
     assert_eq!(stream.info().await.unwrap().state.messages, 1, "kept");
     let changed = cli(&fenced_path, &["setup", "--change-route", "upper"]);
     assert_eq!(changed.code, 0, "{changed:?}");
+
+    // A fenced host serves the route on the changed stream: one message, committed fenced.
+    let config = dedup_host::config::Config::parse(
+        &fenced,
+        std::path::Path::new("t.toml"),
+        env.dir.path().into(),
+    )
+    .unwrap();
+    let host = dedup_host::serve::start(config).await.expect("host starts");
+    env.publish("in.upper.x", "m-1", &[], "hello").await;
+    let (record, _) = dedup_host_tests::harness::wait_for(
+        Duration::from_secs(30),
+        "m-1 committed fenced",
+        || async {
+            let found = env.fenced_claim("upper", "m-1").await?;
+            (found.0.state == dedup_host::claim::ClaimState::Completed).then_some(found)
+        },
+    )
+    .await;
+    assert_eq!(record.batch_outputs, Some(1), "{record:?}");
+    let outputs: Vec<_> = env
+        .outputs()
+        .await
+        .into_iter()
+        .filter(|m| m.subject.as_str() == "in.upper.x.done")
+        .map(|m| m.payload)
+        .collect();
+    assert_eq!(outputs, vec![bytes::Bytes::from("HELLO")]);
+    host.shutdown().await.unwrap();
 }

@@ -45,6 +45,8 @@ async fn a_claim_left_by_a_dead_owner_is_taken_over_after_its_lease() {
         lease_expires_ms: now + 1000,
         digest: "old".into(),
         effects_by: None,
+        unknown_effects: false,
+        outputs_as: None,
         reason: None,
         permanent: false,
         retry_at_ms: None,

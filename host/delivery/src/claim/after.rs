@@ -64,21 +64,34 @@ impl<S: ClaimStore> Claimer<S> {
         record
     }
 
-    /// The record of a claim-after key dead-lettered (failed for good) with `reason`. When
-    /// the route may publish outputs (`outputs`), it names `digest` as the version whose
-    /// window outputs may be stored ([`ClaimRecord::effects_by`]): a claim-after key has no
-    /// record before its outcome, so an earlier delivery (or another copy under the key) may
-    /// have stored part of its outputs before a publish failed, and nothing else tells that a
-    /// replay must not run where those outputs' message ids no longer deduplicate (fenced).
+    /// The record of a claim-after key dead-lettered (failed for good) with `reason`, after
+    /// `digest` ran it. `effects` says that window outputs of the key may be stored (a
+    /// publish under the key was attempted, see [`Claimer::publish_failed`], or cannot be
+    /// ruled out): the record then says so ([`ClaimRecord::unknown_effects`]) and a change to
+    /// fenced effects refuses while it is dead. The mark never names a version: which version
+    /// published is not known (another delivery, maybe of another version, did), so a
+    /// replay's re-run is not pinned to the version that only rejected.
     pub fn dead_lettered(
         &self,
         digest: &str,
         attempt: u32,
         reason: String,
-        outputs: bool,
+        effects: bool,
     ) -> ClaimRecord {
         let mut record = self.settled(digest, attempt, Err(reason));
-        record.effects_by = outputs.then(|| digest.to_string());
+        record.unknown_effects = effects;
+        record
+    }
+
+    /// The record a claim-after delivery of `digest` leaves when publishing its outputs
+    /// failed part-way (`reason`): failed, not for good (the delivery is retried), marked as
+    /// a key whose window outputs may be stored ([`ClaimRecord::unknown_effects`]), so the
+    /// key is marked if it is later dead-lettered by another delivery or copy that publishes
+    /// nothing. A key has no other record before its outcome.
+    pub fn publish_failed(&self, digest: &str, attempt: u32, reason: String) -> ClaimRecord {
+        let mut record = self.settled(digest, attempt, Err(reason));
+        record.permanent = false;
+        record.unknown_effects = true;
         record
     }
 
@@ -160,5 +173,39 @@ impl<S: ClaimStore> Claimer<S> {
             Some(revision) => self.update_settled(key, record, revision).await,
             None => self.create_settled(key, record).await,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::claim::memory::MemoryClaimStore;
+    use crate::claim::ClaimOutcome;
+
+    /// A claim-after dead letter that may have left window outputs is marked (a change to
+    /// fenced effects refuses it), yet names no version: a replay's re-claim (after the route
+    /// moved to claim-before) runs the version it chooses, not the one that rejected.
+    #[tokio::test]
+    async fn a_claim_after_dead_letter_marks_effects_without_pinning_its_version() {
+        let store = Arc::new(MemoryClaimStore::new());
+        let claimer = Claimer::new(store.clone(), "a", Duration::from_secs(10), Duration::ZERO);
+        let dead = claimer.dead_lettered("rejecting", 1, "rejected".into(), true);
+        assert!(dead.may_have_effects());
+        assert_eq!(dead.effects_by, None);
+        let plain = claimer.dead_lettered("rejecting", 1, "rejected".into(), false);
+        assert!(!plain.may_have_effects());
+        assert!(claimer.create_settled("k", &dead).await.unwrap());
+        let (mut reset, revision) = store.get("k").await.unwrap().unwrap();
+        reset.reset_for_replay(7);
+        store.update("k", &reset, revision).await.unwrap();
+        let ClaimOutcome::Acquired(lease) = claimer.claim("k", "fixed").await.unwrap() else {
+            panic!("the replayed key is claimed")
+        };
+        assert_eq!(lease.digest().await, "fixed");
+        let claimed = store.get("k").await.unwrap().unwrap().0;
+        assert!(claimed.unknown_effects, "the mark stays with the key");
     }
 }

@@ -83,6 +83,9 @@ impl<S: ClaimStore> Claimer<S> {
             lease_expires_ms: now + self.lease.as_millis() as u64,
             digest: effects_by.clone().unwrap_or_else(|| digest.to_string()),
             effects_by,
+            unknown_effects: previous.is_some_and(|p| p.unknown_effects),
+            // A run publishes its outputs under this key's own ids.
+            outputs_as: None,
             reason: previous.and_then(|p| p.reason.clone()),
             permanent: false,
             retry_at_ms: None,

@@ -49,6 +49,17 @@ pub struct ClaimRecord {
     /// one key's effects never mix two versions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub effects_by: Option<String>,
+    /// Window outputs of this key may be stored by a version nobody recorded (a claim-after
+    /// key, which has no record while it runs, whose publish failed part-way, or that the
+    /// server gave up delivering): it blocks what [`ClaimRecord::effects_by`] blocks (a
+    /// change to fenced effects, a rename) without choosing the version a re-run runs.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unknown_effects: bool,
+    /// The claim key this key's outputs were published under, when not the key the record
+    /// is stored under: `setup --rename-route` carries completed records to the new route's
+    /// keys, and their outputs keep their ids (the old claim key + `#index`). `None`: its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outputs_as: Option<String>,
     /// Why the last attempt failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
@@ -95,6 +106,18 @@ impl ClaimRecord {
         self.state == ClaimState::Completed && self.reason.as_deref() == Some(COALESCED_REASON)
     }
 
+    /// Whether window outputs of this key may be stored ([`ClaimRecord::effects_by`] or
+    /// [`ClaimRecord::unknown_effects`]).
+    pub fn may_have_effects(&self) -> bool {
+        self.effects_by.is_some() || self.unknown_effects
+    }
+
+    /// The claim key this key's outputs were published under, the record being stored under
+    /// `claim_key` ([`ClaimRecord::outputs_as`]).
+    pub fn outputs_key<'a>(&'a self, claim_key: &'a str) -> &'a str {
+        self.outputs_as.as_deref().unwrap_or(claim_key)
+    }
+
     /// Whether a dead-letter replay may reset this record: failed for good, or reset by an
     /// earlier replay whose publish did not happen.
     pub fn replayable(&self) -> bool {
@@ -104,6 +127,28 @@ impl ClaimRecord {
                     .reason
                     .as_deref()
                     .is_some_and(|r| r.starts_with(REPLAY_REASON)))
+    }
+
+    /// Marks a key failed for good after its window outputs may have been stored as accepted
+    /// by the operator with `--accept-dead` of `change` (the command, e.g. `setup
+    /// --change-route R`): it moves as it is, and a dead-letter replay refuses it unless
+    /// forced. The mark lives in the reason, ahead of the failure's own.
+    pub fn accept_dead(&mut self, change: &str) {
+        if self.is_accepted_dead() {
+            return;
+        }
+        let was = self.reason.as_deref().unwrap_or("no reason recorded");
+        self.reason = Some(format!("{ACCEPTED_DEAD_REASON} ({change}); {was}"));
+    }
+
+    /// Whether the operator accepted this dead-lettered key as settled ([`Self::accept_dead`]).
+    pub fn is_accepted_dead(&self) -> bool {
+        self.state == ClaimState::Failed
+            && self.permanent
+            && self
+                .reason
+                .as_deref()
+                .is_some_and(|r| r.starts_with(ACCEPTED_DEAD_REASON))
     }
 
     /// Resets the record so the key runs again (attempt 1) when dead letter `letter` is
@@ -140,6 +185,10 @@ pub const RESET_REVISION: &str = "Dedup-Reset-Revision";
 
 /// The reason a replay writes into the claim record it resets.
 pub const REPLAY_REASON: &str = "replay of dead letter";
+
+/// The start of the reason of a key the operator accepted as settled though dead-lettered
+/// after its window outputs may have been stored ([`ClaimRecord::accept_dead`]).
+pub const ACCEPTED_DEAD_REASON: &str = "accepted as settled with --accept-dead";
 
 /// The reason of a key completed without running by a coalescing route.
 pub const COALESCED_REASON: &str = "coalesced: a newer message of its entity was waiting";

@@ -268,3 +268,79 @@ async fn a_move_that_stopped_part_way_is_finished_by_running_it_again() {
         "everything moved"
     );
 }
+
+/// The filters of consumer `name` of the source stream, however the server holds them.
+async fn consumer_filters(env: &TestEnv, config: &Config, name: &str) -> Vec<String> {
+    let stream = env.js.get_stream(&config.source.stream).await.unwrap();
+    let c = stream.consumer_info(name).await.unwrap().config;
+    let mut filters = c.filter_subjects;
+    if !c.filter_subject.is_empty() {
+        filters.push(c.filter_subject);
+    }
+    filters.sort();
+    filters
+}
+
+/// A deployment with an unrouted consumer (a source subject no route takes) that adds a
+/// source subject re-filters that consumer, still recorded under its former default name:
+/// its route consumer proves the name its own, so `setup --plan`, `--apply` and `setup`
+/// re-filter it and move it to the new name. A config of a real other deployment (its
+/// name set) is still refused and re-filters nothing.
+#[tokio::test]
+async fn a_deployment_with_an_unrouted_consumer_adds_a_subject_and_keeps_it() {
+    let env = TestEnv::start().await;
+    let (path, _) = team(&env, "shipping");
+    let text = std::fs::read_to_string(&path).unwrap().replace(
+        r#"subjects = ["shipping.*"]"#,
+        r#"subjects = ["shipping.*", "returns.*"]"#,
+    );
+    std::fs::write(&path, &text).unwrap();
+    let first = Config::load(&path).expect("valid");
+    let (code, out) = cli(&path, &["setup"]).await;
+    assert_eq!(code, 0, "{out}");
+    let unrouted = first.source.consumer.clone();
+    let old = first.deployment_name();
+    assert_eq!(consumer_owner(&env, &first, &unrouted).await, Some(old));
+    assert_eq!(
+        consumer_filters(&env, &first, &unrouted).await,
+        ["returns.*"]
+    );
+
+    let wider = text.replace(r#""returns.*"]"#, r#""returns.*", "refunds.*"]"#);
+    std::fs::write(&path, &wider).unwrap();
+    let grown = Config::load(&path).expect("valid");
+    let new = grown.deployment_name();
+    for args in [&["setup", "--plan"][..], &["setup", "--apply"], &["setup"]] {
+        let (code, out) = cli(&path, args).await;
+        assert_eq!(code, 0, "{args:?} takes its own unrouted consumer: {out}");
+    }
+    assert_eq!(
+        consumer_filters(&env, &grown, &unrouted).await,
+        ["refunds.*", "returns.*"]
+    );
+    assert_eq!(
+        consumer_owner(&env, &grown, &unrouted).await,
+        Some(new.clone())
+    );
+
+    // Another deployment, named, that would re-filter it again is refused.
+    let other_path = env.path("other.toml");
+    let other = wider.replace(r#""refunds.*"]"#, r#""refunds.*", "claims.*"]"#)
+        + "\n[deployment]\nname = \"shop\"\n";
+    std::fs::write(&other_path, other).unwrap();
+    for args in [&["setup", "--plan"][..], &["setup"]] {
+        let (code, out) = cli(&other_path, args).await;
+        assert_ne!(code, 0, "{args:?}: {out}");
+        assert!(
+            out.contains(&format!(
+                "consumer `{unrouted}` belongs to deployment `{new}`"
+            )),
+            "{args:?}: {out}"
+        );
+    }
+    assert_eq!(
+        consumer_filters(&env, &grown, &unrouted).await,
+        ["refunds.*", "returns.*"]
+    );
+    assert_eq!(consumer_owner(&env, &grown, &unrouted).await, Some(new));
+}

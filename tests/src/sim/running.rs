@@ -1,0 +1,255 @@
+//! A simulated host's delivery as the host's own claim-before loop sees it
+//! ([`dedup_delivery::before`]): a claim not won ([`SimUnclaimed`]: the model's acks and
+//! naks) and a claimed delivery whose handler runs under the lease ([`SimRun`]: the seeded
+//! handler, progress acks and renewals in virtual time, the model's settle world
+//! [`SimSettle`]). Which answer settles how, the heartbeat beside the run and which outcome
+//! settles how are the host's, not restated here; what is here are the model's I/O and the
+//! checks the simulation makes as the host's code runs.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use dedup_delivery::before::{ClaimedDelivery, Handled, Unclaimed};
+use dedup_delivery::claim::{ClaimError, Lease};
+use dedup_delivery::clock::Clock;
+use dedup_delivery::heartbeat::Progress;
+use dedup_delivery::outcome::MessageOutcome;
+use dedup_delivery::settle::{Retries, Settlement};
+use dedup_host::pipeline::busy_delay;
+
+use super::consumer::Lane;
+use super::route::Served;
+use super::settle::{At, Ctx, Handler, Running, OVERSIZED};
+use super::settling::SimSettle;
+use super::store::SimStore;
+use super::world::Output;
+
+/// A delivery whose claim a simulated host did not win.
+pub(super) struct SimUnclaimed<'a> {
+    pub(super) ctx: &'a Ctx,
+    pub(super) at: &'a At,
+}
+
+impl Unclaimed for SimUnclaimed<'_> {
+    /// An ack is checked (the key it was acked for must be done: a busy key's ack could lose
+    /// the message); a term answers a failed-for-good key, which a replay may reset meanwhile.
+    async fn settle(&self, how: Settlement) {
+        match how {
+            Settlement::Ack => self.ctx.recorded_settle(self.at, None),
+            _ => self.ctx.settle_unchecked(self.at, how.nak_ms()),
+        }
+    }
+
+    fn count(&self, _outcome: MessageOutcome) {}
+
+    fn busy_delay(&self, retry_in: Duration) -> Duration {
+        let s = self.ctx.settings;
+        let lease = Duration::from_millis(s.lease_ms + s.skew_ms);
+        busy_delay(retry_in, lease, Duration::from_millis(s.backoff_ms))
+    }
+
+    /// Also notes that the claim may land later, unseen: a lease nobody renews, which costs
+    /// an attempt.
+    fn claim_failed(&self, _error: &ClaimError) -> Duration {
+        self.ctx.unconfirmed(&self.at.key);
+        Duration::from_millis(self.ctx.infra_delay(self.at.number))
+    }
+
+    /// The model's hosts write every record they read: a record the protocol cannot read is
+    /// a defect of the model or the protocol.
+    async fn dead_letter(&self, reason: &str) {
+        self.ctx.violation(format!(
+            "h{} cannot read the record of {}: {reason}",
+            self.ctx.host, self.at.key
+        ));
+    }
+}
+
+/// How a settlement reads in the model: `None` acks or terms, `Some` naks after that many ms.
+trait NakMs {
+    fn nak_ms(self) -> Option<u64>;
+}
+
+impl NakMs for Settlement {
+    fn nak_ms(self) -> Option<u64> {
+        match self {
+            Settlement::Ack | Settlement::Term => None,
+            Settlement::Nak(delay) => Some(delay.as_millis() as u64),
+        }
+    }
+}
+
+/// A delivery a simulated host holds the claim for.
+pub(super) struct SimRun<'a> {
+    pub(super) ctx: &'a Ctx,
+    pub(super) at: &'a At,
+    pub(super) lease: &'a Lease<SimStore>,
+    /// The claims' store (the bucket, or the fenced stream's claim subjects).
+    pub(super) store: &'a SimStore,
+    pub(super) served: &'a Served,
+    /// This host generation's owner id.
+    pub(super) owner: &'a str,
+    /// The key is coalesced: its ack is not checked, since any later delivery of the key
+    /// (this message's own redelivery included) may reclaim a coalesced key at once.
+    coalescing: AtomicBool,
+    /// The lease lapsed by the host's clock: the heartbeat stopped the work, no store said
+    /// the claim was taken over.
+    pub(super) lapsed: AtomicBool,
+    /// An exclusive route's handler run, listed while it runs and settles.
+    running: Mutex<Option<Running>>,
+}
+
+impl<'a> SimRun<'a> {
+    /// The claimed delivery `at` of the route as `served`, under `lease` in `store`.
+    pub(super) fn new(
+        ctx: &'a Ctx,
+        at: &'a At,
+        lease: &'a Lease<SimStore>,
+        store: &'a SimStore,
+        served: &'a Served,
+        owner: &'a str,
+    ) -> Self {
+        Self {
+            ctx,
+            at,
+            lease,
+            store,
+            served,
+            owner,
+            coalescing: AtomicBool::new(false),
+            lapsed: AtomicBool::new(false),
+            running: Mutex::new(None),
+        }
+    }
+
+    fn settle_with(&self, output: Option<Output>) -> SimSettle<'a> {
+        SimSettle {
+            ctx: self.ctx,
+            at: self.at,
+            lease: self.lease,
+            store: self.store,
+            output,
+            checked: !self.coalescing.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl Progress for SimRun<'_> {
+    async fn progress(&self) -> Result<(), String> {
+        let at = self.at;
+        self.ctx.world().progress(at.lane, at.sequence, at.number);
+        Ok(())
+    }
+
+    fn unanswered(&self) {
+        self.ctx.unconfirmed(&self.at.key);
+    }
+
+    fn lapsed(&self) {
+        self.ctx.unconfirmed(&self.at.key);
+        self.lapsed.store(true, Ordering::Relaxed);
+    }
+}
+
+impl<'a> ClaimedDelivery for SimRun<'a> {
+    type Store = SimStore;
+    type Outputs = Output;
+    type Settle = SimSettle<'a>;
+    type Clock = Ctx;
+
+    fn lease(&self) -> &Lease<SimStore> {
+        self.lease
+    }
+
+    fn fenced(&self) -> bool {
+        self.served.fenced
+    }
+
+    fn count_outputs(_output: &Output) -> u32 {
+        1
+    }
+
+    fn settling(&self) -> SimSettle<'a> {
+        self.settle_with(None)
+    }
+
+    fn succeeded(&self, output: Output) -> SimSettle<'a> {
+        self.settle_with(Some(output))
+    }
+
+    async fn superseded(&self) -> bool {
+        let newer = self.ctx.settings.mode.coalesce
+            && self.at.lane == Lane::Queue
+            && self.ctx.world().streams.newer_waiting(self.at.sequence);
+        self.coalescing.store(newer, Ordering::Relaxed);
+        newer
+    }
+
+    /// The seeded handler: it runs for a while (registered on an exclusive route, where
+    /// overlapping runs of an entity are checked), then fails or returns its one output.
+    async fn invoke(&self, attempt: u32) -> Result<Handled<Output>, String> {
+        let ctx = self.ctx;
+        if ctx.settings.mode.exclusive {
+            let running = ctx.exclusive_start(self.at, self.served, self.owner);
+            *self.running.lock().expect("one thread") = Some(running);
+        }
+        let key = self.at.key.as_str();
+        ctx.sleep(Duration::from_millis(ctx.work_ms(key, attempt)))
+            .await;
+        let size = match ctx.handler(key) {
+            Handler::Fails(n) if attempt <= n => {
+                return Ok(Handled::Retry {
+                    reason: "failed".into(),
+                    delay: None,
+                })
+            }
+            Handler::Fails(_) => 100,
+            Handler::Oversized => OVERSIZED,
+        };
+        Ok(Handled::Succeeded(Output {
+            id: format!("{key}#0"),
+            size,
+        }))
+    }
+
+    fn retries(&self) -> Retries {
+        let s = self.ctx.settings;
+        let backoff = Duration::from_millis(s.backoff_ms);
+        Retries {
+            max: s.max_deliver,
+            backoff,
+            max_backoff: backoff,
+        }
+    }
+
+    /// Never asked: the model's handlers always find an instance.
+    fn pool_full_delay(&self) -> Duration {
+        Duration::from_millis(self.ctx.infra_delay(self.at.number))
+    }
+
+    fn heartbeat(&self) -> Duration {
+        Duration::from_millis(self.ctx.settings.heartbeat_ms)
+    }
+
+    fn clock(&self) -> &Ctx {
+        self.ctx
+    }
+}
+
+impl Clock for Ctx {
+    /// Waits `duration` of virtual time.
+    fn sleep(&self, duration: Duration) -> impl std::future::Future<Output = ()> + Send {
+        let world = self.world.clone();
+        let ms = u64::try_from(duration.as_millis()).unwrap_or(u64::MAX);
+        let until = world.lock().expect("one thread").now.saturating_add(ms);
+        std::future::poll_fn(move |_| {
+            let now = world.lock().expect("one thread").now;
+            if now >= until {
+                std::task::Poll::Ready(())
+            } else {
+                std::task::Poll::Pending
+            }
+        })
+    }
+}
