@@ -247,7 +247,7 @@ async fn carry_component(
     let Ok(objects) = js.get_object_store(&config.components.bucket).await else {
         return Ok(None);
     };
-    let Some(deployer) = None::<store::Deployer> else {
+    let Some(deployer) = store::deployer(&objects, old).await else {
         return Ok(None);
     };
     let mine = route_consumer_name(config, old);
