@@ -5,7 +5,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 # The demo's guests are all Rust; `bash tests/run.sh` builds every language.
-GUEST_LANGUAGES=rust NEEDS_PROMTOOL=0 NEEDS_BROWSER=0 NEEDS_NETLAB=0 source "$root/tests/setup.sh"
+GUEST_LANGUAGES=rust NEEDS_PROMTOOL=0 NEEDS_BROWSER=0 NEEDS_NETLAB=0 NEEDS_MDBOOK=0 source "$root/tests/setup.sh"
 # The same build as `bash tests/run.sh` (whole workspace, one feature resolution): a `-p dedup-host`
 # build resolves dependency features differently and compiles wasmtime a second time.
 cargo build --release --workspace --bins

@@ -9,6 +9,14 @@ source "$root/tests/setup.sh"
 bash "$root/host/vendor/check.sh"
 
 cargo build --release --workspace --bins
+# The book, warnings as errors: mdBook logs a warning and carries on (an include it cannot
+# find, ...). Internal links and anchors are checked by the `book` test.
+book_log=$(mdbook build --dest-dir "$root/target/book" "$root/docs" 2>&1) \
+    || { echo "$book_log" >&2; echo "tests/run.sh: mdbook build docs failed (above)" >&2; exit 1; }
+if grep -E '\b(WARN|ERROR)\b' <<<"$book_log" >&2; then
+    echo "tests/run.sh: mdbook build docs warned (above): fix the page it names" >&2
+    exit 1
+fi
 # Instruction counts under callgrind: fails when one rose more than 5 % over the baseline.
 bash "$root/tests/instructions.sh"
 if command -v cargo-nextest >/dev/null 2>&1; then

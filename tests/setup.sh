@@ -6,7 +6,7 @@
 # headless Chromium and ChromeDriver (Debian's chromium, chromium-driver) for the console's
 # browser test unless NEEDS_BROWSER=0; iproute2 and iptables (Debian) for the chaos suite's
 # network faults unless NEEDS_NETLAB=0; valgrind (Debian) for the instruction counts unless
-# NEEDS_VALGRIND=0.
+# NEEDS_VALGRIND=0; mdBook (crates.io) for the book in docs/ unless NEEDS_MDBOOK=0.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 
@@ -67,6 +67,14 @@ if [ "${NEEDS_VALGRIND:-1}" = 1 ] && ! command -v valgrind >/dev/null 2>&1; then
         || { $sudo apt-get update >/dev/null && $sudo apt-get install -y --no-install-recommends valgrind >/dev/null; }
 fi
 [ "${NEEDS_VALGRIND:-1}" != 1 ] || command -v valgrind >/dev/null 2>&1 || { echo "setup: valgrind is still not on PATH" >&2; exit 1; }
+
+# tests/run.sh builds the book (docs/) with mdBook, warnings as errors.
+if [ "${NEEDS_MDBOOK:-1}" = 1 ] && ! command -v mdbook >/dev/null 2>&1; then
+    echo "setup: installing mdbook 0.5.4 (cargo install --locked mdbook --no-default-features; about 4 minutes)" >&2
+    cargo install --locked --quiet --version 0.5.4 mdbook --no-default-features
+    hash -r
+fi
+[ "${NEEDS_MDBOOK:-1}" != 1 ] || command -v mdbook >/dev/null 2>&1 || { echo "setup: mdbook is still not on PATH (cargo installs it in ~/.cargo/bin)" >&2; exit 1; }
 
 # shellcheck disable=SC2086 # a list of languages
 "$root/guests/build.sh" ${GUEST_LANGUAGES:-}

@@ -20,6 +20,10 @@ use crate::config::{
     ClaimMode, Config, DedupMode, EffectsMode, KeySource, MissingKey, RouteConfig,
 };
 
+mod changing;
+
+pub use changing::{encode, is_marked, lookup_marked, ChangeRun, Changing};
+
 /// What every host serving a route must agree on.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -140,45 +144,6 @@ impl ContractRecord {
         }
         self
     }
-}
-
-/// A contract change under way (`dedup-host setup --change-route`), stored beside the record
-/// (field `changing`, which hosts that predate it ignore). The change writes it, by revision,
-/// before it looks for serving hosts, and the record it ends with clears it: a host that
-/// starts meanwhile reads it after it took its serving subscription ([`crate::presence`]),
-/// so it is either seen by the change's probe or sees this and does not start the route.
-/// A change that stopped part-way leaves it for the operator to see and finish.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Changing {
-    /// The contract the change moves to.
-    pub to: RouteContract,
-    /// When the change began, in Unix milliseconds.
-    pub since_ms: u64,
-}
-
-/// A contract record as stored: the record, and the change under way if any.
-#[derive(Serialize, Deserialize)]
-struct Stored {
-    #[serde(flatten)]
-    record: ContractRecord,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    changing: Option<Changing>,
-}
-
-/// The stored bytes of `record` with the change under way `changing`, if any.
-pub fn encode(record: &ContractRecord, changing: Option<&Changing>) -> bytes::Bytes {
-    let stored = Stored {
-        record: record.clone(),
-        changing: changing.cloned(),
-    };
-    serde_json::to_vec(&stored)
-        .expect("record serializes")
-        .into()
-}
-
-/// Whether the stored bytes `value` of a contract record carry a change under way.
-pub fn is_marked(value: &[u8]) -> bool {
-    serde_json::from_slice::<Stored>(value).is_ok_and(|s| s.changing.is_some())
 }
 
 /// The consumer `recorded` was recorded for, when it is not the one `config` gives `route`:
@@ -331,31 +296,6 @@ pub enum Lookup {
 /// What the contract bucket holds for `route`.
 pub async fn lookup(store: &Store, route: &str) -> Result<Lookup, ContractError> {
     Ok(lookup_marked(store, route).await?.0)
-}
-
-/// [`lookup`], with the contract change under way that the record carries, if any.
-pub async fn lookup_marked(
-    store: &Store,
-    route: &str,
-) -> Result<(Lookup, Option<Changing>), ContractError> {
-    let entry = store.entry(route).await.map_err(|e| ContractError::Store {
-        route: route.to_string(),
-        bucket: store.name.clone(),
-        reason: e.to_string(),
-    })?;
-    Ok(match entry {
-        None => (Lookup::Never, None),
-        Some(entry) if entry.operation != kv::Operation::Put => {
-            (Lookup::Deleted(entry.revision), None)
-        }
-        Some(entry) => match serde_json::from_slice::<Stored>(&entry.value) {
-            Ok(stored) => (
-                Lookup::Recorded(stored.record, entry.revision),
-                stored.changing,
-            ),
-            Err(e) => (Lookup::Unreadable(entry.revision, e.to_string()), None),
-        },
-    })
 }
 
 /// The recorded contract of `route` with its revision, if any (`None` also when it was
@@ -543,36 +483,6 @@ mod tests {
         let eight = config("exclusive_by = { subject_token = 2 }\npartitions = 8", "");
         let d = differences(&a, &of(&eight, &eight.routes[0]));
         assert_eq!(d, ["partitions: recorded 16, this config 8"]);
-    }
-
-    #[test]
-    fn a_change_mark_travels_beside_the_record_and_older_readers_ignore_it() {
-        let c = config("", "");
-        let record = ContractRecord {
-            contract: of(&c, &c.routes[0]),
-            recorded_by: "setup".into(),
-            recorded_ms: 1,
-            deployment: Some("d".into()),
-            consumer: None,
-            subjects: None,
-        };
-        let mark = Changing {
-            to: of(&c, &c.routes[0]),
-            since_ms: 7,
-        };
-        let bytes = encode(&record, Some(&mark));
-        let stored: Stored = serde_json::from_slice(&bytes).unwrap();
-        assert_eq!(
-            (stored.record, stored.changing),
-            (record.clone(), Some(mark))
-        );
-        let plain: ContractRecord = serde_json::from_slice(&bytes).unwrap();
-        assert_eq!(
-            plain, record,
-            "a host that predates the mark reads the record"
-        );
-        let cleared: Stored = serde_json::from_slice(&encode(&record, None)).unwrap();
-        assert_eq!(cleared.changing, None);
     }
 
     #[test]

@@ -16,19 +16,42 @@ pub struct LocalServer {
     url: String,
 }
 
+/// The port a [`LocalServer`] listens on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Port {
+    /// This one, refused when taken: a config or a script that names it would otherwise
+    /// reach whatever listens there, or nothing.
+    Exactly(u16),
+    /// Any free one (the URL is printed and written to [`url_file`]).
+    AnyFree,
+}
+
+/// The port `dev` was asked to start its nats-server on is taken.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("port {port} is taken (another nats-server, or a `dedup-host dev` running elsewhere?), so `dedup-host dev` did not start its nats-server there: stop what listens on {port}, choose another port with `--port N` (and the same URL in the config's `nats.urls`), take any free one with `--any-port`, or name a running server in the config's `nats.urls`")]
+pub struct PortTaken {
+    /// The port.
+    pub port: u16,
+}
+
 impl LocalServer {
-    /// Starts `nats-server -js` on loopback, storing data under `store_dir`: on NATS's usual
-    /// port 4222 when it is free (so every command's default finds it), else on a free one.
-    pub fn start(store_dir: &Path) -> anyhow::Result<Self> {
+    /// Starts `nats-server -js` on loopback, storing data under `store_dir`, on `port`
+    /// (NATS's usual 4222 by default, so every command's default finds it).
+    pub fn start(store_dir: &Path, port: Port) -> anyhow::Result<Self> {
         std::fs::create_dir_all(store_dir).with_context(|| {
             format!(
                 "cannot create `{}` for the local nats-server",
                 store_dir.display()
             )
         })?;
-        let port = match TcpListener::bind(("127.0.0.1", DEFAULT_PORT)) {
-            Ok(_) => DEFAULT_PORT,
-            Err(_) => TcpListener::bind("127.0.0.1:0")?.local_addr()?.port(),
+        let port = match port {
+            Port::Exactly(port) => {
+                if TcpListener::bind(("127.0.0.1", port)).is_err() {
+                    return Err(PortTaken { port }.into());
+                }
+                port
+            }
+            Port::AnyFree => TcpListener::bind("127.0.0.1:0")?.local_addr()?.port(),
         };
         let child = Command::new("nats-server")
             .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
@@ -82,7 +105,7 @@ pub fn data_dir() -> PathBuf {
     PathBuf::from(".dedup-host")
 }
 
-/// NATS's usual client port, which `dev` takes when it is free.
+/// NATS's usual client port, where `dev` starts its nats-server unless told otherwise.
 pub const DEFAULT_PORT: u16 = 4222;
 
 /// The file in [`data_dir`] where a running `dev` writes its server's URL, so commands run

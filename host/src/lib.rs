@@ -10,7 +10,8 @@
 //!   both the [`pipeline`] (processing deliveries) and the [`components`] sources (finding and
 //!   installing versions, read from the object store with [`objects`]); both work on the
 //!   routing table in [`routes`].
-//! - [`claim`]: the claim protocol on NATS KV; [`setup`]: streams, consumers and buckets;
+//! - [`claim`]: the claim protocol on NATS KV; [`setup`]: streams, consumers and buckets
+//!   ([`capture`]: which streams capture a subject);
 //!   [`ownership`]: which deployment owns them; [`rename`]: renaming a route.
 //! - [`metrics`], [`health`], [`logging`]: what a running host tells operators; [`ops`]: the
 //!   endpoints that serve it and the commands that read a deployment (inspect, dead letters,
@@ -25,6 +26,7 @@ pub use dedup_runtime::{bindings, cpu, durations, host_api, limits, size};
 
 pub mod activity;
 pub mod candidate;
+pub mod capture;
 pub mod cases;
 pub mod claim;
 pub mod cli;

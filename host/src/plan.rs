@@ -37,6 +37,10 @@ pub struct Change {
     /// Made by the next plain `setup`, not by `--apply` (a former default name's move).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub by_setup: bool,
+    /// Made by `setup --change-route R`, not by `--apply` (a route's contract); not a
+    /// refusal.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub by_change_route: bool,
 }
 
 impl Change {
@@ -45,6 +49,7 @@ impl Change {
     pub fn render(&self) -> String {
         let state = match (&self.applied, self.safe) {
             _ if self.by_setup => "at setup".to_string(),
+            _ if self.by_change_route => "next step".to_string(),
             (Some(Ok(())), _) => "applied".to_string(),
             (Some(Err(_)), _) => "NOT MADE".to_string(),
             (None, true) => "to apply".to_string(),
@@ -54,7 +59,11 @@ impl Change {
             "{state:<9} {} {} ({}): {}",
             self.kind, self.name, self.field, self.what
         );
-        let label = if self.safe { "risk" } else { "why" };
+        let label = match (self.safe, self.by_change_route) {
+            (_, true) => "how",
+            (true, _) => "risk",
+            (false, _) => "why",
+        };
         text.push_str(&indented(label, &self.risk));
         if let Some(Err(e)) = &self.applied {
             text.push_str(&indented("error", e));
@@ -101,6 +110,7 @@ struct Update {
 pub async fn plan(js: &Context, config: &Config, consent: &Consent) -> anyhow::Result<Vec<Change>> {
     let mut all = refusals(js, config).await?;
     all.extend(moves(js, config).await?);
+    all.extend(contract_changes(js, config).await?);
     all.extend(
         updates(js, config, consent)
             .await?
@@ -121,6 +131,7 @@ pub async fn apply(
     let mut all = refusals(js, config).await?;
     let blocked = !all.is_empty();
     all.extend(moves(js, config).await?);
+    all.extend(contract_changes(js, config).await?);
     for mut update in updates(js, config, consent).await? {
         let wanted = update.changes.iter().any(|c| c.safe);
         let outcome = if blocked {
@@ -184,6 +195,7 @@ async fn refusals(js: &Context, config: &Config) -> anyhow::Result<Vec<Change>> 
                 safe: false,
                 applied: None,
                 by_setup: false,
+                by_change_route: false,
             })
         })
         .collect())
@@ -206,8 +218,50 @@ async fn moves(js: &Context, config: &Config) -> anyhow::Result<Vec<Change>> {
             safe: true,
             applied: None,
             by_setup: true,
+            by_change_route: false,
         })
         .collect())
+}
+
+/// This deployment's routes whose config differs from their recorded contract (window to
+/// fenced effects, another claim bucket, ...): `--apply` never changes a contract, so each
+/// names the command that does, `setup --change-route R`. Read only: a missing contract
+/// bucket means no contract is recorded yet.
+async fn contract_changes(js: &Context, config: &Config) -> anyhow::Result<Vec<Change>> {
+    let Ok(store) = js.get_key_value(crate::contract::bucket_name(config)).await else {
+        return Ok(Vec::new());
+    };
+    let mut changes = Vec::new();
+    for route in &config.routes {
+        let Some((recorded, _)) = crate::contract::read(&store, &route.name).await? else {
+            continue;
+        };
+        // Another deployment's contract is a refusal above, not a change of this one.
+        if recorded.other_owner(config, &route.name).is_some() {
+            continue;
+        }
+        let differences =
+            crate::contract::differences(&recorded.contract, &crate::contract::of(config, route));
+        if differences.is_empty() {
+            continue;
+        }
+        let name = &route.name;
+        changes.push(Change {
+            kind: "contract",
+            name: format!("{}/{name}", store.name),
+            field: format!("routes.{name}"),
+            what: format!(
+                "{} (made by `dedup-host setup --change-route {name}`)",
+                differences.join("; ")
+            ),
+            risk: format!("a route's contract (what every host must agree on) changes only by `dedup-host setup --config <this config> --change-route {name}`, never by `--apply`: make the stream changes listed here first (`--apply`), reload or restart the hosts with this config (each then refuses the route and drains it), then run it; it moves the route's claims and queued messages and records the new contract. Until then hosts of this config refuse the route"),
+            safe: false,
+            applied: None,
+            by_setup: false,
+            by_change_route: true,
+        });
+    }
+    Ok(changes)
 }
 
 /// What the operator allowed beyond the safe changes, each by naming the stream.
@@ -279,6 +333,7 @@ fn stream_update(spec: &StreamSpec, have: stream::Config, rollups: bool) -> Upda
         safe,
         applied: None,
         by_setup: false,
+        by_change_route: false,
     };
     let mut changes = Vec::new();
     let mut config = have.clone();
@@ -415,6 +470,7 @@ fn bucket_update(config: &Config, have: stream::Config) -> Update {
         safe,
         applied: None,
         by_setup: false,
+        by_change_route: false,
     };
     let want = setup::claim_bucket_config(config);
     let mut changes = Vec::new();
@@ -481,6 +537,7 @@ mod tests {
             safe: true,
             applied: None,
             by_setup: false,
+            by_change_route: false,
         }
     }
 

@@ -25,7 +25,8 @@ use serde::Serialize;
 use crate::config::Config;
 use crate::contract::{self, ContractRecord};
 use crate::contract_change::{
-    copy_record, dead_with_effects, read_records, refuse_while_served, store_key, AcceptedDead,
+    copy_record, dead_with_effects, read_records, refuse_running, refuse_while_served, store_key,
+    AcceptedDead, Lease,
 };
 use crate::setup::route_consumer_name;
 
@@ -132,44 +133,50 @@ pub async fn rename(
     // Marked before the probe, as a contract change is: a host that starts `old` after the
     // probe reads the mark (it reads the record after taking its serving subscription) and
     // does not start the route.
-    // A mark an earlier change or rename left stays after a refusal: it may have moved part
-    // of what it moves.
+    // A mark an earlier change or rename left stays after a refusal (its lease released): it
+    // may have moved part of what it moves.
     let earlier = contract::lookup_marked(&store, old).await?.1;
-    let marking = contract::Changing {
-        to: recorded.contract.clone(),
-        since_ms: (earlier.as_ref()).map_or_else(crate::claim::record::now_ms, |m| m.since_ms),
-    };
-    let marked = store
-        .update(old, contract::encode(&recorded, Some(&marking)), revision)
-        .await
-        .with_context(|| format!("route `{old}`'s contract changed meanwhile: {fix} again"))?;
+    // A live run of another change or rename of the route is moving it: refused, named.
+    refuse_running(config, &store, old, earlier.as_ref())?;
+    let since = (earlier.as_ref()).map_or_else(crate::claim::record::now_ms, |m| m.since_ms);
+    let taken = (recorded.contract.clone(), since);
+    let mut lease = Lease::take(config, &store, old, &recorded, taken, revision).await?;
     let claims = &recorded.contract.claims;
     let claim_store = crate::fenced::host_store(js, config).await?;
     let checked = async {
         refuse_while_served(js, config, old).await?;
-        let records = read_records(js, &claim_store, claims, old).await?;
+        let records = read_records(js, &claim_store, claims, old, &mut lease).await?;
         accepted.check(old, &records)?;
         refuse_unsettled(old, new, &records, accepted)?;
         anyhow::Ok(records)
     }
     .await;
+    let clear_with = format!("clear it with `dedup-host setup --config <the config that names {old}> --change-route {old}`, or run {fix} again");
     let records = match checked {
         Ok(records) => records,
+        Err(e)
+            if e.chain()
+                .any(|c| c.is::<crate::contract_change::LeaseLost>()) =>
+        {
+            return Err(e)
+        }
+        // A mark an earlier run left stays (released): it may have moved part of the claims.
+        Err(e) if earlier.is_some() => {
+            lease.release().await;
+            return Err(e);
+        }
         // Refused, or a check that could not finish: nothing moved yet, so this run's mark
         // goes.
-        Err(e) if earlier.is_some() => return Err(e),
         Err(e) => {
-            let unmarked = store
-                .update(old, contract::encode(&recorded, None), marked)
-                .await;
-            return Err(match unmarked {
-                Ok(_) => e,
-                Err(u) => e.context(format!("cannot clear route `{old}`'s changing mark ({u}): hosts do not start `{old}` while it is there; clear it with `dedup-host setup --config <the config that names {old}> --change-route {old}`")),
+            return Err(match lease.clear().await {
+                Ok(()) => e,
+                Err(u) => e.context(format!("cannot clear route `{old}`'s changing mark ({u}): hosts do not start `{old}` while it is there; {clear_with}")),
             });
         }
     };
     let mut claims_copied = 0;
     for (key, mut record) in records {
+        lease.keep().await?;
         let renamed = format!("{new}{}", &key[old.len()..]);
         // Its outputs keep the ids they were published under (`audit`, `inspect`).
         if record.outputs_as.is_none() {
@@ -180,9 +187,14 @@ pub async fn rename(
             record.accept_dead(&format!("setup --rename-route {old} {new}"));
         }
         // A record `new` kept from an earlier life of that name does not shadow a newer one.
-        let copied = copy_record(&claim_store, &store_key(claims, &renamed), &record)
-            .await
-            .context("copying a claim record to the new route name")?;
+        let copied = match copy_record(&claim_store, &store_key(claims, &renamed), &record).await {
+            Ok(copied) => copied,
+            Err(e) => {
+                lease.release().await;
+                return Err(e.context(format!("copying a claim record to the new route name stopped the rename: route `{old}` stays marked as changing, its lease released; {clear_with}")));
+            }
+        };
+        lease.moved();
         if copied {
             claims_copied += 1;
         }

@@ -175,6 +175,9 @@ pub async fn ensure(js: &Context, config: &Config) -> anyhow::Result<Setup> {
     // Another deployment's consumers and contracts, and a silent route rename, are refused
     // before anything is created (DESIGN.md rule 23).
     crate::ownership::refuse(crate::ownership::check(js, config).await?)?;
+    // An output subject that no stream captures would be retried without end: a config
+    // error, found before anything is created (the config's own streams count).
+    crate::capture::check_outputs(js, config).await?;
     let mut specs = stream_specs(config).into_iter();
     let source = ensure_stream(js, specs.next().expect("the source stream"), config).await?;
     check_covers(&source, config)?;

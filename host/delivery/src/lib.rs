@@ -13,18 +13,27 @@
 //! - [`before`]: a claim-before delivery from the claim's answer to its settlement (busy,
 //!   duplicate, or the handler run beside the [`heartbeat`] that renews its lease, on a
 //!   [`clock`]), over the [`before::Unclaimed`] and [`before::ClaimedDelivery`] seams.
+//! - [`after`]: a claim-after delivery from the read of its key to its one settled write
+//!   (duplicate, or the handler run, then publish, record, ack; retry; dead-letter), over the
+//!   [`after::AfterDelivery`] seam.
+//! - [`queue`]: an exclusive route's source message copied onto its entity's partition, then
+//!   acked, over the [`queue::Queueing`] seam; [`marker`]: the stranded-message marker around
+//!   a message's last delivery, over the [`marker::Marking`] seam.
 //! - [`outcome`]: how a delivery ended and where a repeat was caught.
 //! - [`subject`]: NATS subject grammar (filters, literals, the server's and the host's reserved
 //!   namespaces); [`text`]: reasons and header values made safe to store and show.
 
 #![warn(missing_docs)]
 
+pub mod after;
 pub mod backoff;
 pub mod before;
 pub mod claim;
 pub mod clock;
 pub mod heartbeat;
+pub mod marker;
 pub mod outcome;
+pub mod queue;
 pub mod settle;
 pub mod subject;
 pub mod text;

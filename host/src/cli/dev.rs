@@ -12,7 +12,7 @@ use async_nats::HeaderMap;
 use clap::Args;
 
 use crate::config::Config;
-use crate::dev::{data_dir, LocalServer};
+use crate::dev::{data_dir, LocalServer, Port};
 use crate::inspect::stream_messages;
 use crate::ops::story::Target;
 use crate::pipeline::effects::headers;
@@ -32,6 +32,14 @@ pub struct DevArgs {
     /// Publish example events (duplicates, a retry, a rejection), print the outcome, exit.
     #[arg(long)]
     demo: bool,
+    /// The port of the local nats-server, when the config names no server (default 4222;
+    /// refused when taken). `--demo` takes any free port unless this is given.
+    #[arg(long, value_name = "N", conflicts_with = "any_port")]
+    port: Option<u16>,
+    /// Start the local nats-server on any free port (its URL is printed, and commands run
+    /// beside it find it).
+    #[arg(long)]
+    any_port: bool,
     #[command(flatten)]
     serve: super::run::ServeFlags,
 }
@@ -52,7 +60,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
         let _ = std::fs::remove_dir_all(&store);
     }
     let _server = if config.nats.urls.is_empty() {
-        let server = LocalServer::start(&store)?;
+        let server = LocalServer::start(&store, args.local_port())?;
         eprintln!(
             "dedup-host dev: started nats-server at {} (data in {})",
             server.url(),
@@ -85,6 +93,18 @@ pub async fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
         .await?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+impl DevArgs {
+    /// Where the local nats-server listens: `--port`, any free port (`--any-port`, or the
+    /// demo, whose server is its own), else NATS's usual port.
+    fn local_port(&self) -> Port {
+        match self.port {
+            Some(port) => Port::Exactly(port),
+            None if self.any_port || self.demo => Port::AnyFree,
+            None => Port::Exactly(crate::dev::DEFAULT_PORT),
+        }
+    }
 }
 
 /// The local server, and the URL file beside it removed when `dev` ends.

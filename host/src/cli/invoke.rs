@@ -18,7 +18,7 @@ pub struct InvokeArgs {
     #[arg(long, value_name = "PATH")]
     component: PathBuf,
     /// The event's subject.
-    #[arg(long, value_name = "S")]
+    #[arg(long, value_name = "S", value_parser = super::subject_arg::literal)]
     subject: String,
     /// The message body.
     #[command(flatten)]

@@ -16,6 +16,7 @@ mod publish;
 mod reload;
 mod run;
 mod setup;
+mod subject_arg;
 mod tail;
 mod wait;
 

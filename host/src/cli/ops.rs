@@ -276,6 +276,13 @@ pub async fn dead_letters(args: LettersArgs) -> anyhow::Result<ExitCode> {
     };
     js.client().flush().await?;
     print_actions(&actions, json)?;
+    // A letter refused (a key accepted as settled, without `--force`) was asked for and not
+    // done: the command says how many and exits 1, as every refusal does.
+    let refused = actions.iter().filter(|a| a.action == "refused").count();
+    if refused > 0 {
+        eprintln!("dedup-host dead-letters: {refused} letter(s) refused, not replayed; each line says why and what to do instead");
+        return Ok(ExitCode::from(1));
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -27,7 +27,7 @@ pub struct PublishArgs {
     #[arg(long, value_name = "FILE")]
     config: Option<std::path::PathBuf>,
     /// Subject to publish on (a stream must capture it).
-    #[arg(long, value_name = "S")]
+    #[arg(long, value_name = "S", value_parser = super::subject_arg::literal)]
     subject: String,
     /// The message id (`Nats-Msg-Id`): the stream drops a repeat of it, and a route with
     /// the default `key = "msg-id"` takes it as the idempotency key. (`--key` is an older

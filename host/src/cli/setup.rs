@@ -127,6 +127,18 @@ pub async fn run(args: SetupArgs) -> anyhow::Result<ExitCode> {
         eprintln!("dedup-host setup: nothing set up: {unservable}");
         return Ok(ExitCode::from(1));
     }
+    // An output subject that no stream captures (on the server, or in this config) is a
+    // config error, as a host start finds it: exit 2, as for a config that does not validate.
+    let streams = crate::capture::Streams::held(&js)
+        .await?
+        .with_declared(&config);
+    if let Err(uncaptured) = streams.refuse_uncaptured(&config) {
+        for line in uncaptured.to_string().lines() {
+            eprintln!("dedup-host setup: {line}");
+        }
+        eprintln!("dedup-host setup: nothing set up");
+        return Ok(ExitCode::from(2));
+    }
     // The server's consumer limit per stream, named before anything is created.
     let over_limit = crate::consumer_limit::check(&js, &config).await?;
     for over in &over_limit {
@@ -248,7 +260,7 @@ fn print_plan(changes: &[Change], json: bool) -> anyhow::Result<ExitCode> {
     }
     let mut blocked = 0;
     for c in changes {
-        if !c.safe || matches!(c.applied, Some(Err(_))) {
+        if (!c.safe && !c.by_change_route) || matches!(c.applied, Some(Err(_))) {
             blocked += 1;
         }
         if !json {

@@ -19,11 +19,12 @@ use crate::pipeline::effects::headers;
 pub struct TailArgs {
     #[command(flatten)]
     config: ConfigArgs,
-    /// The subject (wildcards allowed) to follow.
+    /// The subject (wildcards allowed: `*` one whole token, `>` the rest) to follow.
     #[arg(
         value_name = "SUBJECT",
         required_unless_present = "route",
-        conflicts_with = "route"
+        conflicts_with = "route",
+        value_parser = super::subject_arg::filter
     )]
     subject: Option<String>,
     /// Follow route R's outputs (its `allowed_outputs`) and its dead letters.
@@ -65,13 +66,28 @@ pub async fn run(args: TailArgs) -> anyhow::Result<ExitCode> {
     };
     let client = crate::connect::connect(&config, "dedup-host tail").await?;
     let js = jetstream::new(client.clone());
+    // A filter may reach several streams (`mk.>` over `mk.a` in one and `mk.b` in another):
+    // each is followed, and one that cannot be is named.
+    let streams = crate::capture::Streams::held(&js).await?;
     let mut followed = Vec::new();
     for filter in &filters {
-        let stream = js.stream_by_subject(filter.clone()).await.with_context(|| {
-            format!("no stream captures `{filter}`: run `dedup-host setup --config FILE` (or publish to a subject a stream captures)")
-        })?;
-        followed.push(follow(&js, &client, &stream, filter, args.all).await?);
+        let capturing = streams.capturing(filter);
+        if capturing.is_empty() {
+            anyhow::bail!("no stream captures `{filter}`: run `dedup-host setup --config FILE` (or publish to a subject a stream captures)");
+        }
+        for stream in &capturing {
+            match follow(&js, &client, stream, filter, args.all).await {
+                Ok(messages) => followed.push(messages),
+                Err(e) => eprintln!(
+                    "dedup-host tail: not following stream `{stream}`, which captures part of `{filter}`: {e:#}"
+                ),
+            }
+        }
     }
+    anyhow::ensure!(
+        !followed.is_empty(),
+        "no stream that captures {filters:?} could be followed (each is named above)"
+    );
     let mut messages = futures::stream::select_all(followed);
     let deadline = args.wait.map(|w| tokio::time::Instant::now() + w);
     let mut shown = 0;

@@ -104,8 +104,11 @@ fn story_view(s: &Story) -> Markup {
                     tr { th { "revision" } td { (s.revision.unwrap_or(0)) } }
                     tr { th { "owner" } td { (shown(&c.owner)) } }
                     tr { th { "attempt" } td { (c.attempt) } }
-                    tr { th { "fencing token" } td { (c.fencing_token.map_or("—".into(), |t| t.to_string())) } }
-                    tr { th { "lease expires" } td { (when(c.lease_expires_ms)) } }
+                    // Only a key in progress has a lease; a settled one's expiry means nothing.
+                    @if c.state == crate::claim::ClaimState::InProgress {
+                        tr { th { "fencing token" } td { (c.fencing_token.map_or("—".into(), |t| t.to_string())) } }
+                        tr { th { "lease expires" } td { (when(c.lease_expires_ms)) } }
+                    }
                     tr { th { "version" } td { code { (c.digest) } } }
                     tr { th { "reason" } td { (shown(c.reason.as_deref().unwrap_or("—"))) } }
                     tr { th { "created" } td { (when(c.created_ms)) } }

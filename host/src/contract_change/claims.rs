@@ -77,15 +77,18 @@ pub(crate) fn store_key(claims: &str, claim_key: &str) -> String {
 }
 
 /// Every claim record of `route` in the claim store of `claims`, each read from its
-/// stream's leader (a replica may lag behind the last write): (claim key, record).
+/// stream's leader (a replica may lag behind the last write): (claim key, record). The run's
+/// `lease` is kept while it reads.
 pub(crate) async fn read_records(
     js: &Context,
     store: &HostClaimStore,
     claims: &str,
     route: &str,
+    lease: &mut super::Lease,
 ) -> anyhow::Result<Vec<(String, ClaimRecord)>> {
     let mut records = Vec::new();
     for claim_key in claim_keys(js, claims, route).await? {
+        lease.keep().await?;
         if let Some((record, _)) = store
             .get_from_leader(&store_key(claims, &claim_key))
             .await?

@@ -185,16 +185,19 @@ impl RouteQueue {
 
     /// Re-queues `waiting` (from [`Self::waiting`]) on the partitions of `partitions`, in
     /// its order: each message is published again, then deleted, with every other copy of
-    /// it (one source sequence) a stopped move left. The number of messages moved.
+    /// it (one source sequence) a stopped move left, the run's `lease` kept before each. The
+    /// number of messages moved.
     pub(super) async fn requeue(
         &self,
         js: &Context,
         waiting: &[Waiting],
         partitions: u64,
+        lease: &mut super::Lease,
     ) -> anyhow::Result<usize> {
         let partitions = partitions.max(1);
         let mut moved = 0;
         for group in waiting.chunk_by(|a, b| a.source_sequence == b.source_sequence) {
+            lease.keep().await?;
             // The newest copy is moved, so a copy made by an earlier move is never lost.
             let newest = group.last().expect("a group is never empty");
             let m = self
@@ -239,6 +242,7 @@ impl RouteQueue {
                     })?;
             }
             moved += 1;
+            lease.moved();
         }
         Ok(moved)
     }

@@ -191,6 +191,27 @@ impl Claims {
         Ok(found)
     }
 
+    /// The run changing `route`'s contract (`setup --change-route` or `--rename-route`) while
+    /// its mark's lease is live, in words; `None` when no run holds it.
+    pub async fn change_running(&self, route: &str) -> Result<Option<String>, LocateError> {
+        let Some(store) = &self.contracts else {
+            return Ok(None);
+        };
+        let (_, marked) =
+            contract::lookup_marked(store, route)
+                .await
+                .map_err(|e| LocateError::Unavailable {
+                    route: route.to_string(),
+                    reason: e.to_string(),
+                })?;
+        let now = crate::claim::record::now_ms();
+        let skew = self.config.claims.clock_skew;
+        Ok(marked
+            .as_ref()
+            .and_then(|m| m.live_run(now, skew))
+            .map(|run| run.describe(now)))
+    }
+
     fn place_in_config(&self, route: &str) -> Place {
         let fenced = (self.config.routes.iter())
             .find(|r| r.name == route)

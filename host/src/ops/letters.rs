@@ -149,6 +149,36 @@ pub enum LetterError {
         /// The dead-letter stream.
         stream: String,
     },
+    /// A route of the letters has its contract changed by a running `setup --change-route`
+    /// (or `--rename-route`), which moves its claim records.
+    #[error("route `{route}`'s contract is being changed by {run}: that run moves the route's claim records, and a replay or purge now could reset or read a record it is moving; nothing was done. Run this command again once that run has finished; if it died, finish the change (or call it off) with `dedup-host setup --config <config> --change-route {route}` once its lease has lapsed")]
+    Changing {
+        /// The route.
+        route: String,
+        /// The run holding the route's change mark, in words.
+        run: String,
+    },
+}
+
+/// Refuses letters of a route whose contract a live `setup --change-route` or
+/// `--rename-route` run is changing ([`LetterError::Changing`]): checked for every route
+/// before anything is done.
+pub(super) async fn refuse_changing(claims: &Claims, letters: &[Letter]) -> anyhow::Result<()> {
+    let routes: std::collections::BTreeSet<&str> = letters
+        .iter()
+        .map(|l| l.route.as_str())
+        .filter(|r| !r.is_empty())
+        .collect();
+    for route in routes {
+        if let Some(run) = claims.change_running(route).await? {
+            return Err(LetterError::Changing {
+                route: route.to_string(),
+                run,
+            }
+            .into());
+        }
+    }
+    Ok(())
 }
 
 /// Which letters a command works on.
@@ -293,6 +323,7 @@ pub async fn purge(
     dry_run: bool,
 ) -> anyhow::Result<Vec<Action>> {
     let mut claims = Claims::new(js, config).await?;
+    refuse_changing(&claims, &letters).await?;
     let stream = js.get_stream(&config.dead_letter.stream).await?;
     let mut actions = Vec::new();
     for letter in letters {

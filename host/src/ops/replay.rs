@@ -45,6 +45,7 @@ pub async fn replay_with(
     force: bool,
 ) -> anyhow::Result<Vec<Action>> {
     let mut claims = Claims::new(js, config).await?;
+    super::letters::refuse_changing(&claims, &letters).await?;
     let mut actions = Vec::with_capacity(letters.len());
     for letter in letters {
         let action = |action, detail: String| Action {

@@ -78,6 +78,11 @@ impl Outgoing {
     pub fn wire_size(&self) -> usize {
         wire_size(&self.headers, self.payload.len())
     }
+
+    /// The subject it is published on.
+    pub fn subject(&self) -> &str {
+        &self.subject
+    }
 }
 
 /// What nats-server counts against `max_payload` for one HPUB: the whole header block

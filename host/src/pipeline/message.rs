@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use async_nats::jetstream::message::Acker;
 use async_nats::jetstream::{self, AckKind};
+use dedup_delivery::marker;
 
+use super::marked::Marked;
 use super::Shared;
 use crate::bindings::{Event, Header};
 use crate::claim::{ClaimError, ClaimOutcome, ClaimStore, Lease};
@@ -115,45 +117,40 @@ impl<S: ClaimStore> Shared<S> {
         // (The consumer of unrouted subjects acks a routed message at once: not its concern.)
         let last = stranded::last_delivery(d.delivered, self.config.source.server_max_deliver)
             && (route.is_some() || self.routes.find(&d.message.subject).is_none());
-        let marker = last.then(|| {
+        let marked = last.then(|| {
             let stream = match &d.queued {
                 Some(_) => crate::exclusive::stream_name(&self.config),
                 None => self.config.source.stream.clone(),
             };
             let sequence = d.queued.as_ref().map_or(d.sequence, |(_, s)| *s);
             let reason = format!("its last delivery ({}) did not settle it", d.delivered);
-            Marker::new(&stream, sequence, d.delivered, reason)
-                .not_before(self.config.source.ack_wait * 2)
+            Marked {
+                claims: &self.markers,
+                marker: Marker::new(&stream, sequence, d.delivered, reason)
+                    .not_before(self.config.source.ack_wait * 2),
+                // The short span, for the marker's lines: made only when there is a marker.
+                span: d.span(
+                    route
+                        .as_ref()
+                        .map_or(crate::metrics::UNROUTED, |r| r.name.as_str()),
+                ),
+                ended: &d.ended,
+            }
         });
-        // The short span, for the marker's lines: made only when there is a marker.
-        let marker_span = marker.as_ref().map(|_| {
-            d.span(
-                route
-                    .as_ref()
-                    .map_or(crate::metrics::UNROUTED, |r| r.name.as_str()),
-            )
-        });
-        if let (Some(marker), Some(span)) = (&marker, &marker_span) {
-            stranded::mark(&self.markers, marker)
-                .instrument(span.clone())
-                .await;
-        }
         // Boxed, here and below: the work's state machine is kilobytes, and the layers it is
         // wrapped in would otherwise copy it at every step (the copies were 5 % of the host's
         // CPU per message).
         let work = Box::pin(self.route_and_run(&d, route));
-        match d.trace.context() {
-            // Outcomes are recorded on the delivery's span wherever they are counted.
-            Some(cx) => opentelemetry::context::FutureExt::with_context(work, cx).await,
-            None => work.await,
-        }
-        d.trace.end();
+        let work = async {
+            match d.trace.context() {
+                // Outcomes are recorded on the delivery's span wherever they are counted.
+                Some(cx) => opentelemetry::context::FutureExt::with_context(work, cx).await,
+                None => work.await,
+            }
+            d.trace.end();
+        };
+        marker::around(marked.as_ref(), work).await;
         let ended = d.ended.load(Ordering::Relaxed);
-        if let (Some(marker), Some(span), true) = (&marker, marker_span, ended) {
-            stranded::forget(&self.markers, &marker.key())
-                .instrument(span)
-                .await;
-        }
         let published_ns = u64::try_from(published.unix_timestamp_nanos()).unwrap_or(0);
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
         let age = now

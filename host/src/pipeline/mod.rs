@@ -3,9 +3,12 @@
 //! route cannot starve another), plus one that dead-letters what no route takes. Started and
 //! stopped by [`crate::serve`].
 //!
-//! - `after`: a claim-after route's message (run, publish, then create the key completed).
+//! - `after`: a claim-after route's message (run, publish, then create the key completed): the
+//!   run is the delivery crate's ([`dedup_delivery::after`]), `after` its adapters.
 //! - `consume`: pulling a consumer's messages, re-creating it when it is deleted.
-//! - `queue`: an exclusive route's messages queued per entity, in order.
+//! - `queue`: an exclusive route's messages queued per entity, in order (the order is the
+//!   delivery crate's [`dedup_delivery::queue`]); `marked`: the stranded-message marker around
+//!   a last delivery ([`dedup_delivery::marker`]), in the claim bucket.
 //! - `coalesce`: whether a coalescing route skips a message for a newer one that will run.
 //! - `message`: one message, from its key and claim to the guest's outcome; the claim's
 //!   answer and the run beside the heartbeat are the delivery crate's
@@ -26,6 +29,7 @@ mod delivering;
 pub mod effects;
 mod guest_call;
 pub mod heartbeat;
+mod marked;
 mod message;
 mod pinned;
 mod queue;

@@ -233,6 +233,10 @@ impl Live {
             route.refuse_contract(None);
             return Ok(true);
         };
+        // Checked again for every change of the record (and once more as the contract watch
+        // starts, right after the host's start): a refusal already reported is not logged
+        // again.
+        let reported = route.contract_refused().as_deref() == Some(reason.as_str());
         if changing {
             // A host serving the route held its serving subscription since before the mark:
             // the change's probe finds it and refuses, so it keeps serving meanwhile. Only a
@@ -244,8 +248,10 @@ impl Live {
                 );
                 return Ok(true);
             }
-            tracing::warn!("{reason}");
-        } else {
+            if !reported {
+                tracing::warn!("{reason}");
+            }
+        } else if !reported {
             tracing::error!("{reason}");
         }
         // A route served so far drains first, and only then reports itself refused: a contract
@@ -327,6 +333,7 @@ impl Live {
             ..(*old).clone()
         });
         report.problems = unfenced(&running);
+        report.problems.extend(self.uncaptured(&running).await);
         report.problems.extend(self.renamed(&running).await);
         if !report.problems.is_empty() {
             let text = report.problems.join("; ");
@@ -394,6 +401,22 @@ async fn stop(served: Served) {
 }
 
 impl Live {
+    /// The routes' output subjects that no stream captures, as a start refuses them (a
+    /// reload creates no stream: `dedup-host setup` with the new config does).
+    async fn uncaptured(&self, running: &Config) -> Vec<String> {
+        match crate::capture::Streams::held(&self.js).await {
+            Ok(streams) => streams
+                .with_declared(running)
+                .uncaptured(running)
+                .iter()
+                .map(|u| format!("{u}; a reload creates no stream: run `dedup-host setup` with this config first, then reload"))
+                .collect(),
+            Err(e) => vec![format!(
+                "{e:#}; reload again once the server answers"
+            )],
+        }
+    }
+
     /// Routes a reload would add under a new name over a route it removes: set up as new
     /// routes they would run every retained message again, so the reload is refused whole
     /// (as a start refuses them), with the way to rename.

@@ -6,7 +6,31 @@
 //! `dedup-bench growth routes|inflight|claims [MESSAGES]`,
 //! `dedup-bench tracing|shadow|console [MESSAGES] [ROUNDS]`.
 
+use std::process::ExitCode;
+
 use dedup_host_tests::bench;
+
+/// What `dedup-bench --help` (and a missing or unknown benchmark) prints.
+const USAGE: &str = "\
+dedup-bench: runs dedup-host's benchmarks (BENCHMARKS.md has their results)
+
+Usage: dedup-bench BENCHMARK [ARGUMENTS...]
+
+  invoke [ITERATIONS]                      one guest call, in process
+  floor [ITERATIONS]                       wasmtime's floor beside the guest call
+  counts BENCH [UNITS]                     instruction counts of one benchmark
+  pipeline [MESSAGES] [LATENCY_SAMPLES]    the whole host against a nats-server
+  fenced [MESSAGES] [LATENCY_SAMPLES]      fenced effects
+  fairness [MESSAGES]                      a slow route beside a fast one
+  deploy [DEPLOYS]                         deploy to first run on the new version
+  load [GUEST...]                          component load times
+  languages [ITERATIONS] [LANGUAGE...]     one guest per language
+  ops [MESSAGES] [ROUNDS] [AUDITED]        inspect, audit and dead-letter commands
+  exclusive [MESSAGES] [ROUNDS]            exclusive routes
+  scale [MESSAGES]                         many routes
+  growth routes|inflight|claims [MESSAGES] how cost grows
+  tracing|shadow|console [MESSAGES] [ROUNDS]
+";
 
 /// The allocator `dedup-host` runs with, so the in-process host (and the hand-written
 /// baselines beside it) pay what a deployment pays.
@@ -14,13 +38,36 @@ use dedup_host_tests::bench;
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.first().map(String::as_str) {
+        Some("-h" | "--help" | "help") => {
+            print!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        None => {
+            eprint!("dedup-bench: name a benchmark\n\n{USAGE}");
+            return ExitCode::from(2);
+        }
+        Some(_) => {}
+    }
+    // An error is a line, not a `Debug` dump with a backtrace.
+    match run(&args).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("dedup-bench: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Runs the benchmark `args` names.
+async fn run(args: &[String]) -> anyhow::Result<()> {
     // The host's own log set-up, as `dedup-host run` installs it (warnings only unless
     // RUST_LOG says otherwise, colours only on a terminal, a background writer), so the
     // per-message cost of its spans is what a deployment pays.
     let _logs = dedup_host::logging::init(dedup_host::config::LogFormat::Text);
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let which = args.first().map(String::as_str).unwrap_or("all");
+    let which = args[0].as_str();
     let number = |i: usize, default: usize| -> anyhow::Result<usize> {
         Ok(args
             .get(i)
@@ -60,7 +107,7 @@ async fn main() -> anyhow::Result<()> {
             bench::hotload::load_times(&guests, 5)
         }
         other => anyhow::bail!(
-            "unknown benchmark `{other}`; choose: invoke, floor, counts, pipeline, fenced, fairness, deploy, load, languages, ops, exclusive, scale, growth, tracing, shadow, console"
+            "unknown benchmark `{other}`; choose: invoke, floor, counts, pipeline, fenced, fairness, deploy, load, languages, ops, exclusive, scale, growth, tracing, shadow, console (`dedup-bench --help` says what each takes)"
         ),
     }
 }

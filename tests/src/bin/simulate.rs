@@ -1,4 +1,4 @@
-//! The seeded fault simulation of the delivery protocol (`docs/simulation.md`).
+//! The seeded fault simulation of the delivery protocol (`docs/src/how/simulation.md`).
 //!
 //! `simulate [--seeds N] [--from S]` runs seeds S..S+N in every mode combination and prints
 //! each failing seed with the command that replays it; `simulate --seed S [--claim-after]

@@ -1,5 +1,5 @@
 //! A seeded, deterministic simulation of the delivery protocol (issue 25, part 3; the model
-//! and what it leaves out: `docs/simulation.md`). One thread, virtual time, one random
+//! and what it leaves out: `docs/src/how/simulation.md`). One thread, virtual time, one random
 //! generator: a run is a function of its seed, and a failing seed replays step by step with
 //! `cargo run --release -p dedup-host-tests --bin simulate -- --seed S --trace`.
 //!
@@ -12,15 +12,20 @@
 //! lease, hosts killed and restarted, clock skew, hosts of different sizes, a reload that
 //! changes the route on one host, and a replay of every dead letter after a fix. A claim-before
 //! delivery runs the host's own loop and settle order over the model ([`running`],
-//! [`settling`]); queueing and claim-after still follow `host/src/pipeline` ([`settle`]). Checked
-//! as it runs and at the end ([`check`]): every message settled, every key completed or
-//! dead-lettered as its handler deserves, one stored copy of each output, per-entity runs
-//! never overlapping and in source order, the newest message of a coalesced entity run, no
-//! host acking before the outcome is durable or giving up a lease that is still its own.
+//! [`settling`]), a claim-after delivery the host's own run ([`after`]), an exclusive
+//! route's source message the host's own queue stage ([`queue`]), each under the host's
+//! stranded-message marker ([`marker`]). Checked as it runs and at the end ([`check`]): every
+//! message settled, every key completed or dead-lettered as its handler deserves, one stored
+//! copy of each output, per-entity runs never overlapping and in source order, the newest
+//! message of a coalesced entity run, no host acking before the outcome is durable or giving
+//! up a lease that is still its own.
 
+mod after;
 mod check;
 mod consumer;
 mod host;
+mod marker;
+mod queue;
 pub mod route;
 mod running;
 mod settle;

@@ -67,7 +67,8 @@ impl Unclaimed for SimUnclaimed<'_> {
 }
 
 /// How a settlement reads in the model: `None` acks or terms, `Some` naks after that many ms.
-trait NakMs {
+pub(super) trait NakMs {
+    /// The nak delay in ms, `None` for an ack or a term.
     fn nak_ms(self) -> Option<u64>;
 }
 

@@ -1,10 +1,11 @@
 //! How a simulated host handles one delivery. A claim-before route's delivery runs the host's
 //! own loop ([`dedup_delivery::before`]: the claim's answer, the handler beside the heartbeat,
-//! the settle order) over the model ([`super::running`]); still following `host/src/pipeline`
-//! step for step here: queueing an exclusive route's message, claim-after's run then one
-//! settled write, and the stranded-message marker before a last delivery. The protocol calls
-//! are the host's own ([`Claimer`], [`Lease`], [`dedup_host::claim::after`]); so are the size
-//! check ([`effects::over_max_payload`]), the outage backoff ([`infra_retry_ceiling`]) and the
+//! the settle order) over the model ([`super::running`]); a claim-after route's delivery the
+//! host's own run ([`dedup_delivery::after`]: the read, the handler, publish, record, ack) over
+//! the model ([`super::after`]); an exclusive route's source message the host's own queue
+//! stage ([`dedup_delivery::queue`], [`super::queue`]); each under the host's stranded-message
+//! marker ([`dedup_delivery::marker`], [`super::marker`]). The protocol calls are the host's
+//! own ([`Claimer`], [`Lease`]); so are the outage backoff ([`infra_retry_ceiling`]) and the
 //! last-delivery test ([`stranded::last_delivery`]). The checks made as the host's code runs
 //! are here too: an exclusive route's overlapping runs, an ack before the outcome is durable,
 //! a lease given up while still its own.
@@ -13,19 +14,20 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use dedup_delivery::before;
-use dedup_delivery::clock::Clock;
 use dedup_delivery::outcome::MessageOutcome;
-use dedup_host::claim::after::{found, Found};
-use dedup_host::claim::{ClaimState, ClaimStore, Claimer, Lease};
-use dedup_host::pipeline::{effects, infra_retry_ceiling};
+use dedup_delivery::{after, before, marker, queue};
+use dedup_host::claim::{ClaimState, Claimer, Lease};
+use dedup_host::pipeline::infra_retry_ceiling;
 use dedup_host::stranded;
 
+use super::after::SimAfter;
 use super::consumer::{Lane, Offer};
+use super::marker::SimMarker;
+use super::queue::SimQueue;
 use super::route::Served;
 use super::running::{SimRun, SimUnclaimed};
 use super::store::{Shared, SimStore};
-use super::world::{Output, Rng, World};
+use super::world::{Rng, World};
 use super::Settings;
 
 /// The size of an output the handler of an oversized key returns (over 1 MiB).
@@ -47,9 +49,9 @@ pub(super) struct At {
     pub(super) sequence: u64,
     pub(super) number: u64,
     pub(super) key: String,
-    entity: String,
+    pub(super) entity: String,
     /// The revision a replay reset the key at (`Delivery::fresh_from`).
-    fresh_from: u64,
+    pub(super) fresh_from: u64,
 }
 
 /// A handler run of an exclusive route, listed in [`World::running`] until dropped.
@@ -137,49 +139,26 @@ impl Ctx {
             // stream leader; the model's replays are always proven).
             fresh_from: offer.message.fresh_from,
         };
-        if at.lane == Lane::Source && self.settings.mode.exclusive {
-            return self.queue(&at, offer.message.source, &served);
-        }
+        // The host's marker around a last delivery ([`marker::around`]).
         let last = stranded::last_delivery(at.number, self.settings.server_max_deliver as i64);
-        if last {
-            let due = self.world().now + 2 * self.settings.ack_wait_ms;
-            self.world()
-                .streams
-                .markers
-                .insert((at.lane, at.sequence), (due, 0));
-        }
-        match served.claim_after {
-            false => self.deliver(&at, &served).await,
-            true => self.deliver_after(&at).await,
-        }
-        let mut w = self.world();
-        if last
-            && w.streams.message(at.lane, at.sequence).delivery == super::consumer::Delivery::Done
-        {
-            w.streams.markers.remove(&(at.lane, at.sequence));
-        }
-    }
-
-    /// `pipeline::queue`: copy onto the entity's partition, then ack (not confirmed).
-    fn queue(&self, at: &At, source: u64, served: &Served) {
-        let partition = served.partition_of(&at.entity);
-        let mut w = self.world();
-        let rate = w.faults.refused_publish;
-        if w.faulty && w.rng.chance(rate) {
-            drop(w);
-            let delay = self.infra_delay(at.number);
-            return self.settle(at, Some(delay));
-        }
-        let now = w.now;
-        w.streams.enqueue(source, partition, now);
-        w.log(|| {
-            format!(
-                "h{} queues {} ({}) on partition {partition}",
-                self.host, at.sequence, at.entity
-            )
-        });
-        drop(w);
-        self.settle(at, None);
+        let marked = SimMarker { ctx: self, at: &at };
+        let work = async {
+            if at.lane == Lane::Source && self.settings.mode.exclusive {
+                let source = offer.message.source;
+                return queue::queue(&SimQueue {
+                    ctx: self,
+                    at: &at,
+                    source,
+                    served: &served,
+                })
+                .await;
+            }
+            match served.claim_after {
+                false => self.deliver(&at, &served).await,
+                true => self.deliver_after(&at).await,
+            }
+        };
+        marker::around(last.then_some(&marked), work).await
     }
 
     fn settle(&self, at: &At, nak: Option<u64>) {
@@ -348,67 +327,14 @@ impl Ctx {
         self.settle(at, nak);
     }
 
-    /// Claim after: `pipeline::after`. Run first, then write the key settled.
+    /// Claim after: the host's own run ([`after::run`]) over the model.
     async fn deliver_after(&self, at: &At) {
-        let s = self.settings;
         let claimer = &self.claimers[0];
-        let reset = match claimer.store().get(&at.key).await {
-            Err(_) => {
-                let delay = self.infra_delay(at.number);
-                return self.settle(at, Some(delay));
-            }
-            Ok(read) => match found(read.as_ref(), at.fresh_from) {
-                Found::Completed | Found::FailedForGood => return self.settle(at, None),
-                Found::Stale => return self.settle(at, Some(200)),
-                Found::Run { reset } => reset,
-            },
-        };
-        let attempt = u32::try_from(at.number).unwrap_or(u32::MAX);
-        let mut left = self.work_ms(&at.key, attempt);
-        while left > 0 {
-            let slice = left.min(s.heartbeat_ms);
-            self.sleep(Duration::from_millis(slice)).await;
-            left -= slice;
-            self.world().progress(at.lane, at.sequence, at.number);
-        }
-        let size = match self.handler(&at.key) {
-            Handler::Fails(n) if attempt <= n && attempt < s.max_deliver => {
-                return self.settle(at, Some(s.backoff_ms));
-            }
-            Handler::Fails(n) if attempt <= n => None,
-            Handler::Fails(_) => Some(100),
-            Handler::Oversized => Some(OVERSIZED),
-        };
-        let max = self.world().max_payload;
-        let fits = size
-            .filter(|size| effects::over_max_payload(max, &at.key, [("out.r", *size)]).is_none());
-        let outcome = match fits {
-            Some(size) => {
-                let output = Output {
-                    id: format!("{}#0", at.key),
-                    size,
-                };
-                if !self.world().publish(&output) {
-                    let delay = self.infra_delay(at.number);
-                    return self.settle(at, Some(delay));
-                }
-                Ok(Vec::new())
-            }
-            None => {
-                if !self.world().dead_letter(&at.key) {
-                    let delay = self.infra_delay(at.number);
-                    return self.settle(at, Some(delay));
-                }
-                Err("out of attempts".to_string())
-            }
-        };
-        let record = claimer.settled("d", attempt, outcome);
-        match claimer.record_settled(&at.key, &record, reset).await {
-            Ok(_) => self.settle(at, None),
-            Err(_) => {
-                let delay = self.infra_delay(at.number);
-                self.settle(at, Some(delay))
-            }
-        }
+        after::run(&SimAfter {
+            ctx: self,
+            at,
+            claimer,
+        })
+        .await
     }
 }

@@ -7,13 +7,16 @@ use std::time::Duration;
 use dedup_host::claim::ClaimState;
 use dedup_host_tests::harness::{wait_for, TestEnv, Timing, DEAD};
 
-const ROUTES: &str = r#"
+/// A route whose outputs go to `ORPHANS`, a stream the test creates and deletes.
+const ORPHAN: &str = r#"
 [[routes]]
 name = "orphan"
 subject = "in.orphan.*"
 component = "{guest:hostile}"
 allowed_outputs = ["orphan.>"]
+"#;
 
+const ROUTES: &str = r#"
 [[routes]]
 name = "keyed"
 subject = "in.keyed.*"
@@ -29,8 +32,11 @@ async fn a_failed_publish_uses_up_no_attempt() {
         backoff: r#"["100ms"]"#,
         ..Timing::default()
     };
-    let host = env.host(&timing, ROUTES, "h").await;
-    // No stream captures `orphan.>` yet: every publish of the output fails.
+    // A host refuses outputs that no stream captures, so `ORPHANS` is there at the start;
+    // then it is lost (an outage): every publish of the output fails.
+    env.js.create_stream(orphans()).await.unwrap();
+    let host = env.host(&timing, ORPHAN, "h").await;
+    env.js.delete_stream("ORPHANS").await.unwrap();
     env.publish("in.orphan.x", "o1", &[], "emit:orphan.x").await;
     wait_for(
         Duration::from_secs(20),
@@ -43,15 +49,7 @@ async fn a_failed_publish_uses_up_no_attempt() {
     assert!(env.messages(DEAD).await.is_empty(), "not dead-lettered");
 
     // The outage ends: the same attempt publishes.
-    env.js
-        .create_stream(async_nats::jetstream::stream::Config {
-            name: "ORPHANS".into(),
-            subjects: vec!["orphan.>".into()],
-            duplicate_window: Duration::from_secs(600),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    env.js.create_stream(orphans()).await.unwrap();
     let record = wait_for(Duration::from_secs(20), "completion", || async {
         env.claim("orphan", "o1")
             .await
@@ -61,6 +59,16 @@ async fn a_failed_publish_uses_up_no_attempt() {
     assert_eq!(record.attempt, 1);
     assert_eq!(env.messages("ORPHANS").await.len(), 1);
     host.shutdown().await.unwrap();
+}
+
+/// The stream that captures route `orphan`'s outputs.
+fn orphans() -> async_nats::jetstream::stream::Config {
+    async_nats::jetstream::stream::Config {
+        name: "ORPHANS".into(),
+        subjects: vec!["orphan.>".into()],
+        duplicate_window: Duration::from_secs(600),
+        ..Default::default()
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,13 +1,18 @@
 //! The reference pages agree with the code, both ways: every config key the parser takes is in
-//! docs/config.md under its section (and every key there is taken), and every metric series
-//! and outcome label a host exports is in the README's metrics table (and nothing there is
-//! missing from the host).
+//! docs/src/reference/config.md under its section (and every key there is taken), and every
+//! metric series and outcome label a host exports is in the book's metrics table
+//! (docs/src/reference/metrics.md; and nothing there is missing from the host).
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use dedup_host::config::Config;
 use dedup_host::metrics::Metrics;
+
+/// The book's configuration reference.
+const CONFIG_PAGE: &str = "docs/src/reference/config.md";
+/// The book's metrics reference.
+const METRICS_PAGE: &str = "docs/src/reference/metrics.md";
 
 fn repo_file(path: &str) -> String {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
@@ -34,11 +39,11 @@ fn accepted_keys(section: &str) -> BTreeSet<String> {
     keys
 }
 
-/// The keys docs/config.md lists in the table under `heading`.
+/// The keys the configuration reference lists in the table under `heading`.
 fn documented_keys(page: &str, heading: &str) -> BTreeSet<String> {
     let start = page
         .find(heading)
-        .unwrap_or_else(|| panic!("docs/config.md has no `{heading}` section"));
+        .unwrap_or_else(|| panic!("{CONFIG_PAGE} has no `{heading}` section"));
     page[start..]
         .lines()
         .skip(1)
@@ -50,7 +55,7 @@ fn documented_keys(page: &str, heading: &str) -> BTreeSet<String> {
 
 #[test]
 fn every_config_key_is_documented_and_every_documented_key_exists() {
-    let page = repo_file("docs/config.md");
+    let page = repo_file(CONFIG_PAGE);
     let sections = [
         ("[nats]", "## `[nats]`"),
         ("[host]", "## `[host]`"),
@@ -79,20 +84,20 @@ fn every_config_key_is_documented_and_every_documented_key_exists() {
         let unknown: Vec<_> = docs.difference(&code).collect();
         assert!(
             undocumented.is_empty() && unknown.is_empty(),
-            "{section}: keys missing from docs/config.md: {undocumented:?}; documented keys the parser refuses: {unknown:?}"
+            "{section}: keys missing from {CONFIG_PAGE}: {undocumented:?}; documented keys the parser refuses: {unknown:?}"
         );
     }
 }
 
 #[test]
-fn every_metric_and_outcome_is_in_the_readme_and_nothing_else_is() {
-    let readme = repo_file("README.md");
-    let start = readme.find("### Metrics").expect("a Metrics section");
+fn every_metric_and_outcome_is_in_the_book_and_nothing_else_is() {
+    let page = repo_file(METRICS_PAGE);
+    let start = page.find("# Metrics").expect("a Metrics title");
     let end = start
-        + readme[start..]
+        + page[start..]
             .find("Alert rules and a Grafana")
             .expect("its end");
-    let table = &readme[start..end];
+    let table = &page[start..end];
 
     let metrics = Metrics::new();
     // Families without a series are not exported: give the lazily made ones one each.
@@ -125,7 +130,7 @@ fn every_metric_and_outcome_is_in_the_readme_and_nothing_else_is() {
     for name in &exported {
         assert!(
             table.contains(&format!("`{name}")) || table.contains(&format!(", `{name}")),
-            "metric `{name}` is not in the README's metrics table"
+            "metric `{name}` is not in the metrics table of {METRICS_PAGE}"
         );
     }
     let mentioned: BTreeSet<String> = table
@@ -136,7 +141,7 @@ fn every_metric_and_outcome_is_in_the_readme_and_nothing_else_is() {
     for name in &mentioned {
         assert!(
             exported.contains(name),
-            "the README's metrics table names `{name}`, which no host exports: {exported:?}"
+            "the metrics table of {METRICS_PAGE} names `{name}`, which no host exports: {exported:?}"
         );
     }
 
@@ -152,7 +157,7 @@ fn every_metric_and_outcome_is_in_the_readme_and_nothing_else_is() {
     for label in &labels {
         assert!(
             table.contains(&format!("`{label}`")),
-            "label value `{label}` is not explained in the README's metrics table"
+            "label value `{label}` is not explained in the metrics table of {METRICS_PAGE}"
         );
     }
 }

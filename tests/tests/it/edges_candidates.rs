@@ -1,6 +1,6 @@
 //! Issue 42, finding 8: a key whose window outputs were begun by one version is never
 //! finished by another. A canary candidate publishes its first output, its second is refused
-//! (no stream captures it yet); then the canary is rolled back, or its split moves the key to
+//! (its stream is gone for now); then the canary is rolled back, or its split moves the key to
 //! the live version, before the key runs again. Window output ids are `<claim key>#<index>`
 //! for every version, so a re-run on the live version would have its output dropped as a
 //! duplicate of the candidate's (lost) beside the candidate's half-set.
@@ -14,8 +14,8 @@ use dedup_host::serve::RunningHost;
 use dedup_host_tests::guests::guest;
 use dedup_host_tests::harness::{wait_for, TestEnv, Timing, DEAD, OUTPUTS};
 
-/// The candidate's outputs: the first to the output stream, the second to `spare.>`, which
-/// no stream captures until the test creates `SPARE`.
+/// The candidate's outputs: the first to the output stream, the second to `spare.>`, whose
+/// stream `SPARE` is gone (after the host started) until the test creates it again.
 const PAYLOAD: &str = "emit:out.edge.a\u{1e}spare.edge.b";
 
 /// The live version (`uppercase`) and the route's files: `edge.wasm`, and its canary
@@ -46,6 +46,26 @@ fn write_candidate(dir: &Path, percent: u8) {
     // Written anew, so the host reads the settings again with it.
     let bytes = std::fs::read(guest("hostile")).unwrap();
     std::fs::write(dir.join("edge.candidate.wasm"), bytes).unwrap();
+}
+
+/// The stream capturing `spare.>`. (A host starting checks its duplicate window against
+/// re-run gaps.)
+fn spare() -> async_nats::jetstream::stream::Config {
+    async_nats::jetstream::stream::Config {
+        name: "SPARE".into(),
+        subjects: vec!["spare.>".into()],
+        duplicate_window: Duration::from_secs(3600),
+        ..Default::default()
+    }
+}
+
+/// Runs `start` while `SPARE` exists (a host refuses outputs that no stream captures), then
+/// deletes it: the candidate's second output fails to publish until the test creates it again.
+async fn without_spare<T, F: std::future::Future<Output = T>>(env: &TestEnv, start: F) -> T {
+    env.js.create_stream(spare()).await.unwrap();
+    let started = start.await;
+    env.js.delete_stream("SPARE").await.unwrap();
+    started
 }
 
 fn candidate_digest() -> String {
@@ -118,7 +138,7 @@ async fn stored(env: &TestEnv, stream: &str) -> Vec<String> {
 async fn a_key_begun_by_a_rolled_back_canary_is_dead_lettered_not_finished_by_the_live_version() {
     let env = TestEnv::start().await;
     let (dir, routes) = files(&env, 99);
-    let host = env.host(&Timing::default(), &routes, "host-a").await;
+    let host = without_spare(&env, env.host(&Timing::default(), &routes, "host-a")).await;
     wait_share(&host, 99).await;
     let key = key();
     begin_on_the_candidate(&env, &key).await;
@@ -147,7 +167,7 @@ async fn a_key_begun_by_a_rolled_back_canary_is_dead_lettered_not_finished_by_th
 async fn a_key_begun_by_a_canary_is_finished_by_it_after_its_split_moves_the_key() {
     let env = TestEnv::start().await;
     let (dir, routes) = files(&env, 99);
-    let host = env.host(&Timing::default(), &routes, "host-a").await;
+    let host = without_spare(&env, env.host(&Timing::default(), &routes, "host-a")).await;
     wait_share(&host, 99).await;
     let key = key();
     begin_on_the_candidate(&env, &key).await;
@@ -178,7 +198,7 @@ async fn a_key_pinned_to_a_candidate_another_host_runs_waits_for_it_on_a_host_th
 ) {
     let env = TestEnv::start().await;
     let (dir, routes) = files(&env, 99);
-    let host = env.host(&Timing::default(), &routes, "host-a").await;
+    let host = without_spare(&env, env.host(&Timing::default(), &routes, "host-a")).await;
     wait_share(&host, 99).await;
     let key = key();
     begin_on_the_candidate(&env, &key).await;
@@ -189,7 +209,9 @@ async fn a_key_pinned_to_a_candidate_another_host_runs_waits_for_it_on_a_host_th
     let mut config = env.config(&Timing::default(), &routes);
     config.host.instance_id = Some("host-b".into());
     config.components.poll_interval = Duration::from_secs(3600);
-    let late = dedup_host::serve::start(config).await.expect("host starts");
+    let late = without_spare(&env, dedup_host::serve::start(config))
+        .await
+        .expect("host starts");
     let record = wait_for(
         Duration::from_secs(60),
         "host B handled the key's redelivery",
@@ -207,13 +229,7 @@ async fn a_key_pinned_to_a_candidate_another_host_runs_waits_for_it_on_a_host_th
     assert_eq!(record.digest, candidate_digest(), "{record:?}");
     // A host that runs the candidate finishes the key, with the candidate's whole set. (A
     // host starting now checks the new stream's duplicate window against re-run gaps.)
-    let spare = async_nats::jetstream::stream::Config {
-        name: "SPARE".into(),
-        subjects: vec!["spare.>".into()],
-        duplicate_window: Duration::from_secs(3600),
-        ..Default::default()
-    };
-    env.js.create_stream(spare).await.unwrap();
+    env.js.create_stream(spare()).await.unwrap();
     let host = env.host(&Timing::default(), &routes, "host-c").await;
     let record = settled(&env, &key).await;
     assert_eq!(record.state, ClaimState::Completed, "{record:?}");

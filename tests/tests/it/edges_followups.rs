@@ -22,7 +22,7 @@ use dedup_host_tests::harness::{wait_for, TestEnv, Timing, BUCKET, DEAD, SOURCE}
 use futures::StreamExt as _;
 
 /// The hostile guest's payload: its first output goes to the output stream, its second to
-/// `spare.fu.b`, which no stream captures (that publish fails, and the delivery is retried).
+/// `spare.fu.b`, whose stream is gone (that publish fails, and the delivery is retried).
 const PARTIAL: &str = "emit:out.fu.a\u{1e}spare.fu.b";
 
 /// Route `fu` on `in.fu.*` (the hostile guest, keyed by header `Key`) with `extra` lines.
@@ -96,6 +96,25 @@ async fn host(env: &TestEnv, side: &Side, instance: &str) -> RunningHost {
     let mut config = Config::parse(&side.text, Path::new("t.toml"), env.dir.path().into()).unwrap();
     config.host.instance_id = Some(instance.to_string());
     serve::start(config).await.expect("host starts")
+}
+
+/// The stream capturing `spare.fu.>`: a host refuses outputs that no stream captures.
+fn spare() -> async_nats::jetstream::stream::Config {
+    async_nats::jetstream::stream::Config {
+        name: "SPARE".into(),
+        subjects: vec!["spare.>".into()],
+        duplicate_window: Duration::from_secs(3600),
+        ..Default::default()
+    }
+}
+
+/// [`host`] of the window side, started while `SPARE` exists, which is then deleted: output
+/// `spare.fu.b` fails to publish from then on.
+async fn window_host(env: &TestEnv, side: &Side, instance: &str) -> RunningHost {
+    env.js.create_stream(spare()).await.unwrap();
+    let started = host(env, side, instance).await;
+    env.js.delete_stream("SPARE").await.unwrap();
+    started
 }
 
 /// `dedup-host setup --change-route fu --json` with `side`'s config: (exit 0, output).
@@ -175,7 +194,7 @@ async fn dead_after_a_partial_publish_blocks_the_change(claim: &str) {
     let env = TestEnv::start().await;
     let old = window(&env, claim, 100);
     let new = fenced(&env, 100);
-    let first = host(&env, &old, "old-1").await;
+    let first = window_host(&env, &old, "old-1").await;
     publish(&env, "k1", "a", PARTIAL).await;
     first_output_stored(&env).await;
     publish(&env, "k1", "b", "reject:0").await;
@@ -202,7 +221,7 @@ async fn a_claim_after_key_rejected_before_any_publish_does_not_block_the_change
     let env = TestEnv::start().await;
     let old = window(&env, "after", 100);
     let new = fenced(&env, 100);
-    let first = host(&env, &old, "old-1").await;
+    let first = window_host(&env, &old, "old-1").await;
     publish(&env, "k1", "a", "reject:0").await;
     dead(&env).await;
     let record = env.claim("fu", "k1").await.unwrap();
@@ -223,7 +242,7 @@ async fn a_claim_after_key_the_server_gave_up_after_a_partial_publish_blocks_the
     let env = TestEnv::start().await;
     let old = window(&env, "after", 4);
     let new = fenced(&env, 4);
-    let first = host(&env, &old, "old-1").await;
+    let first = window_host(&env, &old, "old-1").await;
     publish(&env, "k1", "a", PARTIAL).await;
     first_output_stored(&env).await;
     wait_for(Duration::from_secs(90), "the dead letter", || async {
@@ -319,6 +338,7 @@ async fn accept_dead_without_a_route_change_is_refused() {
         run.stderr.contains("--change-route") && run.stderr.contains("--rename-route"),
         "{run:?}"
     );
+    env.js.create_stream(spare()).await.unwrap();
     let setup = cli(&old.path, &["setup"]);
     assert_eq!(setup.code, 0, "{setup:?}");
     let with = cli(

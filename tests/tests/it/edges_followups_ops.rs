@@ -105,16 +105,20 @@ async fn a_replay_refuses_a_key_accepted_as_settled_unless_forced() {
 
     let sent = stored(&env, SOURCE).await;
     let replay = ["dead-letters", "replay", "--route", "mv", "--all", "--json"];
-    let (_, out, err) = run(&new.path, &replay).await;
+    let (replayed, out, err) = run(&new.path, &replay).await;
     let (action, detail) = k1_action(&out);
     assert_eq!(action, "refused", "{out}{err}");
     assert!(detail.contains("--force"), "{detail}");
+    // A refused letter was asked for and not done: the command says how many, exits non-zero.
+    assert!(!replayed, "{out}{err}");
+    assert!(err.contains("1 letter(s) refused"), "{err}");
     assert_eq!(stored(&env, SOURCE).await, sent, "nothing replayed");
     let (after, same) = env.fenced_claim("mv", "k1").await.unwrap();
     assert_eq!((after, same), (moved, revision), "the key was not reset");
 
     let forced = [&replay[..], &["--force"]].concat();
-    let (_, out, err) = run(&new.path, &forced).await;
+    let (replayed, out, err) = run(&new.path, &forced).await;
     assert_eq!(k1_action(&out).0, "replayed", "{out}{err}");
+    assert!(replayed, "{out}{err}");
     assert_eq!(stored(&env, SOURCE).await, sent + 1, "replayed once");
 }

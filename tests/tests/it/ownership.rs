@@ -36,8 +36,18 @@ component = "{guest:hostile}"
 allowed_outputs = ["slow.>"]
 "#;
     let timing = Timing::default();
+    // A host refuses outputs that no stream captures: `SLOW` is there at the start, then
+    // gone, and only the silent subscriber is left on the output subject.
+    let slow = async_nats::jetstream::stream::Config {
+        name: "SLOW".into(),
+        subjects: vec!["slow.>".into()],
+        duplicate_window: Duration::from_secs(3600),
+        ..Default::default()
+    };
+    env.js.create_stream(slow).await.unwrap();
     let a = env.host(&timing, routes, "a").await;
     let b = env.host(&timing, routes, "b").await;
+    env.js.delete_stream("SLOW").await.unwrap();
     env.publish("in.slow.x", "k", &[], "emit:slow.x").await;
     let first = wait_for(Duration::from_secs(10), "the claim", || async {
         env.claim("slow", "k").await

@@ -239,6 +239,16 @@ async fn apply_lets_an_existing_output_stream_take_fenced_commits_in_place() {
         "{}",
         plan.stdout
     );
+    // The contract's change (window -> fenced) is named with the command that makes it.
+    assert!(
+        plan.stdout.contains("next step")
+            && plan
+                .stdout
+                .contains("effects: recorded \"window\", this config \"fenced\"")
+            && plan.stdout.contains("--change-route upper"),
+        "{}",
+        plan.stdout
+    );
     let refused = cli(&fenced_path, &["setup", "--apply"]);
     assert_eq!(refused.code, 1, "{refused:?}");
     let outputs = stream_config(&env, OUTPUTS).await;

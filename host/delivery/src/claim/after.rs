@@ -3,6 +3,8 @@
 //! reset ([`ClaimRecord::reset_for_replay`]) is replaced at the revision read before running;
 //! a fresh key is created.
 
+use std::borrow::Cow;
+
 use super::protocol::landed;
 use super::record::{ClaimRecord, ClaimState, OutputRef};
 use super::store::{ClaimError, ClaimStore};
@@ -108,7 +110,13 @@ impl<S: ClaimStore> Claimer<S> {
             return match self.create(key, record, deleted).await {
                 Ok(_) => Ok(true),
                 Err(ClaimError::Conflict) => match self.store().get(key).await {
-                    Ok(Some((current, _))) => Ok(current == *record),
+                    Ok(Some((current, _))) if current == *record => Ok(true),
+                    // Nobody settled it: written over (see `update_settled`).
+                    Ok(Some((current, revision))) if unsettled(&current) => {
+                        let record = keeping_mark(record, &current);
+                        self.update_settled(key, &record, revision).await
+                    }
+                    Ok(Some(_)) => Ok(false),
                     // Refused, yet not found: the key's last write was a deletion.
                     Ok(None) if !deleted => {
                         deleted = true;
@@ -128,21 +136,33 @@ impl<S: ClaimStore> Claimer<S> {
     /// Writes `key` as `record` (from [`Claimer::settled`]) over the record a claim-after run
     /// read at `revision` (a key a replay reset to run again): `true` if this write made it,
     /// `false` if the key moved meanwhile (another host settled it first). An update whose
-    /// answer was lost counts as made when the store holds exactly `record` (rule 13).
+    /// answer was lost counts as made when the store holds exactly `record` (rule 13). A key
+    /// that moved to a record settling nothing (another delivery's publish failed part-way and
+    /// marked it, or the read before running lagged such a mark) is written over at its
+    /// revision, keeping the mark on a failed record: otherwise this delivery would be acked
+    /// as a duplicate while the key, its outputs stored, never reads completed.
     pub async fn update_settled(
         &self,
         key: &str,
         record: &ClaimRecord,
         revision: u64,
     ) -> Result<bool, ClaimError> {
-        match self.store().update(key, record, revision).await {
-            Ok(_) => Ok(true),
-            Err(ClaimError::Conflict) => Ok(matches!(
-                self.store().get(key).await,
-                Ok(Some((current, _))) if current == *record
-            )),
-            Err(e @ ClaimError::Unavailable(_)) => self.landed_or(key, record, e).await,
-            Err(e) => Err(e),
+        let (mut record, mut revision) = (Cow::Borrowed(record), revision);
+        loop {
+            return match self.store().update(key, &record, revision).await {
+                Ok(_) => Ok(true),
+                Err(ClaimError::Conflict) => match self.store().get(key).await {
+                    Ok(Some((current, _))) if current == *record => Ok(true),
+                    Ok(Some((current, at))) if at > revision && unsettled(&current) => {
+                        record = Cow::Owned(keeping_mark(&record, &current).into_owned());
+                        revision = at;
+                        continue;
+                    }
+                    _ => Ok(false),
+                },
+                Err(e @ ClaimError::Unavailable(_)) => self.landed_or(key, &record, e).await,
+                Err(e) => Err(e),
+            };
         }
     }
 
@@ -176,6 +196,25 @@ impl<S: ClaimStore> Claimer<S> {
     }
 }
 
+/// Whether a claim-after key's `record` settles nothing: failed, not for good (a delivery's
+/// publish failed part-way and marked it, or a replay reset it to run again).
+fn unsettled(record: &ClaimRecord) -> bool {
+    record.state == ClaimState::Failed && !record.permanent
+}
+
+/// `record`, written over `current`: a failed record keeps the mark saying window outputs of
+/// the key may be stored.
+fn keeping_mark<'a>(record: &'a ClaimRecord, current: &ClaimRecord) -> Cow<'a, ClaimRecord> {
+    let mark = current.may_have_effects() && !record.may_have_effects();
+    match mark && record.state == ClaimState::Failed {
+        true => Cow::Owned(ClaimRecord {
+            unknown_effects: true,
+            ..record.clone()
+        }),
+        false => Cow::Borrowed(record),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -188,6 +227,34 @@ mod tests {
     /// A claim-after dead letter that may have left window outputs is marked (a change to
     /// fenced effects refuses it), yet names no version: a replay's re-claim (after the route
     /// moved to claim-before) runs the version it chooses, not the one that rejected.
+    /// Another delivery's publish failed and marked the key after this one read it (or the
+    /// read lagged the mark): the settled write replaces the mark, and a dead record keeps it.
+    #[tokio::test]
+    async fn a_settled_write_replaces_a_mark_it_did_not_read() {
+        let store = Arc::new(MemoryClaimStore::new());
+        let claimer =
+            |o: &str| Claimer::new(store.clone(), o, Duration::from_secs(10), Duration::ZERO);
+        let (a, b) = (claimer("a"), claimer("b"));
+        let mark = b.publish_failed("d", 1, "refused".into());
+        assert!(b.create_settled("k", &mark).await.unwrap());
+        let done = a.settled("d", 1, Ok(Vec::new()));
+        assert!(a.create_settled("k", &done).await.unwrap(), "read none");
+        assert_eq!(store.get("k").await.unwrap().unwrap().0, done);
+
+        let first = b.publish_failed("d", 1, "refused".into());
+        assert!(b.create_settled("j", &first).await.unwrap());
+        let at = store.get("j").await.unwrap().unwrap().1;
+        let second = b.publish_failed("d", 2, "refused again".into());
+        assert!(b.update_settled("j", &second, at).await.unwrap());
+        let dead = a.dead_lettered("d", 3, "rejected".into(), false);
+        assert!(
+            a.update_settled("j", &dead, at).await.unwrap(),
+            "read lagged"
+        );
+        let stored = store.get("j").await.unwrap().unwrap().0;
+        assert!(stored.permanent && stored.may_have_effects(), "{stored:?}");
+    }
+
     #[tokio::test]
     async fn a_claim_after_dead_letter_marks_effects_without_pinning_its_version() {
         let store = Arc::new(MemoryClaimStore::new());

@@ -219,6 +219,13 @@ async fn a_queued_message_the_host_did_not_write_is_refused_by_name() {
         out.contains(&format!("message {forged} in queue stream")),
         "names the message: {out}"
     );
+    // The mark this run wrote stays: the error says so, and how to finish or clear it.
+    assert!(
+        out.contains("its mark stays on route `ex`'s contract record")
+            && out.contains("--change-route ex` again")
+            && out.contains("calls the change off"),
+        "says the mark is left and how to clear it: {out}"
+    );
     assert_eq!(queued(&env, &old).await, before, "something moved");
     assert_eq!(recorded_partitions(&env, &old).await, Some(2));
 }

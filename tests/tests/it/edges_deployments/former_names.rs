@@ -209,6 +209,7 @@ async fn moving_a_former_default_name_keeps_a_contract_change_mark() {
     let mark = dedup_host::contract::Changing {
         to: record.contract.clone(),
         since_ms: 7,
+        run: None,
     };
     let marked = dedup_host::contract::encode(&record, Some(&mark));
     store.put("handler", marked).await.unwrap();

@@ -1,0 +1,95 @@
+//! Subject arguments of the command line (`tail SUBJECT`, `publish --subject`, `invoke
+//! --subject`): checked as clap parses them, with one rule set (the config's, in
+//! [`crate::subject`]), so a mistyped wildcard is an error naming the argument and the fix
+//! (exit 2) instead of a command that waits for nothing.
+
+use crate::subject;
+
+/// Parses a subject filter (`*` one token, `>` the rest): what `tail` follows.
+pub(crate) fn filter(s: &str) -> Result<String, String> {
+    if subject::is_valid_filter(s) {
+        return Ok(s.to_string());
+    }
+    Err(format!("{}{}", subject::filter_error(s), suggestion(s)))
+}
+
+/// Parses one literal subject (no wildcard): what `publish` and `invoke` send a message on.
+pub(crate) fn literal(s: &str) -> Result<String, String> {
+    if !subject::is_valid_filter(s) {
+        return Err(format!("{}{}", subject::filter_error(s), suggestion(s)));
+    }
+    if s.contains(['*', '>']) {
+        return Err(format!(
+            "`{s}` is a subject filter, not one subject: a message is published on one subject; name it in full (e.g. `{}`)",
+            example(s)
+        ));
+    }
+    Ok(s.to_string())
+}
+
+/// What to write instead of a token that mixes a wildcard with text (`C-*`), if any.
+fn suggestion(s: &str) -> String {
+    let tokens: Vec<&str> = s.split('.').collect();
+    let mixed = tokens.iter().any(|t| t.len() > 1 && t.contains(['*', '>']));
+    if !mixed
+        || tokens
+            .iter()
+            .any(|t| t.is_empty() || t.contains(char::is_whitespace))
+    {
+        return String::new();
+    }
+    let last = tokens.len() - 1;
+    let fixed: Vec<&str> = tokens
+        .iter()
+        .enumerate()
+        .map(|(i, t)| match *t {
+            t if t.len() > 1 && t.contains('>') && i == last => ">",
+            t if t.len() > 1 && t.contains(['*', '>']) => "*",
+            t => t,
+        })
+        .collect();
+    format!(
+        "; NATS has no partial-token wildcard: write `{}` (then filter further yourself)",
+        fixed.join(".")
+    )
+}
+
+/// `s` with every wildcard token replaced by an example token.
+fn example(s: &str) -> String {
+    s.split('.')
+        .map(|t| if t == "*" || t == ">" { "x" } else { t })
+        .collect::<Vec<_>>()
+        .join(".")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_partial_token_wildcard_is_refused_with_the_whole_token_form() {
+        let e = filter("shop.confirmations.C-*").unwrap_err();
+        assert!(e.contains("`shop.confirmations.C-*`"), "{e}");
+        assert!(e.contains("write `shop.confirmations.*`"), "{e}");
+        let e = filter("a.b>").unwrap_err();
+        assert!(e.contains("write `a.>`"), "{e}");
+        assert_eq!(filter("mk.>").unwrap(), "mk.>");
+        assert_eq!(filter("a.*.c").unwrap(), "a.*.c");
+        assert!(filter("a..b").unwrap_err().contains("empty"));
+        assert!(filter("").is_err());
+    }
+
+    #[test]
+    fn a_literal_subject_has_no_wildcard() {
+        assert_eq!(literal("orders.new").unwrap(), "orders.new");
+        let e = literal("orders.*").unwrap_err();
+        assert!(
+            e.contains("not one subject") && e.contains("`orders.x`"),
+            "{e}"
+        );
+        assert!(literal("orders.C-*")
+            .unwrap_err()
+            .contains("write `orders.*`"));
+        assert!(literal("orders new").is_err());
+    }
+}

@@ -1,0 +1,149 @@
+//! A simulated host's claim-after delivery as the host's own run sees it
+//! ([`dedup_delivery::after`]): the key read and written through the host's claimer on the
+//! model's store, the seeded handler in virtual time, the model's output stream, dead letters
+//! and acks. Which read settles how, and the order publish, record, ack (or dead-letter,
+//! record, terminate) are the host's, not restated here; what is here are the model's I/O and
+//! the check that an ack finds the key's outcome durable.
+
+use std::time::Duration;
+
+use dedup_delivery::after::AfterDelivery;
+use dedup_delivery::before::Handled;
+use dedup_delivery::claim::{Claimer, OutputRef};
+use dedup_delivery::clock::Clock;
+use dedup_delivery::outcome::{DedupLayer, MessageOutcome};
+use dedup_delivery::settle::{LetterRefused, Retries, Settlement};
+use dedup_host::pipeline::effects;
+
+use super::running::NakMs;
+use super::settle::{At, Ctx, Handler, OVERSIZED};
+use super::store::SimStore;
+use super::world::Output;
+
+/// One claim-after delivery of a simulated host.
+pub(super) struct SimAfter<'a> {
+    pub(super) ctx: &'a Ctx,
+    pub(super) at: &'a At,
+    /// The host's claimer of the claim bucket (claim-after routes are never fenced).
+    pub(super) claimer: &'a Claimer<SimStore>,
+}
+
+impl AfterDelivery for SimAfter<'_> {
+    type Store = SimStore;
+    type Outputs = Output;
+
+    fn claimer(&self) -> &Claimer<SimStore> {
+        self.claimer
+    }
+
+    fn claim_key(&self) -> &str {
+        &self.at.key
+    }
+
+    fn fresh_from(&self) -> u64 {
+        self.at.fresh_from
+    }
+
+    fn delivered(&self) -> u64 {
+        self.at.number
+    }
+
+    fn digest(&self) -> &str {
+        "d"
+    }
+
+    fn may_publish(&self) -> bool {
+        true
+    }
+
+    fn count(&self, _outcome: MessageOutcome) {}
+
+    fn hit(&self, _layer: DedupLayer) {}
+
+    /// An ack is checked (the key it was acked for must be done); a term answers a
+    /// failed-for-good key, which a replay may reset meanwhile.
+    async fn settle(&self, how: Settlement) {
+        match how {
+            Settlement::Ack => self.ctx.recorded_settle(self.at, None),
+            _ => self.ctx.settle_unchecked(self.at, how.nak_ms()),
+        }
+    }
+
+    /// Checked: the key's outcome must be durable (completed or failed for good).
+    async fn settle_recorded(&self, how: Settlement) {
+        self.ctx.recorded_settle(self.at, how.nak_ms())
+    }
+
+    fn outage_delay(&self) -> Duration {
+        Duration::from_millis(self.ctx.infra_delay(self.at.number))
+    }
+
+    fn release_delay(&self) -> Duration {
+        Duration::from_millis(self.ctx.infra_delay(self.at.number))
+    }
+
+    /// Never asked: the model's handlers always find an instance.
+    fn pool_full_delay(&self) -> Duration {
+        Duration::from_millis(self.ctx.infra_delay(self.at.number))
+    }
+
+    fn retries(&self, _attempt: u32) -> Retries {
+        let s = self.ctx.settings;
+        let backoff = Duration::from_millis(s.backoff_ms);
+        Retries {
+            max: s.max_deliver,
+            backoff,
+            max_backoff: backoff,
+        }
+    }
+
+    /// The model's hosts write every record they read: a record the protocol cannot read is
+    /// a defect of the model or the protocol.
+    async fn unreadable(&self, reason: &str) {
+        self.ctx.violation(format!(
+            "h{} cannot read the record of {}: {reason}",
+            self.ctx.host, self.at.key
+        ));
+    }
+
+    /// The seeded handler: it runs for a while (no heartbeat and no progress acks, as on the
+    /// host: a claim-after handler is short), then fails or returns its one output.
+    async fn invoke(&self, attempt: u32) -> Result<Handled<Output>, String> {
+        let (ctx, key) = (self.ctx, self.at.key.as_str());
+        ctx.sleep(Duration::from_millis(ctx.work_ms(key, attempt)))
+            .await;
+        let size = match ctx.handler(key) {
+            Handler::Fails(n) if attempt <= n => {
+                return Ok(Handled::Retry {
+                    reason: "failed".into(),
+                    delay: None,
+                })
+            }
+            Handler::Fails(_) => 100,
+            Handler::Oversized => OVERSIZED,
+        };
+        Ok(Handled::Succeeded(Output {
+            id: format!("{key}#0"),
+            size,
+        }))
+    }
+
+    fn oversized(&self, output: &Output) -> Option<String> {
+        let max = self.ctx.world().max_payload;
+        effects::over_max_payload(max, &self.at.key, [("out.r", output.size)])
+    }
+
+    async fn publish(&self, output: Output) -> Result<Vec<OutputRef>, String> {
+        match self.ctx.world().publish(&output) {
+            true => Ok(Vec::new()),
+            false => Err("publish refused".into()),
+        }
+    }
+
+    async fn dead_letter(&self, _reason: &str, _attempt: u32) -> Result<(), LetterRefused> {
+        match self.ctx.world().dead_letter(&self.at.key) {
+            true => Ok(()),
+            false => Err(LetterRefused::Transient("dead letter refused".into())),
+        }
+    }
+}
