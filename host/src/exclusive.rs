@@ -1,6 +1,6 @@
 //! Exclusive routes (`exclusive_by`): at most one message per entity runs at a time, across
 //! every host, in the order the messages were published. Built from JetStream primitives
-//! only (the design and its failure analysis: `docs/exclusive.md`):
+//! only (the design and its failure analysis: `docs/src/how/exclusive.md`):
 //!
 //! - the route's consumer on the source stream hands out one message at a time
 //!   (`max_ack_pending = 1`); the host that holds it copies it, in source order, onto

@@ -4,7 +4,7 @@
 //! update rolls the subject up to itself, while a create (the subject is empty) and a
 //! completion (one earlier record stays beside it) purge nothing, which on the message path
 //! saves the server a purge per write. A fenced output stream holds its routes' claims like
-//! this, so that outputs and the completed record can be one atomic batch (docs/fenced.md).
+//! this, so that outputs and the completed record can be one atomic batch (docs/src/how/fenced.md).
 
 use async_nats::jetstream::stream::LastRawMessageErrorKind;
 use async_nats::jetstream::Context;

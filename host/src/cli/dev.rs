@@ -289,7 +289,7 @@ async fn demo(mut config: Config) -> anyhow::Result<()> {
     println!("  metric dedup_hits    {hits} (scrape it with `dev --metrics-addr 127.0.0.1:9464`)");
     println!("  fenced batches       {batches} (waiting commits share a batch: dedup_fenced_batch_commits)");
     println!("  dashboard and alerts deploy/grafana/dedup-host.json, deploy/prometheus/dedup-host-rules.yml");
-    println!("  traces               off; [telemetry] traces = \"otlp\" sends them to a collector (README, Traces)");
+    println!("  traces               off; [telemetry] traces = \"otlp\" sends them to a collector (docs/src/operate/traces.md)");
     println!("  web console          {console}");
     for name in &outputs_streams {
         println!("\nOutputs in stream {name}:");

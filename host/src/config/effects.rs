@@ -1,5 +1,5 @@
 //! The modes of a route's effects and claims: which routes commit fenced effects and on which
-//! stream (docs/fenced.md), and where claim-after is allowed.
+//! stream (docs/src/how/fenced.md), and where claim-after is allowed.
 
 use std::time::Duration;
 

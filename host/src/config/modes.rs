@@ -15,7 +15,7 @@ pub enum DedupMode {
     Forever,
 }
 
-/// How a route's outputs are made to take effect once (docs/fenced.md).
+/// How a route's outputs are made to take effect once (docs/src/how/fenced.md).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum EffectsMode {

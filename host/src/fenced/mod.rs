@@ -1,4 +1,4 @@
-//! Fenced effects (docs/fenced.md): a fenced route's claim records live in the output stream
+//! Fenced effects (docs/src/how/fenced.md): a fenced route's claim records live in the output stream
 //! that captures its outputs, under `_dedup.claims.<stream>.<claim key>`, and success is one
 //! atomic batch (nats-server 2.12+, ADR-50): the outputs, then the completed record expecting
 //! the owner's revision. The server checks that expectation at commit, under the stream's

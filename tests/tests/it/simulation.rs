@@ -1,4 +1,4 @@
-//! The seeded fault simulation of the delivery protocol (`docs/simulation.md`): a fixed budget
+//! The seeded fault simulation of the delivery protocol (`docs/src/how/simulation.md`): a fixed budget
 //! of seeds in every mode combination, and proof that its invariants can fail.
 
 use dedup_host_tests::sim::{self, Settings};

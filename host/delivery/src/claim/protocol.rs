@@ -421,7 +421,7 @@ impl<S: ClaimStore> Lease<S> {
                 // late answer). Adopt it. A read at or below the revision we hold comes from a
                 // lagging replica (KV reads are direct gets): read again, and if every read
                 // lags, say unknown, never lost: a healthy lease is not given up on a stale
-                // read (the simulation's finding, docs/simulation.md).
+                // read (the simulation's finding, docs/src/how/simulation.md).
                 for _ in 0..READ_BACKS {
                     let (current, revision) = match self.store.get(&self.key).await {
                         Ok(Some(found)) => found,

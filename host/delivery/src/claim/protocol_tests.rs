@@ -213,7 +213,7 @@ async fn a_renewal_that_lands_after_its_read_back_keeps_the_lease() {
     renewal_landing_late_keeps_the_lease(0).await;
 }
 
-/// The simulation's finding (docs/simulation.md): after the conflict, the reads that should
+/// The simulation's finding (docs/src/how/simulation.md): after the conflict, the reads that should
 /// show the late write come from a lagging replica. One stale read made the host give up a
 /// healthy lease; reads at or below the revision held are now read again.
 #[tokio::test]
