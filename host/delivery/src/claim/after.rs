@@ -109,7 +109,8 @@ impl<S: ClaimStore> Claimer<S> {
         loop {
             return match self.create(key, record, deleted).await {
                 Ok(_) => Ok(true),
-                Err(ClaimError::Conflict) => match self.store().get(key).await {
+                // Read from the leader: a lagging replica could hide the mark written over.
+                Err(ClaimError::Conflict) => match self.store().get_from_leader(key).await {
                     Ok(Some((current, _))) if current == *record => Ok(true),
                     // Nobody settled it: written over (see `update_settled`).
                     Ok(Some((current, revision))) if unsettled(&current) => {
@@ -125,7 +126,8 @@ impl<S: ClaimStore> Claimer<S> {
                     Ok(None) => Err(ClaimError::Unavailable(format!(
                         "`{key}` can neither be created nor read"
                     ))),
-                    Err(_) => Ok(false),
+                    // Unknown whether the key settles: retried, never taken as a duplicate.
+                    Err(e) => Err(e),
                 },
                 Err(e @ ClaimError::Unavailable(_)) => self.landed_or(key, record, e).await,
                 Err(e) => Err(e),
@@ -151,13 +153,15 @@ impl<S: ClaimStore> Claimer<S> {
         loop {
             return match self.store().update(key, &record, revision).await {
                 Ok(_) => Ok(true),
-                Err(ClaimError::Conflict) => match self.store().get(key).await {
+                Err(ClaimError::Conflict) => match self.store().get_from_leader(key).await {
                     Ok(Some((current, _))) if current == *record => Ok(true),
                     Ok(Some((current, at))) if at > revision && unsettled(&current) => {
                         record = Cow::Owned(keeping_mark(&record, &current).into_owned());
                         revision = at;
                         continue;
                     }
+                    // Unknown whether the key settles: retried, never taken as a duplicate.
+                    Err(e) => Err(e),
                     _ => Ok(false),
                 },
                 Err(e @ ClaimError::Unavailable(_)) => self.landed_or(key, &record, e).await,
@@ -196,10 +200,12 @@ impl<S: ClaimStore> Claimer<S> {
     }
 }
 
-/// Whether a claim-after key's `record` settles nothing: failed, not for good (a delivery's
-/// publish failed part-way and marked it, or a replay reset it to run again).
+/// Whether a claim-after key's `record` settles nothing because a delivery's publish failed
+/// part-way and marked it. A replay's reset is not such a record: the reset is the operator's,
+/// for the replayed message to run; a delivery that read the key before it (a late copy of the
+/// old run) must lose to it, or its dead record would end the replay unrun.
 fn unsettled(record: &ClaimRecord) -> bool {
-    record.state == ClaimState::Failed && !record.permanent
+    record.state == ClaimState::Failed && !record.permanent && !record.replayable()
 }
 
 /// `record`, written over `current`: a failed record keeps the mark saying window outputs of
@@ -253,6 +259,23 @@ mod tests {
         );
         let stored = store.get("j").await.unwrap().unwrap().0;
         assert!(stored.permanent && stored.may_have_effects(), "{stored:?}");
+    }
+
+    /// A late delivery of the old run that read the key before a replay reset it loses to the
+    /// reset: its dead record would end the replayed message unrun (the review's finding).
+    #[tokio::test]
+    async fn a_late_settled_write_loses_to_a_replays_reset() {
+        let store = Arc::new(MemoryClaimStore::new());
+        let claimer = Claimer::new(store.clone(), "a", Duration::from_secs(10), Duration::ZERO);
+        let dead = claimer.dead_lettered("old", 1, "rejected".into(), false);
+        assert!(claimer.create_settled("k", &dead).await.unwrap());
+        let (mut reset, revision) = store.get("k").await.unwrap().unwrap();
+        reset.reset_for_replay(7);
+        store.update("k", &reset, revision).await.unwrap();
+        let late = claimer.dead_lettered("old", 2, "rejected again".into(), false);
+        assert!(!claimer.create_settled("k", &late).await.unwrap());
+        assert!(!claimer.update_settled("k", &late, revision).await.unwrap());
+        assert_eq!(store.get("k").await.unwrap().unwrap().0, reset);
     }
 
     #[tokio::test]
