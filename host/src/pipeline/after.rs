@@ -12,7 +12,7 @@ use dedup_delivery::claim::OutputRef;
 use dedup_delivery::settle::{LetterRefused, Retries, Settlement};
 
 use super::delays::{outage_retry, outage_retry_uncounted, pool_full_retry};
-use super::effects::{self, DeadLetter, DeadLetterError, Outgoing};
+use super::effects::{self, DeadLetter, Outgoing};
 use super::message::{event, invoked, Delivery};
 use super::settling::trace_context;
 use super::Shared;
@@ -215,13 +215,7 @@ impl<S: ClaimStore> AfterDelivery for After<'_, S> {
         let stored = (self.shared)
             .publish_dead_letter(self.d, letter, &self.route.metrics)
             .await;
-        match stored {
-            Ok(()) => Ok(()),
-            Err(e @ DeadLetterError::Transient { .. }) => {
-                Err(LetterRefused::Transient(e.to_string()))
-            }
-            Err(e @ DeadLetterError::Refused { .. }) => Err(LetterRefused::ForGood(e.to_string())),
-        }
+        stored.map_err(LetterRefused::from)
     }
 }
 

@@ -307,6 +307,16 @@ pub enum DeadLetterError {
     },
 }
 
+impl From<DeadLetterError> for dedup_delivery::settle::LetterRefused {
+    /// The delivery logic's view: try again later, or never stored.
+    fn from(e: DeadLetterError) -> Self {
+        match e {
+            DeadLetterError::Transient { .. } => Self::Transient(e.to_string()),
+            DeadLetterError::Refused { .. } => Self::ForGood(e.to_string()),
+        }
+    }
+}
+
 /// Publishes the original payload and headers plus the reason to the dead-letter subject.
 /// The letter is made storable first: the original's `Nats-*` headers are kept under
 /// [`headers::ORIGINAL_PREFIX`], and a letter over the server's max payload is cut, with

@@ -13,7 +13,7 @@ use opentelemetry::trace::SpanKind;
 use opentelemetry::KeyValue;
 
 use super::delays::outage_retry_uncounted;
-use super::effects::{self, DeadLetter, DeadLetterError, Outgoing};
+use super::effects::{self, DeadLetter, Outgoing};
 use super::message::{Claimed, Delivery};
 use super::Shared;
 use crate::bindings::Output;
@@ -204,13 +204,7 @@ impl<S: ClaimStore> Settling for Settle<'_, '_, S> {
             .shared
             .publish_dead_letter(c.d, letter, &c.route.metrics)
             .await;
-        match stored {
-            Ok(()) => Ok(()),
-            Err(e @ DeadLetterError::Transient { .. }) => {
-                Err(LetterRefused::Transient(e.to_string()))
-            }
-            Err(e @ DeadLetterError::Refused { .. }) => Err(LetterRefused::ForGood(e.to_string())),
-        }
+        stored.map_err(LetterRefused::from)
     }
 
     async fn settle(&self, how: Settlement) {
