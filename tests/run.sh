@@ -17,6 +17,9 @@ if grep -E '\b(WARN|ERROR)\b' <<<"$book_log" >&2; then
     echo "tests/run.sh: mdbook build docs warned (above): fix the page it names" >&2
     exit 1
 fi
+# deploy/: every Kubernetes overlay renders and validates, the systemd unit verifies (each
+# skipped with a message when its tool is missing).
+bash "$root/tests/deploy_check.sh"
 # Instruction counts under callgrind: fails when one rose more than 5 % over the baseline.
 bash "$root/tests/instructions.sh"
 if command -v cargo-nextest >/dev/null 2>&1; then

@@ -6,7 +6,8 @@
 # headless Chromium and ChromeDriver (Debian's chromium, chromium-driver) for the console's
 # browser test unless NEEDS_BROWSER=0; iproute2 and iptables (Debian) for the chaos suite's
 # network faults unless NEEDS_NETLAB=0; valgrind (Debian) for the instruction counts unless
-# NEEDS_VALGRIND=0; mdBook (crates.io) for the book in docs/ unless NEEDS_MDBOOK=0.
+# NEEDS_VALGRIND=0; mdBook (crates.io) for the book in docs/ unless NEEDS_MDBOOK=0;
+# kubernetes-validate (PyPI) for deploy/kubernetes unless NEEDS_K8S_VALIDATE=0.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 
@@ -75,6 +76,14 @@ if [ "${NEEDS_MDBOOK:-1}" = 1 ] && ! command -v mdbook >/dev/null 2>&1; then
     hash -r
 fi
 [ "${NEEDS_MDBOOK:-1}" != 1 ] || command -v mdbook >/dev/null 2>&1 || { echo "setup: mdbook is still not on PATH (cargo installs it in ~/.cargo/bin)" >&2; exit 1; }
+
+# tests/deploy_check.sh validates the rendered Kubernetes manifests (PyPI, pinned); kubectl
+# itself comes from no registry these machines reach: the check says so when it is missing.
+if [ "${NEEDS_K8S_VALIDATE:-1}" = 1 ] && ! command -v kubernetes-validate >/dev/null 2>&1; then
+    echo "setup: installing kubernetes-validate 1.31.0 (pip)" >&2
+    python3 -m pip install --quiet --disable-pip-version-check kubernetes-validate==1.31.0
+    hash -r
+fi
 
 # shellcheck disable=SC2086 # a list of languages
 "$root/guests/build.sh" ${GUEST_LANGUAGES:-}

@@ -80,7 +80,8 @@ pub fn cli_user() -> String {
     format!("cli {user}")
 }
 
-async fn open(js: &Context, config: &Config) -> anyhow::Result<stream::Stream> {
+/// Opens (or creates) the activity stream.
+pub async fn open(js: &Context, config: &Config) -> anyhow::Result<stream::Stream> {
     let name = stream_name(config);
     js.get_or_create_stream(stream::Config {
         name: name.clone(),

@@ -49,17 +49,53 @@ pub async fn connect(config: &Config, name: &str) -> anyhow::Result<async_nats::
         })?;
         servers.push(server);
     }
-    options = liveness(options, config.claims.heartbeat);
+    options = liveness(options, config.claims.heartbeat)
+        .custom_inbox_prefix(n.inbox())
+        .event_callback(|event| async move {
+            // A refused subject is named at once and kept for the error of whatever waits
+            // on it (`crate::refusals`).
+            if let async_nats::Event::ServerError(async_nats::ServerError::Other(text)) = &event {
+                crate::refusals::observe(text);
+            }
+        });
     // Every URL is handed over as its own server, so the client fails over among them.
-    let client = options.name(name).connect(servers).await.with_context(|| {
-        let origin = n.urls_origin.as_deref().unwrap_or("`nats.urls` in the config");
-        format!(
-            "cannot connect to NATS at {} (from {origin}): is the server running and reachable? Start a local one with `dedup-host dev`, or name another with --nats-url",
+    let client = options.name(name).connect(servers).await.map_err(|e| {
+        let origin = n
+            .urls_origin
+            .as_deref()
+            .unwrap_or("`nats.urls` in the config");
+        let fix = fix(&e);
+        anyhow::Error::new(e).context(format!(
+            "cannot connect to NATS at {} (from {origin}): {fix}",
             n.urls.join(", ")
-        )
+        ))
     })?;
     check_version(&client.server_info().version)?;
     Ok(client)
+}
+
+/// What to check when connecting failed, by what failed: the TLS handshake (a certificate the
+/// other side does not trust, or one outside its validity), the credentials, or reaching the
+/// server at all.
+fn fix(error: &async_nats::ConnectError) -> &'static str {
+    use async_nats::ConnectErrorKind as Kind;
+    let mut text = error.to_string();
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    let text = text.to_ascii_lowercase();
+    if error.kind() == Kind::Tls || text.contains("certificate") || text.contains("tls") {
+        "the TLS handshake failed: check that `nats.tls_ca` is the CA that signed the server's certificate, that the certificate is valid now (not expired) and names the host of the URL, and, where the server asks for client certificates, `nats.tls_cert` and `nats.tls_key`"
+    } else if matches!(
+        error.kind(),
+        Kind::AuthorizationViolation | Kind::Authentication
+    ) {
+        "the server refused the credentials: check `nats.user`/`password`, `token`, `nkey_seed` or `creds_file` against the server's users"
+    } else {
+        "is the server running and reachable? Start a local one with `dedup-host dev`, or name another with --nats-url"
+    }
 }
 
 /// How soon a dead connection is noticed and a healed one used again.

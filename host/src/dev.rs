@@ -53,11 +53,25 @@ impl LocalServer {
             }
             Port::AnyFree => TcpListener::bind("127.0.0.1:0")?.local_addr()?.port(),
         };
-        let child = Command::new("nats-server")
+        let mut command = Command::new("nats-server");
+        command
             .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
             .arg(store_dir)
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(Stdio::null());
+        // It ends with this process however that ends: a `dev --demo | head` ended by
+        // SIGPIPE, or a `kill -9`, runs no destructor.
+        // SAFETY: the closure only calls prctl, which is async-signal-safe.
+        unsafe {
+            use std::os::unix::process::CommandExt as _;
+            command.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == -1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = command
             .spawn()
             .map_err(|e| match e.kind() {
                 std::io::ErrorKind::NotFound => anyhow::anyhow!(

@@ -17,6 +17,8 @@
 //!   endpoints that serve it and the commands that read a deployment (inspect, dead letters,
 //!   audit); [`console`]: the web console over a whole deployment, fed by each host's
 //!   [`feed`], its changes recorded in [`activity`].
+//! - [`permissions`]: the least-privilege NATS permissions of each role; [`refusals`]: the
+//!   subjects the server refused, named in errors.
 
 #![warn(missing_docs)]
 
@@ -52,10 +54,13 @@ pub mod objects;
 pub mod ops;
 pub mod ownership;
 pub mod pipeline;
+pub mod permissions;
 pub mod plan;
 pub mod presence;
 pub mod project;
 pub mod provision;
+pub mod reference;
+pub mod refusals;
 pub mod rename;
 pub mod rollout_metrics;
 pub mod routes;

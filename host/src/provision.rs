@@ -145,6 +145,7 @@ async fn survey(js: &Context, config: &Config, dry_run: bool) -> anyhow::Result<
             found,
         });
     }
+    items.extend(host_streams(js, config, dry_run).await?);
     items.extend(contracts(js, config, dry_run).await?);
     let source = js.get_stream(&config.source.stream).await.ok();
     for (name, filters, queue) in setup::consumer_specs(config) {
@@ -156,6 +157,53 @@ async fn survey(js: &Context, config: &Config, dry_run: bool) -> anyhow::Result<
             kind: "consumer",
             name,
             field: "source.consumer".into(),
+            found,
+        });
+    }
+    Ok(items)
+}
+
+/// What hosts and the console would otherwise create on first use (the console's feed, the
+/// activity log, shadow findings): created here, so that neither needs the right to create
+/// streams (`dedup-host permissions`).
+async fn host_streams(js: &Context, config: &Config, dry_run: bool) -> anyhow::Result<Vec<Item>> {
+    let diffs = crate::candidate::record::bucket_name(&config.components.bucket);
+    let wanted = [
+        (
+            "stream",
+            crate::feed::stream_name(config),
+            "components.status_bucket",
+        ),
+        (
+            "stream",
+            crate::activity::stream_name(config),
+            "components.status_bucket",
+        ),
+        ("kv bucket", diffs.clone(), "components.bucket"),
+    ];
+    let mut items = Vec::new();
+    for (i, (kind, name, field)) in wanted.into_iter().enumerate() {
+        let backing = if kind == "kv bucket" {
+            format!("KV_{name}")
+        } else {
+            name.clone()
+        };
+        let found = if js.get_stream(&backing).await.is_ok() {
+            Found::Matches
+        } else if dry_run {
+            Found::WouldCreate
+        } else {
+            match i {
+                0 => drop(crate::feed::open(js, config).await?),
+                1 => drop(crate::activity::open(js, config).await?),
+                _ => drop(crate::candidate::record::open(js, config).await?),
+            }
+            Found::Created
+        };
+        items.push(Item {
+            kind,
+            name,
+            field: field.into(),
             found,
         });
     }

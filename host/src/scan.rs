@@ -58,6 +58,19 @@ pub async fn stream(
     scan(js, stream, filter, deliver_policy, false).await
 }
 
+/// Every message of `stream` from sequence `start_sequence` on (matching `filter` when not
+/// empty), in order.
+pub async fn stream_from(
+    js: &Context,
+    stream: &str,
+    filter: &str,
+    start_sequence: u64,
+) -> anyhow::Result<Vec<Stored>> {
+    let start_sequence = start_sequence.max(1);
+    let policy = DeliverPolicy::ByStartSequence { start_sequence };
+    scan(js, stream, filter, policy, false).await
+}
+
 /// The last `n` messages of `stream` (fewer when it holds fewer), in order.
 pub async fn tail(js: &Context, stream: &str, n: u64) -> anyhow::Result<Vec<Stored>> {
     let mut s = js

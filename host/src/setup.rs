@@ -225,10 +225,7 @@ pub async fn ensure_queue(js: &Context, config: &Config) -> anyhow::Result<strea
 /// keep message ids longer than the longest gap between two runs of one key.
 async fn check_output_windows(js: &Context, config: &Config) -> anyhow::Result<()> {
     let gap = config.longest_rerun_gap();
-    let mut streams = js.streams();
-    while let Some(info) = streams.next().await {
-        let info = info.context("cannot list streams to check their duplicate windows")?;
-        let c = &info.config;
+    for c in &output_stream_configs(js, config).await? {
         if crate::forever::is_forever(c) {
             // It refuses a re-run's output by its subject, however late.
             continue;
@@ -255,6 +252,35 @@ async fn check_output_windows(js: &Context, config: &Config) -> anyhow::Result<(
         }
     }
     Ok(())
+}
+
+/// The configs of every stream on the server; when they cannot be listed (the user may not),
+/// those of the streams `config` names, with a warning that others were not checked.
+async fn output_stream_configs(
+    js: &Context,
+    config: &Config,
+) -> anyhow::Result<Vec<stream::Config>> {
+    let mut listed = Vec::new();
+    let mut streams = js.streams();
+    while let Some(info) = streams.next().await {
+        match info {
+            Ok(info) => listed.push(info.config),
+            Err(e) => {
+                tracing::warn!("cannot list the server's streams ({e}; may this user not send `$JS.API.STREAM.LIST`?): only the duplicate windows of this config's own streams are checked against the longest gap between two runs of one key");
+                let names = std::iter::once(&config.source.stream)
+                    .chain(config.output_streams.iter().map(|o| &o.name));
+                let mut own = Vec::new();
+                for name in names {
+                    let mut stream = js.get_stream(name).await.with_context(|| {
+                        format!("cannot read stream `{name}` to check its duplicate window")
+                    })?;
+                    own.push(stream.info().await?.config.clone());
+                }
+                return Ok(own);
+            }
+        }
+    }
+    Ok(listed)
 }
 
 /// A deployment that ran before default names were derived from the source stream used the
@@ -314,6 +340,10 @@ where
     loop {
         match step().await {
             Ok(done) => return Ok(done),
+            // A refused subject does not heal by waiting.
+            Err(e) if crate::refusals::since(started).is_some() => {
+                return Err(crate::refusals::explain(e, started))
+            }
             Err(e) if is_transient(&e) && started.elapsed() < SETUP_PATIENCE => {
                 tracing::warn!("set-up: the servers are not ready, retrying in {wait:?}: {e:#}");
                 tokio::time::sleep(wait).await;

@@ -107,6 +107,31 @@ impl TestEnv {
         }
     }
 
+    /// Starts a server from nats-server configuration text (users, permissions: written to
+    /// the test's temp dir as `nats-server.conf`; `{dir}` in it stands for that dir) and
+    /// connects the test's own client as `user` with `password`, who may read everything the
+    /// test checks.
+    pub async fn start_with_conf(conf: &str, user: &str, password: &str) -> Self {
+        log_to_test_output();
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("nats-server.conf");
+        let conf = conf.replace("{dir}", &dir.path().display().to_string());
+        std::fs::write(&path, conf).expect("write the server config");
+        let server = NatsServer::start_with(&["-c", &path.display().to_string()]);
+        let client = async_nats::ConnectOptions::with_user_and_password(user.into(), password.into())
+            .connect(server.url())
+            .await
+            .expect("connect to the test nats-server");
+        Self {
+            servers: NatsCluster {
+                nodes: vec![server],
+            },
+            dir,
+            js: async_nats::jetstream::new(client),
+            fenced_outputs: false,
+        }
+    }
+
     /// Starts a 3-node loopback cluster and connects to all of it. Hosts get every node's
     /// URL, and every stream and bucket they create has 3 replicas on file storage.
     pub async fn start_cluster() -> Self {
@@ -169,7 +194,7 @@ impl TestEnv {
         } else {
             String::new()
         };
-        format!(
+        let text = format!(
             r#"
 [nats]
 urls = {urls:?}
@@ -210,7 +235,9 @@ replicas = {replicas}
 {routes}
 "#,
             urls = self.servers.urls()
-        )
+        );
+        crate::schema::agrees_with_the_parser(&text);
+        text
     }
 
     /// Parses config text (relative paths resolve against the temp dir).

@@ -10,4 +10,5 @@ pub mod nats;
 pub mod netlab;
 pub mod proxy;
 pub mod readme;
+pub mod schema;
 pub mod sim;

@@ -45,6 +45,12 @@ pub trait AfterDelivery: Sync {
     /// How many times the server delivered the message (this delivery included): the attempt.
     fn delivered(&self) -> u64;
 
+    /// The message's sequence in the source stream, written into the key's record
+    /// ([`ClaimRecord::source_sequence`]); `None` when not known.
+    fn source_sequence(&self) -> Option<u64> {
+        None
+    }
+
     /// The digest of the handler version that runs it (recorded with the outcome).
     fn digest(&self) -> &str;
 
@@ -225,7 +231,10 @@ async fn publish_failed<A: AfterDelivery>(a: &A, r: &Read, e: &str) {
     }
     let reason = format!("publishing the outputs failed part-way: {e}");
     let claimer = a.claimer();
-    let record = claimer.publish_failed(a.digest(), r.attempt, reason);
+    let record = ClaimRecord {
+        source_sequence: a.source_sequence(),
+        ..claimer.publish_failed(a.digest(), r.attempt, reason)
+    };
     let written = claimer
         .record_settled(a.claim_key(), &record, r.reset)
         .await;
@@ -261,6 +270,10 @@ async fn record_outcome<A: AfterDelivery>(
     outcome: MessageOutcome,
     how: Settlement,
 ) {
+    let record = ClaimRecord {
+        source_sequence: a.source_sequence(),
+        ..record
+    };
     let claimer = a.claimer();
     match claimer
         .record_settled(a.claim_key(), &record, r.reset)

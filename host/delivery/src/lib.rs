@@ -6,7 +6,8 @@
 //!
 //! - [`claim`]: the claim protocol (records, keys, leases, the store trait it runs on).
 //! - [`backoff`]: how long a message waits before its next delivery when it could not run now
-//!   (an outage, a full instance pool, a key busy elsewhere).
+//!   (an outage, a full instance pool, a key busy elsewhere); [`outage`]: a route's run of
+//!   infrastructure errors in a row and the outage backoff it sets.
 //! - [`settle`]: what follows a claimed delivery's outcome, in the order that keeps it exactly
 //!   once (publish, record, ack; fail, nak; release; dead-letter, record, terminate), over the
 //!   [`settle::Settling`] seam.
@@ -18,7 +19,8 @@
 //!   [`after::AfterDelivery`] seam.
 //! - [`queue`]: an exclusive route's source message copied onto its entity's partition, then
 //!   acked, over the [`queue::Queueing`] seam; [`marker`]: the stranded-message marker around
-//!   a message's last delivery, over the [`marker::Marking`] seam.
+//!   a message's last delivery, over the [`marker::Marking`] seam; [`undeliverable`]: what
+//!   becomes of a message the server gave up delivering, from its key's record.
 //! - [`outcome`]: how a delivery ended and where a repeat was caught.
 //! - [`subject`]: NATS subject grammar (filters, literals, the server's and the host's reserved
 //!   namespaces); [`text`]: reasons and header values made safe to store and show.
@@ -32,8 +34,10 @@ pub mod claim;
 pub mod clock;
 pub mod heartbeat;
 pub mod marker;
+pub mod outage;
 pub mod outcome;
 pub mod queue;
 pub mod settle;
 pub mod subject;
 pub mod text;
+pub mod undeliverable;

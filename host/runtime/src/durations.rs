@@ -6,6 +6,24 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer, Serializer};
 
+/// The JSON Schema of a duration field: humantime text. Fields name it with
+/// `#[schemars(with = "crate::durations::Text")]`.
+pub struct Text;
+
+impl schemars::JsonSchema for Text {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Duration".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "type": "string",
+            "description": "A duration: a number and a unit, e.g. \"500ms\", \"30s\", \"5m\", \"1h 30m\".",
+            "pattern": "^\\s*[0-9]+\\s*[a-zµ]+(\\s*[0-9]+\\s*[a-zµ]+)*\\s*$"
+        })
+    }
+}
+
 /// Parses one duration; the error names the text and shows examples.
 pub fn parse(text: &str) -> Result<Duration, String> {
     humantime::parse_duration(text).map_err(|e| {
@@ -46,6 +64,15 @@ pub mod option {
 /// A list of durations (`["1s", "500ms"]`).
 pub mod list {
     use super::*;
+
+    /// Writes a list of durations as humantime texts.
+    pub fn serialize<S: Serializer>(d: &[Duration], s: S) -> Result<S::Ok, S::Error> {
+        let texts: Vec<String> = d
+            .iter()
+            .map(|d| humantime::format_duration(*d).to_string())
+            .collect();
+        serde::Serialize::serialize(&texts, s)
+    }
 
     /// Reads a list of durations from humantime texts.
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Duration>, D::Error> {

@@ -34,30 +34,35 @@ pub const DEFAULT_TABLES: usize = 16;
 
 /// What one invocation of a guest may consume. Breaking any limit ends the invocation with a
 /// trap outcome whose kind names the limit.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct Limits {
     /// CPU time the guest may use for instantiation plus the call, measured on the threads
     /// that run it and checked at every epoch tick (DESIGN.md rule 21: a busy machine
     /// stretches wall time, not the guest's own work).
     #[serde(with = "crate::durations")]
+    #[schemars(with = "crate::durations::Text")]
     pub deadline: Duration,
     /// Wall-clock limit for instantiation plus the call, whatever the guest does with it
     /// (computing, sleeping, waiting in a host call). `None` (the default) is
-    /// [`WALL_FACTOR`] times `deadline`. It bounds how long one run can hold a key, so the
+    /// 3 times `deadline`. It bounds how long one run can hold a key, so the
     /// duplicate-window arithmetic uses it ([`Limits::wall_limit`]).
     #[serde(
         default,
         with = "crate::durations::option",
         skip_serializing_if = "Option::is_none"
     )]
+    #[schemars(with = "Option<crate::durations::Text>")]
+    #[schemars(extend("x-default-text" = "3 x `deadline`"))]
     pub wall: Option<Duration>,
     /// Fuel per invocation (about one unit per WebAssembly instruction): a deterministic CPU
     /// budget on top of the deadline. `None` (the default) leaves only the deadline.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
     pub fuel: Option<u64>,
     /// Largest size a linear memory may grow to, in bytes.
     #[serde(deserialize_with = "crate::size::deserialize")]
+    #[schemars(with = "crate::size::Text")]
     pub memory_bytes: u64,
     /// Largest number of elements a table may grow to.
     pub table_elements: u64,
@@ -71,11 +76,13 @@ pub struct Limits {
     pub max_outputs: usize,
     /// Most bytes (payloads, subjects and headers) all outputs of one invocation may carry.
     #[serde(deserialize_with = "crate::size::deserialize")]
+    #[schemars(with = "crate::size::Text")]
     pub max_output_bytes: u64,
     /// Most log lines one invocation may write.
     pub max_log_lines: usize,
     /// Most log bytes (messages and fields) one invocation may write.
     #[serde(deserialize_with = "crate::size::deserialize")]
+    #[schemars(with = "crate::size::Text")]
     pub max_log_bytes: u64,
 }
 

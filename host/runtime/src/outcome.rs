@@ -51,7 +51,7 @@ impl Outcome {
 }
 
 /// Why a guest's instance was discarded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum TrapKind {
     /// The guest ran past its wall-clock deadline.

@@ -9,6 +9,26 @@ use serde::de::{self, Deserializer, Visitor};
 const EXAMPLES: &str =
     "a number of bytes or a string with a unit, e.g. 67108864, \"64MiB\", \"8MB\" or \"512KiB\"";
 
+/// The JSON Schema of a size field: a number of bytes or a string with a unit. Fields name it
+/// with `#[schemars(with = "crate::size::Text")]`.
+pub struct Text;
+
+impl schemars::JsonSchema for Text {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Size".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "A size in bytes: a number (67108864) or a string with a unit (\"64MiB\", \"8MB\", \"512KiB\", \"1GiB\").",
+            "anyOf": [
+                { "type": "integer", "minimum": 0 },
+                { "type": "string", "pattern": "^\\s*[0-9][0-9_]*\\s*([bB]|[kKmMgG]([iI]?[bB])?)?\\s*$" }
+            ]
+        })
+    }
+}
+
 /// Parses `"64MiB"`-style text: digits (with `_` allowed), optional spaces, then an optional
 /// unit `B`, `KB`/`KiB`, `MB`/`MiB`, `GB`/`GiB` (case-insensitive; `K`, `M`, `G` alone are
 /// binary).

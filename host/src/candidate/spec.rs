@@ -30,6 +30,15 @@ impl Mode {
             Mode::Canary { .. } => "canary",
         }
     }
+
+    /// How a host reports it in its status (`shadow`, `canary 20%`): the mode and its share,
+    /// so `--wait` after a change of share (or from shadow to canary) waits for the change.
+    pub fn status(&self) -> String {
+        match self {
+            Mode::Shadow { .. } => "shadow".into(),
+            Mode::Canary { percent } => format!("canary {percent}%"),
+        }
+    }
 }
 
 /// How much worse than the live version a canary may be before it is rolled back on every

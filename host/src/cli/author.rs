@@ -13,7 +13,7 @@ use crate::cases::{self, CaseFile};
 use crate::config::Config;
 use crate::project::{self, Language};
 use crate::routes::Routes;
-use crate::runtime::{EngineSettings, InvokeOptions, Runtime};
+use crate::runtime::InvokeOptions;
 
 /// Flags of `dedup-host new`.
 #[derive(Debug, Args)]
@@ -64,8 +64,8 @@ pub struct BuildArgs {
 /// Builds a project into a component and checks that this host loads it.
 pub fn build(args: BuildArgs) -> anyhow::Result<ExitCode> {
     let out = project::build(&args.dir, args.out.as_deref(), args.install)?;
-    let runtime = Runtime::new(&EngineSettings::default())?;
-    runtime.load_file(&out).with_context(|| {
+    let runtime = super::compile::runtime(Some(&super::compile::project_cache(&args.dir)))?;
+    super::compile::load_file(&runtime, &out).with_context(|| {
         format!(
             "the build wrote `{}`, but it is not a handler",
             out.display()
@@ -138,8 +138,9 @@ pub async fn test(args: TestArgs) -> anyhow::Result<ExitCode> {
         }
         _ => InvokeOptions::default(),
     };
-    let runtime = Runtime::new(&EngineSettings::default())?;
-    let handler = runtime.load_file(&component)?;
+    // The project's cache: `build` compiled it already, and `deploy` from here finds it.
+    let runtime = super::compile::runtime(Some(&super::compile::project_cache(&base)))?;
+    let handler = super::compile::load_file(&runtime, &component)?;
     let results = cases::run(&handler, &options, &file.cases, &base).await?;
     let failed = results.iter().filter(|r| r.failure.is_some()).count();
     for r in &results {

@@ -120,19 +120,19 @@ pub async fn deploy(
     Ok(spec.digest)
 }
 
-/// Waits at most `wait` until every live host runs `digest` as `route`'s candidate (`None`:
-/// runs none).
+/// Waits at most `wait` until every live host runs `candidate` (`<digest> <mode>`, as
+/// [`Mode::status`] words it) as `route`'s candidate, in that mode (`None`: runs none). The
+/// mode counts: a host still running the same digest in shadow has not taken a canary.
 pub async fn wait_candidate(
     js: &async_nats::jetstream::Context,
     config: &Config,
     route: &str,
     wait: std::time::Duration,
-    digest: Option<&str>,
+    candidate: Option<&str>,
 ) -> anyhow::Result<()> {
-    let what = digest.map_or("no candidate".to_string(), |d| format!("candidate {d}"));
+    let what = candidate.map_or("no candidate".to_string(), |c| format!("candidate {c}"));
     super::wait::every_host(js, config, route, wait, &what, |s| {
-        let running = s.candidate.as_deref().and_then(|c| c.split(' ').next());
-        running == digest
+        s.candidate.as_deref() == candidate
     })
     .await
 }

@@ -10,7 +10,6 @@ use clap::Args;
 use super::run::ConfigArgs;
 use crate::components::{status, store};
 use crate::config::Config;
-use crate::runtime::{EngineSettings, Runtime};
 
 /// Flags of `dedup-host deploy`.
 #[derive(Debug, Args)]
@@ -80,13 +79,15 @@ pub async fn deploy(args: DeployArgs) -> anyhow::Result<ExitCode> {
     let bytes = std::fs::read(&file)
         .with_context(|| format!("cannot read `{}` ({flag})", file.display()))?;
     if !args.skip_check {
-        let runtime = Runtime::new(&EngineSettings::default())?;
-        runtime.load_bytes(&file, &bytes)?;
+        // The cache the hosts of this config use (and `test` in its folder filled).
+        let runtime = super::compile::runtime(super::compile::config_cache(&config).as_deref())?;
+        super::compile::load(&runtime, &file, &bytes)?;
     }
     let js = connect(&config, "deploy").await?;
     refuse_others(&js, &config, &args.route).await?;
     if let Some((_, mode)) = candidate {
         let label = mode.label();
+        let status = mode.status();
         let what = (file.as_path(), mode);
         let digest =
             super::candidate::deploy(&js, &config, &args.route, what, &bytes, &args.candidate)
@@ -94,7 +95,8 @@ pub async fn deploy(args: DeployArgs) -> anyhow::Result<ExitCode> {
         let result = format!("{label} candidate");
         crate::activity::record_cli(&js, &config, "deploy", &args.route, &digest, result).await;
         if let Some(wait) = args.wait {
-            super::candidate::wait_candidate(&js, &config, &args.route, wait, Some(&digest))
+            let candidate = format!("{digest} {status}");
+            super::candidate::wait_candidate(&js, &config, &args.route, wait, Some(&candidate))
                 .await?;
         }
         return Ok(ExitCode::SUCCESS);

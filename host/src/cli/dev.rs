@@ -33,7 +33,8 @@ pub struct DevArgs {
     #[arg(long)]
     demo: bool,
     /// The port of the local nats-server, when the config names no server (default 4222;
-    /// refused when taken). `--demo` takes any free port unless this is given.
+    /// refused when taken; 0: any free port, as `--any-port`). `--demo` takes any free port
+    /// unless this is given.
     #[arg(long, value_name = "N", conflicts_with = "any_port")]
     port: Option<u16>,
     /// Start the local nats-server on any free port (its URL is printed, and commands run
@@ -96,10 +97,17 @@ pub async fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
 }
 
 impl DevArgs {
-    /// Where the local nats-server listens: `--port`, any free port (`--any-port`, or the
-    /// demo, whose server is its own), else NATS's usual port.
+    /// Whether it serves until stopped (the demo prints and exits, so a closed pipe may end
+    /// it as it ends any printing command: its nats-server goes with it).
+    pub fn serves(&self) -> bool {
+        !self.demo
+    }
+
+    /// Where the local nats-server listens: `--port`, any free port (`--port 0`,
+    /// `--any-port`, or the demo, whose server is its own), else NATS's usual port.
     fn local_port(&self) -> Port {
         match self.port {
+            Some(0) => Port::AnyFree,
             Some(port) => Port::Exactly(port),
             None if self.any_port || self.demo => Port::AnyFree,
             None => Port::Exactly(crate::dev::DEFAULT_PORT),

@@ -2,16 +2,19 @@
 
 mod author;
 mod candidate;
+mod compile;
 mod console;
 mod demo_console;
 mod demo_modes;
 mod demo_shadow;
 mod deploy;
 mod dev;
+mod docs;
 mod foreign;
 mod invoke;
 mod ops;
 mod payload;
+mod permissions;
 mod publish;
 mod reload;
 mod run;
@@ -32,13 +35,14 @@ pub struct Cli {
 }
 
 impl Cli {
-    /// Whether this command serves until stopped (`run`, `dev`, `console`) rather than
-    /// printing a result and exiting.
+    /// Whether this command serves until stopped (`run`, `dev` but its demo, `console`)
+    /// rather than printing a result and exiting.
     pub fn serves(&self) -> bool {
-        matches!(
-            self.command,
-            Command::Run(_) | Command::Dev(_) | Command::Console(_)
-        )
+        match &self.command {
+            Command::Run(_) | Command::Console(_) => true,
+            Command::Dev(dev) => dev.serves(),
+            _ => false,
+        }
     }
 }
 
@@ -88,6 +92,16 @@ pub enum Command {
     Audit(ops::AuditArgs),
     /// Serve the web console of the config's deployment (every host of its source stream).
     Console(console::ConsoleArgs),
+    /// Print the least-privilege NATS permissions of a role (host, operator, console) of
+    /// the config's deployment, as nats-server configuration or JSON.
+    Permissions(permissions::PermissionsArgs),
+    /// Print the JSON Schema of the config file, for editors (Taplo, Even Better TOML) and
+    /// validators.
+    Schema(docs::SchemaArgs),
+    /// Write the book's generated reference pages (command line, configuration, metrics,
+    /// schema) into a folder, or check them with `--check`.
+    #[command(hide = true)]
+    Reference(docs::ReferenceArgs),
 }
 
 impl Cli {
@@ -98,6 +112,7 @@ impl Cli {
             Command::Run(_) | Command::Dev(_) => None,
             _ => Some(crate::logging::init(crate::config::LogFormat::Text)),
         };
+        let started = std::time::Instant::now();
         let result = match self.command {
             Command::Invoke(args) => invoke::run(args).await,
             Command::New(args) => author::new(args),
@@ -120,7 +135,12 @@ impl Cli {
             Command::DeadLetters(args) => ops::dead_letters(args).await,
             Command::Audit(args) => ops::audit(args).await,
             Command::Console(args) => console::console(args).await,
+            Command::Permissions(args) => permissions::run(args),
+            Command::Schema(args) => docs::schema(args),
+            Command::Reference(args) => docs::reference(args),
         };
+        // A command that timed out waiting on a refused subject says which one.
+        let result = result.map_err(|e| crate::refusals::explain(e, started));
         // Exit codes: 0 done; 1 refused after checking the server (nothing changed) or found
         // what it reports (a difference, an anomaly, a failed case); 2 could not run as asked
         // (flags, the config, NATS). `main` turns every other error into 2.

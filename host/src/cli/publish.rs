@@ -26,8 +26,9 @@ pub struct PublishArgs {
     /// A host config: publish to its server, with its credentials.
     #[arg(long, value_name = "FILE")]
     config: Option<std::path::PathBuf>,
-    /// Subject to publish on (a stream must capture it).
-    #[arg(long, value_name = "S", value_parser = super::subject_arg::literal)]
+    /// Subject to publish on (a stream must capture it; the server's `$JS.`, `$KV.`, `$SYS.`,
+    /// `_INBOX.` and the hosts' own namespaces are refused).
+    #[arg(long, value_name = "S", value_parser = super::subject_arg::publishable)]
     subject: String,
     /// The message id (`Nats-Msg-Id`): the stream drops a repeat of it, and a route with
     /// the default `key = "msg-id"` takes it as the idempotency key. (`--key` is an older

@@ -129,15 +129,21 @@ pub async fn run(args: SetupArgs) -> anyhow::Result<ExitCode> {
     }
     // An output subject that no stream captures (on the server, or in this config) is a
     // config error, as a host start finds it: exit 2, as for a config that does not validate.
-    let streams = crate::capture::Streams::held(&js)
-        .await?
-        .with_declared(&config);
-    if let Err(uncaptured) = streams.refuse_uncaptured(&config) {
-        for line in uncaptured.to_string().lines() {
-            eprintln!("dedup-host setup: {line}");
+    // One the server's streams could not show (this user may not list them) is a warning.
+    match crate::capture::check(&js, &config).await {
+        crate::capture::OutputCheck::Captured => {}
+        crate::capture::OutputCheck::Unchecked(warnings) => {
+            for warning in &warnings {
+                eprintln!("dedup-host setup: warning: {warning}");
+            }
         }
-        eprintln!("dedup-host setup: nothing set up");
-        return Ok(ExitCode::from(2));
+        crate::capture::OutputCheck::Refused(uncaptured) => {
+            for line in uncaptured.to_string().lines() {
+                eprintln!("dedup-host setup: {line}");
+            }
+            eprintln!("dedup-host setup: nothing set up");
+            return Ok(ExitCode::from(2));
+        }
     }
     // The server's consumer limit per stream, named before anything is created.
     let over_limit = crate::consumer_limit::check(&js, &config).await?;

@@ -1,7 +1,9 @@
 //! Subject arguments of the command line (`tail SUBJECT`, `publish --subject`, `invoke
 //! --subject`): checked as clap parses them, with one rule set (the config's, in
 //! [`crate::subject`]), so a mistyped wildcard is an error naming the argument and the fix
-//! (exit 2) instead of a command that waits for nothing.
+//! (exit 2) instead of a command that waits for nothing. `publish` also refuses the server's
+//! and the hosts' own namespaces (`$JS.`, `$KV.`, `$SYS.`, `_INBOX.`, `dedup.control.`, ...):
+//! a message there is an API call or a forged host record, never an event.
 
 use crate::subject;
 
@@ -25,6 +27,32 @@ pub(crate) fn literal(s: &str) -> Result<String, String> {
         ));
     }
     Ok(s.to_string())
+}
+
+/// Parses the subject `publish` sends an event on: one literal subject, outside every
+/// reserved namespace ([`crate::subject::RESERVED_PREFIXES`]).
+pub(crate) fn publishable(s: &str) -> Result<String, String> {
+    let s = literal(s)?;
+    match subject::reserved_prefix(&s) {
+        Some(prefix) => Err(format!(
+            "`{s}` is in `{prefix}`, {}: `publish` sends events for a stream to store, never there; name a subject your source stream captures (`[source] subjects`)",
+            namespace(prefix)
+        )),
+        None => Ok(s),
+    }
+}
+
+/// What a reserved namespace is, for an error message.
+fn namespace(prefix: &str) -> &'static str {
+    match prefix {
+        "$JS." => "JetStream's API (a message there would act on streams and consumers)",
+        "$KV." => "the key-value buckets' records (claims live there)",
+        "$O." => "the object stores' chunks (components live there)",
+        "$SYS." => "the system account's events and requests",
+        "$NRG." => "the servers' Raft traffic",
+        "_INBOX." => "the reply inboxes of requests in flight",
+        _ => "where hosts take orders and keep their own records",
+    }
 }
 
 /// What to write instead of a token that mixes a wildcard with text (`C-*`), if any.
@@ -91,5 +119,29 @@ mod tests {
             .unwrap_err()
             .contains("write `orders.*`"));
         assert!(literal("orders new").is_err());
+    }
+
+    #[test]
+    fn publish_refuses_the_servers_and_the_hosts_namespaces_by_name() {
+        for (subject, prefix, what) in [
+            ("$JS.API.STREAM.DELETE.EVENTS", "$JS.", "JetStream's API"),
+            ("$KV.dedup-claims.k", "$KV.", "key-value"),
+            ("$SYS.REQ.SERVER.PING", "$SYS.", "system account"),
+            ("_INBOX.abc", "_INBOX.", "reply inboxes"),
+            ("$js.api.info", "$JS.", "JetStream's API"),
+            (
+                "dedup.control.reload.EVENTS",
+                "dedup.control.",
+                "take orders",
+            ),
+        ] {
+            let e = publishable(subject).unwrap_err();
+            assert!(e.contains(&format!("`{subject}` is in `{prefix}`")), "{e}");
+            assert!(e.contains(what) && e.contains("[source] subjects"), "{e}");
+        }
+        assert_eq!(publishable("orders.new").unwrap(), "orders.new");
+        assert!(publishable("$JS.*")
+            .unwrap_err()
+            .contains("not one subject"));
     }
 }

@@ -3,7 +3,7 @@
 //! (ordered consumers: nothing is acknowledged or removed).
 
 use std::process::ExitCode;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use anyhow::Context as _;
 use async_nats::jetstream::consumer::{push, DeliverPolicy};
@@ -33,6 +33,11 @@ pub struct TailArgs {
     /// Start from the oldest message each stream holds, not from now.
     #[arg(long)]
     all: bool,
+    /// Start from the messages stored at or after this time (`2026-11-27T09:30:00Z`, as
+    /// `date -u +%FT%TZ` prints it) or this long ago (`10m`), not from now: a script that
+    /// checks what it caused counts nothing an earlier run left.
+    #[arg(long, value_name = "TIME", conflicts_with = "all", value_parser = since)]
+    since: Option<SystemTime>,
     /// Exit after N messages.
     #[arg(long, short = 'n', value_name = "N")]
     count: Option<usize>,
@@ -76,7 +81,7 @@ pub async fn run(args: TailArgs) -> anyhow::Result<ExitCode> {
             anyhow::bail!("no stream captures `{filter}`: run `dedup-host setup --config FILE` (or publish to a subject a stream captures)");
         }
         for stream in &capturing {
-            match follow(&js, &client, stream, filter, args.all).await {
+            match follow(&js, &client, stream, filter, args.start()).await {
                 Ok(messages) => followed.push(messages),
                 Err(e) => eprintln!(
                     "dedup-host tail: not following stream `{stream}`, which captures part of `{filter}`: {e:#}"
@@ -118,24 +123,48 @@ pub async fn run(args: TailArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
-/// An ordered consumer of `stream` on `filter`.
+impl TailArgs {
+    /// Where in each stream to start: `--all`, `--since`, or now.
+    fn start(&self) -> DeliverPolicy {
+        match (self.all, self.since) {
+            (true, _) => DeliverPolicy::All,
+            (false, Some(since)) => DeliverPolicy::ByStartTime {
+                start_time: time::OffsetDateTime::from(since),
+            },
+            (false, None) => DeliverPolicy::New,
+        }
+    }
+}
+
+/// Parses `--since`: an RFC 3339 time, or a duration meaning that long ago.
+fn since(s: &str) -> Result<SystemTime, String> {
+    if let Ok(at) = humantime::parse_rfc3339_weak(s) {
+        return Ok(at);
+    }
+    match humantime::parse_duration(s) {
+        Ok(ago) => SystemTime::now()
+            .checked_sub(ago)
+            .ok_or_else(|| format!("`{s}` ago is before the clock's start")),
+        Err(_) => Err(format!(
+            "`{s}` is neither a time (`2026-11-27T09:30:00Z`, as `date -u +%FT%TZ` prints it) nor how long ago (`10m`, `1h`)"
+        )),
+    }
+}
+
+/// An ordered consumer of `stream` on `filter`, from `start`.
 async fn follow(
     js: &Context,
     client: &async_nats::Client,
     stream: &str,
     filter: &str,
-    all: bool,
+    start: DeliverPolicy,
 ) -> anyhow::Result<push::Ordered> {
     let stream = js.get_stream_no_info(stream).await?;
     let consumer = stream
         .create_consumer(push::OrderedConfig {
             deliver_subject: client.new_inbox(),
             filter_subject: filter.to_string(),
-            deliver_policy: if all {
-                DeliverPolicy::All
-            } else {
-                DeliverPolicy::New
-            },
+            deliver_policy: start,
             ..Default::default()
         })
         .await

@@ -46,7 +46,8 @@ pub struct RouteStatus {
     /// contract (absent from hosts older than contracts, which serve it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub contract_refused: Option<String>,
-    /// The candidate this host runs beside the live version (`<digest> <mode>`), if any.
+    /// The candidate this host runs beside the live version (`<digest> shadow`, `<digest>
+    /// canary 20%`), if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub candidate: Option<String>,
 }
@@ -144,7 +145,7 @@ impl Reporter {
                             candidate: r
                                 .candidate()
                                 .filter(|c| c.active())
-                                .map(|c| format!("{} {}", c.digest(), c.spec.mode.label())),
+                                .map(|c| format!("{} {}", c.digest(), c.spec.mode.status())),
                         },
                     )
                 })

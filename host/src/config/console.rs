@@ -3,11 +3,11 @@
 
 use std::net::SocketAddr;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// The console's settings. The environment (`DEDUP_CONSOLE_TOKEN`, `DEDUP_CONSOLE_USER`,
 /// `DEDUP_CONSOLE_PASSWORD`) wins over the file.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ConsoleConfig {
     /// Where it listens (default 127.0.0.1:8080; `--addr` wins). Any address that is not

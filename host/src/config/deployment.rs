@@ -3,16 +3,22 @@
 //! this name, and a command run with another deployment's config is refused before it
 //! rebinds, re-records or overwrites any of it.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::Config;
 
-/// The deployment a config belongs to.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+/// Which deployment a config belongs to. `setup` and the hosts record it as the owner of the
+/// source stream, route consumers and contracts they create; a config of another deployment
+/// that would rebind one of those consumers (other filter subjects), take a contract as its
+/// own, or deploy over its component is refused with both names before anything changes, and
+/// `setup --plan` refuses a change to a stream another deployment uses unless
+/// `--share-stream S` names it. Something recorded before owners were (no owner) is adopted
+/// by the first deployment that sets it up.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct DeploymentConfig {
     /// Its name, recorded as the owner of what it creates. Unset: `auto-<hash>` of the source
-    /// stream and the subjects it captures (see [`Config::deployment_name`]); when those
+    /// stream and the subjects it captures; when those
     /// change, an explicit `setup` moves what the former default name owns to the new one.
     /// Set it to adopt what another name recorded.
     pub name: Option<String>,

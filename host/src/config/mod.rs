@@ -10,6 +10,7 @@ mod effects;
 mod modes;
 mod names;
 mod route;
+pub mod schema;
 pub mod telemetry;
 mod validate;
 
@@ -25,7 +26,7 @@ pub use route::{
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 /// Default source stream name.
@@ -71,7 +72,7 @@ pub const DEFAULT_DEAD_LETTER_SUBJECT: &str = "dedup.dead";
 pub const DEFAULT_DEAD_LETTER_STREAM: &str = "DEDUP_DEAD";
 
 /// The whole configuration file.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
     /// How to reach NATS. No URLs means: `dedup-host dev` starts a local server.
@@ -115,24 +116,28 @@ pub struct Config {
 }
 
 /// Component sources and the compile cache.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ComponentsConfig {
     /// NATS Object Store bucket holding the components of routes that name no `component`
     /// file: object `<route name>`, uploaded with `dedup-host deploy`. Created when missing.
     /// Default `dedup-components-<source stream>` (`dedup-components` on the default stream).
+    #[schemars(extend("x-default-text" = "`dedup-components-<source stream>`"))]
     pub bucket: String,
     /// KV bucket where each host reports the version it serves per route
     /// (`dedup-host routes` reads it). Created when missing. Default
     /// `dedup-hosts-<source stream>` (`dedup-hosts` on the default stream).
+    #[schemars(extend("x-default-text" = "`dedup-hosts-<source stream>`"))]
     pub status_bucket: String,
     /// Compiled components are kept here, so a restart does not recompile unchanged ones
     /// (relative to the config file). Must be writable by the host only.
     pub cache_dir: Option<PathBuf>,
     /// How often component files are checked for a new version.
     #[serde(with = "crate::durations")]
+    #[schemars(with = "crate::durations::Text")]
     pub poll_interval: Duration,
     /// Replicas of the component object store and the host-status bucket when created.
+    #[schemars(extend("enum" = [1, 3, 5]))]
     pub replicas: usize,
     /// A directory of components: `<route>.wasm` serves the route of that name, for every
     /// route that names no `component` file (instead of the object store). Watched for new,
@@ -154,7 +159,7 @@ impl Default for ComponentsConfig {
 }
 
 /// NATS connection settings.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NatsConfig {
     /// Server URLs, e.g. `["nats://10.0.0.1:4222"]`.
@@ -180,39 +185,57 @@ pub struct NatsConfig {
     pub tls_cert: Option<PathBuf>,
     /// Client key (with `tls_cert`).
     pub tls_key: Option<PathBuf>,
+    /// Prefix of this client's reply subjects (default `_INBOX`): give each deployment its
+    /// own (`_INBOX_orders`, say) so its users subscribe to `<prefix>.>` only, not to every
+    /// client's replies (`dedup-host permissions` prints the sets).
+    pub inbox_prefix: Option<String>,
+}
+
+impl NatsConfig {
+    /// The prefix of reply subjects: `inbox_prefix`, or `_INBOX`.
+    pub fn inbox(&self) -> &str {
+        self.inbox_prefix.as_deref().unwrap_or("_INBOX")
+    }
 }
 
 /// Settings of this host process.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct HostConfig {
     /// Identifies this process in claim records; generated per process start when unset.
     /// Two live processes must never share one.
+    #[schemars(extend("x-default-text" = "generated per start"))]
     pub instance_id: Option<String>,
     /// Guests of one route running at once (each route's default; see `routes[].concurrency`).
     /// Routes have separate slots, so a slow or hostile route cannot take another's.
+    #[schemars(range(min = 1))]
     pub concurrency: usize,
     /// Messages of one route in flight at once (each route's default). Most of a message's
     /// life is network round trips (claim, publish, record, ack) that need no guest slot, so
     /// this is larger than `concurrency`.
+    #[schemars(range(min = 1))]
     pub max_in_flight: usize,
     /// How many guests that run past their first 2 ms may execute at once; they take turns
     /// a millisecond at a time. Keeps loops and heavy handlers from taking every core from
     /// short handlers and the host's own work. Default: half the cores, at least one.
+    #[schemars(range(min = 1), extend("x-default-text" = "half the cores, at least one"))]
     pub long_running_lanes: Option<usize>,
     /// How much of each linear memory a freed instance-pool slot keeps resident, resetting in
     /// place only the pages its last instance wrote, so the next instance takes no page
     /// faults. Up to this much memory per slot in use stays resident; 0 gives every page back
     /// to the kernel after each invocation (slower, least memory). Default 16 MiB.
     #[serde(deserialize_with = "crate::size::deserialize")]
+    #[schemars(with = "crate::size::Text")]
     pub keep_resident_bytes: usize,
     /// How long shutdown waits for in-flight work.
     #[serde(with = "crate::durations")]
+    #[schemars(with = "crate::durations::Text")]
     pub shutdown_grace: Duration,
     /// How long the whole drain at shutdown may take (in-flight work, acks, the final
     /// flush): past it the host gives up flushing, says how many deliveries it could not ack
     /// (they are redelivered and their claims answer), and exits non-zero.
     #[serde(with = "crate::durations")]
+    #[schemars(with = "crate::durations::Text")]
     pub drain_timeout: Duration,
     /// Where to serve `/metrics`, `/healthz` and `/readyz` (for example `0.0.0.0:9464`);
     /// nothing is served when unset.
@@ -225,7 +248,7 @@ pub struct HostConfig {
 }
 
 /// How log lines are written.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum LogFormat {
     /// One human-readable line per event.
@@ -254,31 +277,37 @@ impl Default for HostConfig {
 }
 
 /// The source stream and its durable pull consumer.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct SourceConfig {
     /// Stream name; created when missing, verified when present.
     pub stream: String,
     /// Subjects the stream captures (used when creating it; checked to cover every route).
+    #[schemars(extend("x-default-text" = "the routes' subjects"))]
     pub subjects: Vec<String>,
     /// The stream's duplicate window for publishers' `Nats-Msg-Id`.
     #[serde(with = "crate::durations")]
+    #[schemars(with = "crate::durations::Text")]
     pub duplicate_window: Duration,
     /// Durable consumer name; created or bound.
     pub consumer: String,
     /// How long the server waits for an ack (or progress) before redelivering.
     #[serde(with = "crate::durations")]
+    #[schemars(with = "crate::durations::Text")]
     pub ack_wait: Duration,
     /// Most attempts per key, counted in the claim record across all hosts. The server's own
     /// bound on deliveries is `server_max_deliver`, far above this; infrastructure retries (an
     /// outage) count no attempt.
+    #[schemars(range(min = 1))]
     pub max_deliver: u32,
     /// Nak delay for each failed attempt (the last entry repeats).
-    #[serde(deserialize_with = "crate::durations::list::deserialize")]
+    #[serde(with = "crate::durations::list")]
+    #[schemars(with = "Vec<crate::durations::Text>")]
     pub backoff: Vec<Duration>,
     /// Most unacknowledged messages the consumer hands out.
     pub max_ack_pending: i64,
     /// Stream replicas when the host creates the stream (1, 3 or 5; 3 on a cluster).
+    #[schemars(extend("enum" = [1, 3, 5]))]
     pub replicas: usize,
     /// The server-side bound on deliveries of one message. Far above `max_deliver`: the host
     /// counts attempts itself. It exists so that a message the client cannot even parse (a
@@ -314,7 +343,7 @@ impl Default for SourceConfig {
 }
 
 /// Storage of the claim bucket or of an output stream.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Storage {
     /// On disk (survives server restarts).
@@ -325,31 +354,38 @@ pub enum Storage {
 }
 
 /// The claim bucket and lease timing.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ClaimsConfig {
     /// KV bucket name; created when missing. Never recreate it under running hosts. Default
     /// `dedup-claims-<source stream>` (`dedup-claims` on the default stream).
+    #[schemars(extend("x-default-text" = "`dedup-claims-<source stream>`"))]
     pub bucket: String,
     /// How long the bucket keeps a claim record (it must outlive every redelivery of a key).
     #[serde(with = "crate::durations")]
+    #[schemars(with = "crate::durations::Text")]
     pub max_age: Duration,
     /// Bucket replicas (1, 3 or 5).
+    #[schemars(extend("enum" = [1, 3, 5]))]
     pub replicas: usize,
     /// Bucket storage.
     pub storage: Storage,
     /// How long a claim stays valid without renewal.
     #[serde(with = "crate::durations")]
+    #[schemars(with = "crate::durations::Text")]
     pub lease: Duration,
     /// How often a running claim is renewed and the message's ack wait reset.
     #[serde(with = "crate::durations")]
+    #[schemars(with = "crate::durations::Text")]
     pub heartbeat: Duration,
     /// Extra time past a lease's expiry before another host may reclaim it.
     #[serde(with = "crate::durations")]
+    #[schemars(with = "crate::durations::Text")]
     pub clock_skew: Duration,
     /// How long a NATS outage or a paused host process may delay a run's effects, on top of
     /// the timing above; part of what every output stream's duplicate window must outlast.
     #[serde(with = "crate::durations")]
+    #[schemars(with = "crate::durations::Text")]
     pub pause_margin: Duration,
 }
 
@@ -369,20 +405,24 @@ impl Default for ClaimsConfig {
 }
 
 /// Where permanently failed messages go.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct DeadLetterConfig {
     /// Subject dead letters are published on. Default `dedup.dead.<source stream>`
     /// (`dedup.dead` on the default stream).
+    #[schemars(extend("x-default-text" = "`dedup.dead.<source stream>`"))]
     pub subject: String,
     /// Stream capturing that subject; created when missing. Default `<source stream>_DEAD`
     /// (`DEDUP_DEAD` on the default stream).
+    #[schemars(extend("x-default-text" = "`<source stream>_DEAD`"))]
     pub stream: String,
     /// The stream's duplicate window (dead letters carry deterministic ids): must exceed
     /// lease + clock skew + the largest backoff.
     #[serde(with = "crate::durations")]
+    #[schemars(with = "crate::durations::Text")]
     pub duplicate_window: Duration,
     /// Stream replicas when the host creates it (1, 3 or 5).
+    #[schemars(extend("enum" = [1, 3, 5]))]
     pub replicas: usize,
 }
 
@@ -398,18 +438,22 @@ impl Default for DeadLetterConfig {
 }
 
 /// A stream that captures handler outputs.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct OutputStreamConfig {
     /// Stream name.
     pub name: String,
     /// Subjects it captures (used when creating it).
     pub subjects: Vec<String>,
-    /// Duplicate window; must exceed [`Config::longest_rerun_gap`].
+    /// Duplicate window; must exceed the longest gap between two runs of one key (lease,
+    /// clock skew, the largest backoff, the pause margin and a run's wall limit: a config
+    /// whose window is shorter is refused, naming the sum).
     #[serde(default = "default_output_window", with = "crate::durations")]
+    #[schemars(with = "crate::durations::Text")]
     pub duplicate_window: Duration,
     /// Stream replicas when the host creates it (1, 3 or 5).
     #[serde(default = "one")]
+    #[schemars(extend("enum" = [1, 3, 5]))]
     pub replicas: usize,
     /// `window` (default) or `forever`: with `forever` the stream keeps one message per
     /// subject, so a re-run's output is refused at any later time (for handlers whose output

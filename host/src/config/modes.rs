@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 /// How a stream refuses a repeated message.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum DedupMode {
     /// A repeated `Nats-Msg-Id` is refused inside the stream's duplicate window only.
@@ -16,7 +16,7 @@ pub enum DedupMode {
 }
 
 /// How a route's outputs are made to take effect once (docs/src/how/fenced.md).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum EffectsMode {
     /// Outputs carry deterministic `Nats-Msg-Id`s and a re-run's copies are dropped by the
@@ -33,7 +33,7 @@ pub enum EffectsMode {
 }
 
 /// When a route claims a message's key (DESIGN.md §2, cost model).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum ClaimMode {
     /// Claim under a lease before running, heartbeat while running, record completion after
@@ -48,7 +48,7 @@ pub enum ClaimMode {
 }
 
 /// How a message is acked once its outcome is recorded (DESIGN.md rule 7).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum AckMode {
     /// A plain ack, sent without waiting for the server. The outcome is recorded before it,

@@ -12,7 +12,7 @@ use crate::limits::Limits;
 use crate::runtime::TrapKind;
 
 /// Where a route finds a message's idempotency key.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "snake_case")]
 pub enum KeySource {
     /// A header's value.
@@ -30,7 +30,7 @@ impl Default for KeySource {
 }
 
 /// What to do with a message that carries no idempotency key.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum MissingKey {
     /// Dead-letter it with the reason, then terminate it.
@@ -41,7 +41,7 @@ pub enum MissingKey {
 }
 
 /// One route: a subject filter and its handler.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RouteConfig {
     /// Route name: `[A-Za-z0-9_-]+`, unique. It prefixes claim keys and output ids.
@@ -55,6 +55,7 @@ pub struct RouteConfig {
     pub component: Option<PathBuf>,
     /// Where the idempotency key comes from (default: the `Nats-Msg-Id` header).
     #[serde(default)]
+    #[schemars(extend("x-default-text" = "`{ header = \"Nats-Msg-Id\" }`"))]
     pub key: KeySource,
     /// What to do when the key is missing.
     #[serde(default)]
@@ -70,12 +71,14 @@ pub struct RouteConfig {
     pub coalesce: bool,
     /// With `exclusive_by`: how many partitions the route's entities are spread over (one
     /// message at a time each), the same on every host: recorded in the route's contract on
-    /// the server, never derived from a host's size (default [`DEFAULT_PARTITIONS`]).
+    /// the server, never derived from a host's size (default 16).
     #[serde(default)]
+    #[schemars(range(min = 1, max = 1024), extend("x-default-text" = "16"))]
     pub partitions: Option<usize>,
     /// Largest payload accepted; bigger ones are dead-lettered.
     #[serde(default = "default_max_payload")]
     #[serde(deserialize_with = "crate::size::deserialize")]
+    #[schemars(with = "crate::size::Text")]
     pub max_payload_bytes: usize,
     /// Values the guest reads through the `config` import.
     #[serde(default)]
@@ -107,23 +110,28 @@ pub struct RouteConfig {
     pub read_only_dir: Option<PathBuf>,
     /// Guests of this route running at once; `host.concurrency` when unset.
     #[serde(default)]
+    #[schemars(range(min = 1), extend("x-default-text" = "`host.concurrency`"))]
     pub concurrency: Option<usize>,
     /// Messages of this route in flight at once; `host.max_in_flight` when unset.
     #[serde(default)]
+    #[schemars(range(min = 1), extend("x-default-text" = "`host.max_in_flight`"))]
     pub max_in_flight: Option<usize>,
     /// How this route's messages are acked once their outcome is recorded: `plain` or
     /// `confirmed`; `host.ack` when unset.
     #[serde(default)]
+    #[schemars(extend("x-default-text" = "`host.ack`"))]
     pub ack: Option<AckMode>,
     /// Largest component accepted for this route, in bytes; a bigger one is refused before
     /// it is compiled (default 64 MiB; the Python runtime is about 18 MB).
     #[serde(default = "default_max_component_bytes")]
     #[serde(deserialize_with = "crate::size::deserialize")]
+    #[schemars(with = "crate::size::Text")]
     pub max_component_bytes: usize,
     /// Most CPU time a new component may take to compile (measured in CPU time, so a busy
     /// machine does not refuse it; wall time is bounded at ten times this); a slower one is
     /// refused (default 60s).
     #[serde(default = "default_compile_timeout", with = "crate::durations")]
+    #[schemars(with = "crate::durations::Text")]
     pub compile_timeout: Duration,
 }
 

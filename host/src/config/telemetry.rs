@@ -3,10 +3,11 @@
 
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
-/// Span export: `[telemetry]`.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+/// OpenTelemetry span export. What is not set here comes from the standard `OTEL_*`
+/// variables.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct TelemetryConfig {
     /// `"otlp"` exports spans over OTLP, `"none"` exports none. Unset: `OTEL_TRACES_EXPORTER`
@@ -32,10 +33,12 @@ pub struct TelemetryConfig {
     pub batch: usize,
     /// Longest a finished span waits for its batch to fill before it is sent. Default 1 s.
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "crate::durations::Text")]
     pub delay: Duration,
     /// Longest one export request may take before it is abandoned (its spans counted as
     /// dropped). Default 10 s.
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "crate::durations::Text")]
     pub timeout: Duration,
 }
 
@@ -101,7 +104,7 @@ impl TelemetryConfig {
 }
 
 /// Where spans go.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum TracesExporter {
     /// OTLP, to a collector, Jaeger, Tempo...
@@ -111,7 +114,7 @@ pub enum TracesExporter {
 }
 
 /// The OTLP transport.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub enum OtlpProtocol {
     /// gRPC (port 4317 by convention).
     #[serde(rename = "grpc")]
@@ -122,7 +125,7 @@ pub enum OtlpProtocol {
 }
 
 /// How a delivery's span relates to the span that published the message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum ProducerRelation {
     /// A child of the producer's span: one trace from producer to outputs.

@@ -88,6 +88,13 @@ impl Config {
             "nats.tls_key",
             "`tls_cert` and `tls_key` go together: set both or neither",
         );
+        if let Some(prefix) = &n.inbox_prefix {
+            p.check(
+                crate::subject::literal_problem(prefix).is_none() && !prefix.ends_with('.'),
+                "nats.inbox_prefix",
+                format!("`{prefix}` is not a subject prefix without wildcards (example: `_INBOX_orders`)"),
+            );
+        }
         if let Some(seed) = &n.nkey_seed {
             p.check(
                 seed.starts_with("SU"),

@@ -4,7 +4,7 @@
 //! the fenced batch series (`batches.rs`), `digest` only on `dedup_serving_info`; never a key.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -20,6 +20,7 @@ mod counts;
 pub use batches::{BatchResult, BatchSeries};
 pub use counts::{RouteCounts, StatsSnapshot};
 pub use dedup_delivery::outcome::{DedupLayer, MessageOutcome};
+use dedup_delivery::outage::OutageStreak;
 
 /// The `route` label of messages no route takes.
 pub const UNROUTED: &str = "_unrouted";
@@ -150,10 +151,10 @@ impl Metrics {
         // name, help, family: every series of the host.
         register! {
             registry;
-            "messages", "Deliveries by how they ended", m.messages;
-            "hits", "Repeats caught, by dedup layer", m.hits;
+            "messages", "Deliveries by how they ended: processed, duplicate, busy, retried, dead_lettered, lost_claim, coalesced (skipped for a newer message of its entity), error (an infrastructure error, naked with backoff)", m.messages;
+            "hits", "Repeats caught, by layer: claim (key already completed or dead-lettered), output (an output the stream reported as a duplicate: a re-run's), stream (a host publish, a dead letter, the dead-letter stream's window dropped), fence (a fenced route's whole output set refused because a stale owner committed it)", m.hits;
             "outputs", "Outputs published (including ones deduplicated)", m.outputs;
-            "traps", "Guest traps by kind", m.traps;
+            "traps", "Guest traps by kind (timeout, fuel exhausted, memory limit, guest trap, ...)", m.traps;
             "deploys", "New component versions served", m.deploys;
             "refusals", "Component versions refused", m.refusals;
             "guest_seconds", "Time a guest ran per message", m.guest_seconds;
@@ -161,11 +162,11 @@ impl Metrics {
             "end_to_end_seconds", "From the event's publish to its settlement", m.end_to_end_seconds;
             "in_flight", "Messages of a route being processed", m.in_flight;
             "free_guest_slots", "Guest slots of a route not in use", m.free_slots;
-            "consumer_pending", "Messages the route's consumer has not delivered yet", m.pending;
-            "consumer_ack_pending", "Messages delivered and not yet acknowledged", m.ack_pending;
+            "consumer_pending", "Messages the route's consumer has not delivered yet (read every 5 s)", m.pending;
+            "consumer_ack_pending", "Messages delivered and not yet acknowledged (read every 5 s)", m.ack_pending;
             "consumer_bound", "1 while the route's consumer is bound, 0 while it is being re-created", m.bound;
             "serving_info", "The component version a route serves (value 1)", m.serving;
-            "stranded_messages", "Messages past their last delivery whose dead letter is not stored yet", m.stranded;
+            "stranded_messages", "Messages the server delivers no more whose dead letter is not stored yet (the dead-letter stream was missing, full or unreachable); hosts retry each with a backoff up to 5 minutes, audit lists them", m.stranded;
             "spans_dropped", "Trace spans dropped: the export queue was full or an export failed", m.spans_dropped;
             "pool_overflow", "Guest instances made outside the host-wide instance pool (it was full, or a reload raised a route's memory limit past its slots): slower, never refused; lower concurrency if it keeps rising", m.pool_overflows;
             "host_ready", "1 while /readyz answers 200 (ready), 0 otherwise", m.ready;
@@ -273,8 +274,8 @@ pub struct RouteMetrics {
     serving: Family<ServingLabels, Gauge>,
     serving_digest: Mutex<Option<String>>,
     /// How many of the route's messages in a row ended in an infrastructure error (not
-    /// exported; the outage backoff grows with it, see [`RouteMetrics::outage_streak`]).
-    outage_streak: AtomicU64,
+    /// exported; the outage backoff grows with it, see [`RouteMetrics::outages`]).
+    outage_streak: OutageStreak,
     /// The route's candidate series (shadow and canary runs).
     pub rollout: crate::rollout_metrics::RouteRollout,
 }
@@ -332,7 +333,7 @@ impl RouteMetrics {
             bound: m.bound.get_or_create(&label).clone(),
             serving: m.serving.clone(),
             serving_digest: Mutex::new(None),
-            outage_streak: AtomicU64::new(0),
+            outage_streak: OutageStreak::new(),
             rollout: m.rollout.route(route),
         }
     }
@@ -348,25 +349,21 @@ impl RouteMetrics {
         );
         crate::telemetry::record_outcome(outcome.label(), error);
         self.outcomes[outcome as usize].inc();
-        match outcome {
-            MessageOutcome::Error => {
-                self.outage_streak.fetch_add(1, Ordering::Relaxed);
-            }
-            // Taken over: says nothing about the infrastructure.
-            MessageOutcome::LostClaim => {}
-            _ => self.outage_streak.store(0, Ordering::Relaxed),
-        }
+        self.outage_streak.count(outcome);
         if outcome == MessageOutcome::Duplicate {
             self.hit(DedupLayer::Claim, 1);
         }
     }
 
     /// How many of this route's messages in a row ended in an infrastructure error: any other
-    /// outcome (but a lost claim) ends the run. The outage backoff (rule 20) grows with this,
-    /// not with a message's delivery count, which also counts benign redeliveries (a busy key,
-    /// a host killed while running it): after those, one transient error waited minutes.
+    /// outcome (but a lost claim) ends the run ([`OutageStreak::count`]).
     pub fn outage_streak(&self) -> u64 {
-        self.outage_streak.load(Ordering::Relaxed)
+        self.outage_streak.errors()
+    }
+
+    /// The route's run of infrastructure errors, which sets its outage backoff (rule 20).
+    pub fn outages(&self) -> &OutageStreak {
+        &self.outage_streak
     }
 
     /// Counts `n` repeats caught by `layer`.

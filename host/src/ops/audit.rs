@@ -79,17 +79,7 @@ pub async fn run(
     let mut ack_floors = HashMap::new();
     let stream = js.get_stream(&config.source.stream).await?;
     for r in &config.routes {
-        let name = crate::setup::route_consumer_name(config, &r.name);
-        let mut floor = match stream.consumer_info(&name).await {
-            Ok(info) => info.ack_floor.stream_sequence,
-            Err(_) => 0, // never created: nothing was acknowledged
-        };
-        if r.exclusive_by.is_some() {
-            // An exclusive route acks a message once queued: the queued ones still wait.
-            if let Some(first) = first_queued(js, config, &r.name).await? {
-                floor = floor.min(first - 1);
-            }
-        }
+        let floor = super::waiting::settled_floor(js, config, &stream, r).await?;
         ack_floors.insert(r.name.clone(), floor);
     }
     let mut outputs: HashMap<String, Vec<(String, u64)>> = HashMap::new(); // id → (stream, seq)
@@ -317,18 +307,3 @@ fn missing_outputs(
         .collect()
 }
 
-/// The source sequence of the first message an exclusive route's queue still holds (the
-/// queue keeps each route's messages in source order, and only until they are run).
-async fn first_queued(js: &Context, config: &Config, route: &str) -> anyhow::Result<Option<u64>> {
-    let filter = format!("{}.>", crate::exclusive::route_subjects(config, route));
-    let Ok(queue) = js.get_stream(crate::exclusive::stream_name(config)).await else {
-        return Ok(None);
-    };
-    let Ok(first) = queue.get_first_raw_message_by_subject(&filter, 1).await else {
-        return Ok(None); // nothing queued
-    };
-    Ok(first
-        .headers
-        .get(crate::exclusive::headers::SEQUENCE)
-        .and_then(|v| v.as_str().parse().ok()))
-}

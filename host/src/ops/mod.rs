@@ -1,7 +1,8 @@
 //! What operators use: the HTTP endpoints of a running host ([`endpoints`]) and the commands
 //! that read a deployment's streams and buckets: one key's story ([`story`]), dead letters
 //! ([`letters`]) and the cross-layer reconciliation ([`audit`]), all built on [`crate::scan`];
-//! [`claims`] finds where a route's claims live (its contract first), [`replay`] replays letters.
+//! [`claims`] finds where a route's claims live (its contract first), [`replay`] replays letters,
+//! [`waiting`] finds where a route's unsettled source messages begin.
 
 pub mod audit;
 pub mod claims;
@@ -9,3 +10,4 @@ pub mod endpoints;
 pub mod letters;
 pub mod replay;
 pub mod story;
+pub mod waiting;

@@ -1,14 +1,19 @@
 //! One key's whole story, for `dedup-host inspect`: its claim record, the outputs it
 //! published and whether each is still in its stream, its dead letters, and the source
-//! messages that carry it.
+//! messages that carry it. It costs the same whatever the size of the claim store and the
+//! source stream: the source messages are found by sequence (the record's, the letters')
+//! and among those still waiting for the route, never by reading the route's whole subject.
 
+use std::collections::BTreeSet;
+
+use async_nats::jetstream::stream::Stream;
 use async_nats::jetstream::Context;
 use serde::Serialize;
 
 use super::claims::{Claims, RouteClaims};
 use super::letters::{self, Letter, Selection};
 use crate::claim::{key, ClaimRecord};
-use crate::config::Config;
+use crate::config::{Config, RouteConfig};
 use crate::pipeline::effects::output_id;
 use crate::pipeline::replayed::key_of;
 use crate::scan;
@@ -44,7 +49,10 @@ pub struct Story {
     pub outputs: Vec<OutputState>,
     /// Dead letters of this key.
     pub dead_letters: Vec<Letter>,
-    /// Sequences in the source stream whose message carries this key.
+    /// Sequences in the source stream whose message carries this key and is still stored:
+    /// the one the claim record names (the run that wrote it), its dead letters' originals,
+    /// the one asked about, and any still waiting for the route. A repeat of a settled key,
+    /// acknowledged as a duplicate, is not looked for (that would read the whole subject).
     pub source_sequences: Vec<u64>,
 }
 
@@ -76,6 +84,7 @@ pub async fn tell(
         );
     };
     let source = js.get_stream(&config.source.stream).await?;
+    let mut source_sequences = BTreeSet::new();
     let key = match target {
         Target::Key(k) => k,
         Target::Sequence(seq) => {
@@ -91,6 +100,7 @@ pub async fn tell(
                 );
             }
             let dead = &config.dead_letter.stream;
+            source_sequences.insert(seq);
             key_of(js, dead, &r.key, &m.subject, Some(&m.headers), &m.payload)
                 .await?
                 .map_err(|e| anyhow::anyhow!("source message {seq} has no key: {e}"))?
@@ -160,14 +170,24 @@ pub async fn tell(
         .into_iter()
         .filter(|l| l.key == key)
         .collect();
-    let mut source_sequences = Vec::new();
-    for m in scan::stream(js, &config.source.stream, &r.subject, None).await? {
+    let named = (claim.iter().filter_map(|c| c.source_sequence))
+        .chain(dead_letters.iter().filter_map(|l| l.source_sequence))
+        .collect::<BTreeSet<u64>>();
+    for seq in named {
+        if !source_sequences.contains(&seq) && carries(js, config, &source, r, seq, &key).await? {
+            source_sequences.insert(seq);
+        }
+    }
+    // Those not settled yet are above the route's floor: read only them.
+    let floor = super::waiting::settled_floor(js, config, &source, r).await?;
+    for m in scan::stream_from(js, &config.source.stream, &r.subject, floor + 1).await? {
         let dead = &config.dead_letter.stream;
         let derived = key_of(js, dead, &r.key, &m.subject, m.headers.as_ref(), &m.payload).await?;
         if derived.is_ok_and(|k| k == key) {
-            source_sequences.push(m.sequence);
+            source_sequences.insert(m.sequence);
         }
     }
+    let source_sequences = source_sequences.into_iter().collect();
     let mut story = Story {
         route: route.to_string(),
         key,
@@ -182,6 +202,34 @@ pub async fn tell(
     };
     story.verdict = verdict(&story);
     Ok(story)
+}
+
+/// Whether the source stream still holds message `seq` on `route`'s subject, carrying `key`.
+async fn carries(
+    js: &Context,
+    config: &Config,
+    source: &Stream,
+    route: &RouteConfig,
+    seq: u64,
+    key: &str,
+) -> anyhow::Result<bool> {
+    let Ok(m) = source.get_raw_message(seq).await else {
+        return Ok(false); // removed by the stream's limits, or purged
+    };
+    if !crate::subject::matches(&route.subject, &m.subject) {
+        return Ok(false);
+    }
+    let dead = &config.dead_letter.stream;
+    let derived = key_of(
+        js,
+        dead,
+        &route.key,
+        &m.subject,
+        Some(&m.headers),
+        &m.payload,
+    )
+    .await?;
+    Ok(derived.is_ok_and(|k| k == key))
 }
 
 fn verdict(s: &Story) -> String {

@@ -96,6 +96,10 @@ impl<S: ClaimStore> AfterDelivery for After<'_, S> {
         self.d.delivered
     }
 
+    fn source_sequence(&self) -> Option<u64> {
+        Some(self.d.sequence)
+    }
+
     fn digest(&self) -> &str {
         self.guest.digest()
     }

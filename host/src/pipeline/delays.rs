@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 pub use dedup_delivery::backoff::{busy_delay, infra_retry_ceiling};
-use dedup_delivery::backoff::{jittered, outage_ceiling, pool_full};
+use dedup_delivery::backoff::{jittered, pool_full};
 
 use crate::metrics::RouteMetrics;
 
@@ -13,15 +13,16 @@ use crate::metrics::RouteMetrics;
 pub(super) const INFRA_RETRY_MAX: Duration = dedup_delivery::backoff::OUTAGE_BACKOFF_MAX;
 
 /// The nak delay after an infrastructure error on `route` for the `delivered`-th delivery of
-/// a message: the outage backoff of the route's errors in a row
-/// ([`RouteMetrics::outage_streak`]) and the message's deliveries ([`outage_ceiling`]).
+/// a message: the outage backoff of the route's errors in a row and the message's deliveries
+/// ([`OutageStreak::retry`](dedup_delivery::outage::OutageStreak::retry), which the
+/// simulation runs too), with this host's jitter.
 pub(super) fn outage_retry(route: &RouteMetrics, delivered: u64) -> Duration {
-    jitter(outage_ceiling(route.outage_streak(), delivered))
+    route.outages().retry(delivered, unit())
 }
 
 /// [`outage_retry`] for an error not counted in the route's run yet.
 pub(super) fn outage_retry_uncounted(route: &RouteMetrics, delivered: u64) -> Duration {
-    jitter(outage_ceiling(route.outage_streak() + 1, delivered))
+    route.outages().retry_uncounted(delivered, unit())
 }
 
 /// The nak delay of a message whose guest found the pool full ([`pool_full`]).
@@ -31,7 +32,12 @@ pub(super) fn pool_full_retry(delivered: u64) -> Duration {
 
 /// `ceiling` with this host's jitter ([`jittered`]).
 fn jitter(ceiling: Duration) -> Duration {
-    jittered(ceiling, rand::random_range(0.0..=1.0))
+    jittered(ceiling, unit())
+}
+
+/// Where between half and all of a ceiling a delay falls: this host's randomness.
+fn unit() -> f64 {
+    rand::random_range(0.0..=1.0)
 }
 
 #[cfg(test)]

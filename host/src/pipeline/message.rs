@@ -287,7 +287,7 @@ impl<S: ClaimStore> Shared<S> {
             .trace
             .child(|| "claim".into(), SpanKind::Internal, Vec::new);
         let claimed = (self.claimer)
-            .claim_fresh(&claim_key, guest.digest(), d.fresh_from())
+            .claim_message(&claim_key, guest.digest(), d.fresh_from(), Some(d.sequence))
             .await;
         route.metrics.claim_write(started.elapsed());
         span.set(|| vec![KeyValue::new("dedup.claim", claim_answer(&claimed))]);

@@ -5,7 +5,8 @@
 //! The server then publishes a `MAX_DELIVERIES` advisory, for the source stream and for an
 //! exclusive route's queue stream alike; this loop reads the message through the JetStream API
 //! (where headers arrive base64-encoded), cleans its headers, and dead-letters it, unless its
-//! key was settled meanwhile (then it was only a duplicate). The key is then recorded as
+//! key was settled meanwhile (then it was only a duplicate) or is still running under a live
+//! lease (a decision the simulation runs too: [`dedup_delivery::undeliverable`]). The key is then recorded as
 //! failed for good; a claim-after key on a route with outputs as one whose window outputs may
 //! be stored, by a version not known: whether a delivery published part of them cannot be
 //! told here, so the mark is conservative, and names no version a replay would be pinned to.
@@ -22,6 +23,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use async_nats::{HeaderMap, HeaderName, HeaderValue, Message, Subject};
 use base64::Engine as _;
+use dedup_delivery::undeliverable::{self as given_up, GivenUp};
 use futures::StreamExt;
 use serde::Deserialize;
 use tokio::sync::watch;
@@ -29,7 +31,7 @@ use tokio::sync::watch;
 use super::effects::{self, DeadLetter};
 use super::Shared;
 use crate::claim::record::now_ms;
-use crate::claim::{ClaimState, ClaimStore};
+use crate::claim::ClaimStore;
 use crate::metrics::MessageOutcome;
 use crate::stranded::{self, Marker};
 
@@ -211,25 +213,20 @@ impl<S: ClaimStore> Shared<S> {
             let claim_key = route.claim_key(key);
             if let Some((record, revision)) = self.claimer.store().get(&claim_key).await? {
                 let skew = self.config.claims.clock_skew;
-                match record.state {
-                    ClaimState::Completed => return self.drop_queued(client, marker, queued).await,
-                    ClaimState::Failed if record.permanent => {
-                        return self.drop_queued(client, marker, queued).await;
+                match given_up::decide(Some(&record), now_ms(), skew) {
+                    GivenUp::Settled => return self.drop_queued(client, marker, queued).await,
+                    GivenUp::Running { owner } => {
+                        anyhow::bail!("key `{key}` is still in progress by `{owner}`; its dead letter waits until that ends");
                     }
-                    ClaimState::InProgress if !record.lease_lapsed(now_ms(), skew) => {
-                        anyhow::bail!("key `{key}` is still in progress by `{}`; its dead letter waits until that ends", record.owner);
-                    }
-                    _ => {}
+                    GivenUp::Letter {
+                        attempt: a,
+                        last_reason: last,
+                    } => (attempt, last_reason) = (a, last),
                 }
-                attempt = record.attempt;
-                last_reason = record.reason.clone();
                 claim = Some((claim_key, record, revision));
             }
         }
-        let reason = match &last_reason {
-            Some(last) => format!("the server gave up after {} deliveries; the last attempt: {last}", marker.deliveries),
-            None => format!("the server gave up after {} deliveries: the host could not take the message (headers it cannot parse, an outage that outlasted every retry, or a key that stayed busy)", marker.deliveries),
-        };
+        let reason = given_up::reason(marker.deliveries, last_reason.as_deref());
         let letter = DeadLetter {
             reason: &reason,
             attempt,
@@ -247,11 +244,7 @@ impl<S: ClaimStore> Shared<S> {
         let after = route.as_ref().filter(|r| r.claim_after);
         if let Some((claim_key, mut record, revision)) = claim {
             // `inspect` and `audit` then see the key failed for good, as a dead letter says.
-            record.state = ClaimState::Failed;
-            record.permanent = true;
-            record.retry_at_ms = None;
-            record.reason = Some(reason.clone());
-            record.updated_ms = now_ms();
+            given_up::failed_for_good(&mut record, reason.clone(), now_ms());
             if let Some(route) = after {
                 let dead = self.dead_after(route, &record.digest, attempt, reason.clone(), true);
                 record.unknown_effects |= dead.unknown_effects;

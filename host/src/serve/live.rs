@@ -404,16 +404,19 @@ impl Live {
     /// The routes' output subjects that no stream captures, as a start refuses them (a
     /// reload creates no stream: `dedup-host setup` with the new config does).
     async fn uncaptured(&self, running: &Config) -> Vec<String> {
-        match crate::capture::Streams::held(&self.js).await {
-            Ok(streams) => streams
-                .with_declared(running)
-                .uncaptured(running)
+        match crate::capture::check(&self.js, running).await {
+            crate::capture::OutputCheck::Captured => Vec::new(),
+            crate::capture::OutputCheck::Refused(refused) => refused
+                .0
                 .iter()
                 .map(|u| format!("{u}; a reload creates no stream: run `dedup-host setup` with this config first, then reload"))
                 .collect(),
-            Err(e) => vec![format!(
-                "{e:#}; reload again once the server answers"
-            )],
+            crate::capture::OutputCheck::Unchecked(warnings) => {
+                for warning in &warnings {
+                    tracing::warn!("reload: {warning}");
+                }
+                Vec::new()
+            }
         }
     }
 

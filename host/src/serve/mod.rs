@@ -172,7 +172,10 @@ pub fn new_instance_id() -> String {
 pub async fn start(config: Config) -> anyhow::Result<RunningHost> {
     let runtime = crate::components::check::runtime(&config)?;
     let routes = Routes::unloaded(&config);
-    start_with_routes(config, routes, Some(runtime)).await
+    let started = std::time::Instant::now();
+    start_with_routes(config, routes, Some(runtime))
+        .await
+        .map_err(|e| crate::refusals::explain(e, started))
 }
 
 /// Like [`start`], with routes built by the caller (benchmarks use [`crate::routes::Guest::Noop`]). With a
@@ -327,6 +330,8 @@ async fn follow_reload_requests(
     use futures::StreamExt as _;
     let subject = crate::subject::reload_subject(&config.source.stream);
     let mut subscription = client.subscribe(subject).await?;
+    // Or on this deployment's own inbox prefix (`nats.inbox_prefix`), which its CLI uses.
+    let inbox = format!("{}.", config.nats.inbox());
     Ok(tokio::spawn(async move {
         loop {
             let message = tokio::select! {
@@ -336,9 +341,10 @@ async fn follow_reload_requests(
             let Some(message) = message else { return };
             let request = ReloadRequest {
                 // Answered only on a request inbox (see `subject::is_request_inbox`).
-                reply: message
-                    .reply
-                    .filter(|r| crate::subject::is_request_inbox(r)),
+                reply: message.reply.filter(|r| {
+                    crate::subject::is_request_inbox(r)
+                        || (r.starts_with(&inbox) && !r.contains(['*', '>']))
+                }),
             };
             if requests.send(request).await.is_err() {
                 return;

@@ -10,13 +10,11 @@ use std::time::Duration;
 use dedup_delivery::after::AfterDelivery;
 use dedup_delivery::before::Handled;
 use dedup_delivery::claim::{Claimer, OutputRef};
-use dedup_delivery::clock::Clock;
 use dedup_delivery::outcome::{DedupLayer, MessageOutcome};
 use dedup_delivery::settle::{LetterRefused, Retries, Settlement};
 use dedup_host::pipeline::effects;
 
-use super::running::NakMs;
-use super::settle::{At, Ctx, Handler, OVERSIZED};
+use super::ctx::{At, Ctx, NakMs};
 use super::store::SimStore;
 use super::world::Output;
 
@@ -56,7 +54,9 @@ impl AfterDelivery for SimAfter<'_> {
         true
     }
 
-    fn count(&self, _outcome: MessageOutcome) {}
+    fn count(&self, outcome: MessageOutcome) {
+        self.ctx.count(outcome);
+    }
 
     fn hit(&self, _layer: DedupLayer) {}
 
@@ -75,16 +75,16 @@ impl AfterDelivery for SimAfter<'_> {
     }
 
     fn outage_delay(&self) -> Duration {
-        Duration::from_millis(self.ctx.infra_delay(self.at.number))
+        self.ctx.outage_delay(self.at.number)
     }
 
     fn release_delay(&self) -> Duration {
-        Duration::from_millis(self.ctx.infra_delay(self.at.number))
+        self.ctx.release_delay(self.at.number)
     }
 
     /// Never asked: the model's handlers always find an instance.
     fn pool_full_delay(&self) -> Duration {
-        Duration::from_millis(self.ctx.infra_delay(self.at.number))
+        self.ctx.outage_delay(self.at.number)
     }
 
     fn retries(&self, _attempt: u32) -> Retries {
@@ -106,26 +106,10 @@ impl AfterDelivery for SimAfter<'_> {
         ));
     }
 
-    /// The seeded handler: it runs for a while (no heartbeat and no progress acks, as on the
-    /// host: a claim-after handler is short), then fails or returns its one output.
+    /// The seeded handler ([`Ctx::invoke`]); no heartbeat and no progress acks, as on the
+    /// host: a claim-after handler is short.
     async fn invoke(&self, attempt: u32) -> Result<Handled<Output>, String> {
-        let (ctx, key) = (self.ctx, self.at.key.as_str());
-        ctx.sleep(Duration::from_millis(ctx.work_ms(key, attempt)))
-            .await;
-        let size = match ctx.handler(key) {
-            Handler::Fails(n) if attempt <= n => {
-                return Ok(Handled::Retry {
-                    reason: "failed".into(),
-                    delay: None,
-                })
-            }
-            Handler::Fails(_) => 100,
-            Handler::Oversized => OVERSIZED,
-        };
-        Ok(Handled::Succeeded(Output {
-            id: format!("{key}#0"),
-            size,
-        }))
+        self.ctx.invoke(&self.at.key, attempt).await
     }
 
     fn oversized(&self, output: &Output) -> Option<String> {

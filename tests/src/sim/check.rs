@@ -5,8 +5,8 @@
 use dedup_host::claim::record::COALESCED_REASON;
 use dedup_host::claim::ClaimState::{Completed, Failed, InProgress};
 
+use super::handler::Handler;
 use super::host::{space, Hosts};
-use super::settle::Handler;
 use super::world::World;
 
 /// Every broken invariant of the run that ended in `w`.
@@ -31,7 +31,8 @@ pub fn end(w: &World, sim: &Hosts, max_deliver: u32) -> Vec<String> {
             Handler::Oversized => u32::MAX,
         };
         let failures = if replayed { 0 } else { failures };
-        let excused = failures.saturating_add(disrupted) >= max_deliver;
+        let excused = failures.saturating_add(disrupted) >= max_deliver
+            || w.gave_up.contains(&format!("{space}{key}"));
         // A coalescing route may complete a key without running it, unless its entity's
         // newest message carries it: that one must run.
         let entity = source

@@ -8,8 +8,6 @@
 
 use std::collections::BTreeMap;
 
-use super::world::World;
-
 /// Which stream a message is in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Lane {
@@ -137,7 +135,7 @@ impl Streams {
         }
     }
 
-    fn lane_mut(&mut self, lane: Lane) -> &mut Vec<Message> {
+    pub(super) fn lane_mut(&mut self, lane: Lane) -> &mut Vec<Message> {
         match lane {
             Lane::Source => &mut self.source,
             Lane::Queue => &mut self.queue,
@@ -284,42 +282,6 @@ impl Streams {
                 if deadline < now {
                     m.delivery = Delivery::Available(now);
                 }
-            }
-        }
-    }
-}
-
-impl World {
-    /// Settles delivery `number` of `sequence` in `lane`; `None` acks or terms, `Some(delay)`
-    /// naks. An answer to an older delivery still settles the message, as on the server.
-    pub fn settle(&mut self, lane: Lane, sequence: u64, number: u64, nak: Option<u64>) {
-        if self.faulty && self.rng.chance(self.faults.lost_ack) {
-            self.log(|| format!("settle of {lane:?} {sequence}#{number} lost"));
-            return;
-        }
-        let now = self.now;
-        let m = &mut self.streams.lane_mut(lane)[sequence as usize - 1];
-        if matches!(m.delivery, Delivery::Out { .. }) {
-            m.delivery = match nak {
-                None => Delivery::Done,
-                Some(delay) => Delivery::Available(now + delay),
-            };
-        }
-        self.log(|| {
-            format!(
-                "settle {lane:?} {sequence}#{number}: {}",
-                nak.map_or("ack".into(), |d| format!("nak {d} ms"))
-            )
-        });
-    }
-
-    /// A progress ack: the ack wait starts again.
-    pub fn progress(&mut self, lane: Lane, sequence: u64, number: u64) {
-        let deadline = self.now + self.streams.ack_wait_ms;
-        let m = &mut self.streams.lane_mut(lane)[sequence as usize - 1];
-        if let Delivery::Out { number: n, .. } = m.delivery {
-            if n == number {
-                m.delivery = Delivery::Out { number, deadline };
             }
         }
     }

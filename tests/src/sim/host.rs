@@ -4,7 +4,8 @@
 //! dropped at an await point) and restarted under a new instance id. Each has its own config
 //! of the route (hosts differ in size), checked against the route's contract at start and at
 //! a reload; a host whose config differs from the contract does not serve the route. Hosts
-//! also handle MAX_DELIVERIES advisories and sweep stranded-message markers.
+//! also handle MAX_DELIVERIES advisories and sweep stranded-message markers, deciding what
+//! becomes of each message as the host does ([`undeliverable::decide`]).
 //!
 //! [`SimStore`]: super::store::SimStore
 
@@ -12,14 +13,16 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::Context;
+use std::time::Duration;
 
+use dedup_delivery::undeliverable::{self, GivenUp};
 use dedup_host::claim::record::virtual_clock;
-use dedup_host::claim::ClaimState;
 use dedup_host::stranded;
 
 use super::consumer::{Delivery, Lane};
+use super::ctx::Ctx;
+use super::handler::{handler, Handler};
 use super::route::{self, HostConfig, Served};
-use super::settle::{handler, Ctx, Handler};
 use super::store::Shared;
 use super::world::Rng;
 use super::Settings;
@@ -218,6 +221,7 @@ impl Hosts {
     /// MAX_DELIVERIES advisories (one reaches a running host unless missed) and markers that
     /// are due (any running host sweeps them): `pipeline::undeliverable`.
     fn undeliverable(&mut self, now: u64) {
+        let skew = Duration::from_millis(self.settings.skew_ms);
         let up = self.hosts.iter().any(|h| h.ready(now));
         let mut w = self.world.lock().expect("one thread");
         let advisories = std::mem::take(&mut w.streams.advisories);
@@ -231,7 +235,7 @@ impl Hosts {
                 )
             });
             if !missed {
-                rescue(&mut w, lane, sequence);
+                rescue(&mut w, lane, sequence, skew);
             }
         }
         let due: Vec<(Lane, u64)> = w
@@ -243,7 +247,7 @@ impl Hosts {
             .collect();
         if up {
             for (lane, sequence) in due {
-                rescue(&mut w, lane, sequence);
+                rescue(&mut w, lane, sequence, skew);
             }
         }
     }
@@ -339,17 +343,15 @@ pub fn space(w: &super::world::World) -> &'static str {
     }
 }
 
-/// Dead-letters a message the server gave up on, unless it is gone or its key settled; if the
-/// letter cannot be stored, the marker stays and is retried with backoff
-/// ([`stranded::retry_ceiling`]).
-fn rescue(w: &mut super::world::World, lane: Lane, sequence: u64) {
+/// Dead-letters a message the server gave up on, unless it is gone or its key settled or
+/// running ([`undeliverable::decide`], the host's decision); if the letter cannot be stored,
+/// the marker stays and is retried with backoff ([`stranded::retry_ceiling`]).
+fn rescue(w: &mut super::world::World, lane: Lane, sequence: u64, skew: Duration) {
     let m = w.streams.message(lane, sequence).clone();
     let key = format!("{}{}", space(w), m.key);
     let record = w.record(&key).cloned();
-    let settled = record
-        .as_ref()
-        .is_some_and(|(r, _)| r.state == ClaimState::Completed || r.permanent);
     let now = w.now;
+    let given_up = undeliverable::decide(record.as_ref().map(|(r, _)| r), now, skew);
     let later = |w: &mut super::world::World, tries: u32| {
         let ceiling = stranded::retry_ceiling(tries + 1).as_millis() as u64;
         let at = now + w.rng.range(ceiling / 2, ceiling);
@@ -360,21 +362,20 @@ fn rescue(w: &mut super::world::World, lane: Lane, sequence: u64) {
         .markers
         .get(&(lane, sequence))
         .map_or(0, |(_, t)| *t);
-    match m.delivery {
-        Delivery::Done => {}
-        Delivery::Out { .. } | Delivery::Available(_) if !settled => return later(w, tries),
-        _ if settled => w.streams.delete(lane, sequence),
-        _ => {
-            let skew = std::time::Duration::from_millis(200);
-            if record.as_ref().is_some_and(|(r, _)| {
-                r.state == ClaimState::InProgress && !r.lease_lapsed(now, skew)
-            }) {
-                return later(w, tries);
-            }
+    match (m.delivery, given_up) {
+        (Delivery::Done, _) => {}
+        // The model's marker of a last delivery still out, or naked: the server is not done.
+        (Delivery::Out { .. } | Delivery::Available(_), g) if g != GivenUp::Settled => {
+            return later(w, tries)
+        }
+        (_, GivenUp::Settled) => w.streams.delete(lane, sequence),
+        (_, GivenUp::Running { .. }) => return later(w, tries),
+        (_, GivenUp::Letter { last_reason, .. }) => {
             if !w.dead_letter(&m.key) {
                 return later(w, tries);
             }
-            w.given_up(&key, record);
+            let reason = undeliverable::reason(m.deliveries, last_reason.as_deref());
+            w.given_up(&key, record, reason);
             w.streams.delete(lane, sequence);
         }
     }

@@ -5,7 +5,7 @@
 use dedup_delivery::marker::Marking;
 
 use super::consumer::Delivery;
-use super::settle::{At, Ctx};
+use super::ctx::{At, Ctx};
 
 /// The marker of a delivery that is the server's last.
 pub(super) struct SimMarker<'a> {

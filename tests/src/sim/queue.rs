@@ -10,9 +10,8 @@ use dedup_delivery::outcome::MessageOutcome;
 use dedup_delivery::queue::{CopyRefused, Queueing};
 use dedup_delivery::settle::Settlement;
 
+use super::ctx::{At, Ctx, NakMs};
 use super::route::Served;
-use super::running::NakMs;
-use super::settle::{At, Ctx};
 
 /// One delivery of an exclusive route's source consumer on a simulated host.
 pub(super) struct SimQueue<'a> {
@@ -52,10 +51,12 @@ impl Queueing for SimQueue<'_> {
         self.ctx.settle_unchecked(self.at, how.nak_ms())
     }
 
-    fn count(&self, _outcome: MessageOutcome) {}
+    fn count(&self, outcome: MessageOutcome) {
+        self.ctx.count(outcome);
+    }
 
     fn outage_delay(&self) -> Duration {
-        Duration::from_millis(self.ctx.infra_delay(self.at.number))
+        self.ctx.outage_delay(self.at.number)
     }
 
     /// The model's messages always have an entity and fit: a dead letter here is a defect of

@@ -12,15 +12,14 @@ use std::time::Duration;
 
 use dedup_delivery::before::{ClaimedDelivery, Handled, Unclaimed};
 use dedup_delivery::claim::{ClaimError, Lease};
-use dedup_delivery::clock::Clock;
 use dedup_delivery::heartbeat::Progress;
 use dedup_delivery::outcome::MessageOutcome;
 use dedup_delivery::settle::{Retries, Settlement};
 use dedup_host::pipeline::busy_delay;
 
 use super::consumer::Lane;
+use super::ctx::{At, Ctx, NakMs, Running};
 use super::route::Served;
-use super::settle::{At, Ctx, Handler, Running, OVERSIZED};
 use super::settling::SimSettle;
 use super::store::SimStore;
 use super::world::Output;
@@ -41,7 +40,9 @@ impl Unclaimed for SimUnclaimed<'_> {
         }
     }
 
-    fn count(&self, _outcome: MessageOutcome) {}
+    fn count(&self, outcome: MessageOutcome) {
+        self.ctx.count(outcome);
+    }
 
     fn busy_delay(&self, retry_in: Duration) -> Duration {
         let s = self.ctx.settings;
@@ -49,11 +50,12 @@ impl Unclaimed for SimUnclaimed<'_> {
         busy_delay(retry_in, lease, Duration::from_millis(s.backoff_ms))
     }
 
-    /// Also notes that the claim may land later, unseen: a lease nobody renews, which costs
-    /// an attempt.
+    /// Counted as an error, as on the host; also notes that the claim may land later,
+    /// unseen: a lease nobody renews, which costs an attempt.
     fn claim_failed(&self, _error: &ClaimError) -> Duration {
         self.ctx.unconfirmed(&self.at.key);
-        Duration::from_millis(self.ctx.infra_delay(self.at.number))
+        self.ctx.count(MessageOutcome::Error);
+        self.ctx.outage_delay(self.at.number)
     }
 
     /// The model's hosts write every record they read: a record the protocol cannot read is
@@ -63,21 +65,6 @@ impl Unclaimed for SimUnclaimed<'_> {
             "h{} cannot read the record of {}: {reason}",
             self.ctx.host, self.at.key
         ));
-    }
-}
-
-/// How a settlement reads in the model: `None` acks or terms, `Some` naks after that many ms.
-pub(super) trait NakMs {
-    /// The nak delay in ms, `None` for an ack or a term.
-    fn nak_ms(self) -> Option<u64>;
-}
-
-impl NakMs for Settlement {
-    fn nak_ms(self) -> Option<u64> {
-        match self {
-            Settlement::Ack | Settlement::Term => None,
-            Settlement::Nak(delay) => Some(delay.as_millis() as u64),
-        }
     }
 }
 
@@ -187,31 +174,15 @@ impl<'a> ClaimedDelivery for SimRun<'a> {
         newer
     }
 
-    /// The seeded handler: it runs for a while (registered on an exclusive route, where
-    /// overlapping runs of an entity are checked), then fails or returns its one output.
+    /// The seeded handler ([`Ctx::invoke`]), registered first on an exclusive route, where
+    /// overlapping runs of an entity are checked.
     async fn invoke(&self, attempt: u32) -> Result<Handled<Output>, String> {
         let ctx = self.ctx;
         if ctx.settings.mode.exclusive {
             let running = ctx.exclusive_start(self.at, self.served, self.owner);
             *self.running.lock().expect("one thread") = Some(running);
         }
-        let key = self.at.key.as_str();
-        ctx.sleep(Duration::from_millis(ctx.work_ms(key, attempt)))
-            .await;
-        let size = match ctx.handler(key) {
-            Handler::Fails(n) if attempt <= n => {
-                return Ok(Handled::Retry {
-                    reason: "failed".into(),
-                    delay: None,
-                })
-            }
-            Handler::Fails(_) => 100,
-            Handler::Oversized => OVERSIZED,
-        };
-        Ok(Handled::Succeeded(Output {
-            id: format!("{key}#0"),
-            size,
-        }))
+        ctx.invoke(&self.at.key, attempt).await
     }
 
     fn retries(&self) -> Retries {
@@ -226,7 +197,7 @@ impl<'a> ClaimedDelivery for SimRun<'a> {
 
     /// Never asked: the model's handlers always find an instance.
     fn pool_full_delay(&self) -> Duration {
-        Duration::from_millis(self.ctx.infra_delay(self.at.number))
+        self.ctx.outage_delay(self.at.number)
     }
 
     fn heartbeat(&self) -> Duration {
@@ -235,22 +206,5 @@ impl<'a> ClaimedDelivery for SimRun<'a> {
 
     fn clock(&self) -> &Ctx {
         self.ctx
-    }
-}
-
-impl Clock for Ctx {
-    /// Waits `duration` of virtual time.
-    fn sleep(&self, duration: Duration) -> impl std::future::Future<Output = ()> + Send {
-        let world = self.world.clone();
-        let ms = u64::try_from(duration.as_millis()).unwrap_or(u64::MAX);
-        let until = world.lock().expect("one thread").now.saturating_add(ms);
-        std::future::poll_fn(move |_| {
-            let now = world.lock().expect("one thread").now;
-            if now >= until {
-                std::task::Poll::Ready(())
-            } else {
-                std::task::Poll::Pending
-            }
-        })
     }
 }

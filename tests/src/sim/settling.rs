@@ -9,7 +9,7 @@ use dedup_delivery::claim::{ClaimError, ClaimRecord, Lease, OutputRef};
 use dedup_delivery::settle::{LetterRefused, Settlement, Settling};
 use dedup_host::pipeline::effects;
 
-use super::settle::{At, Ctx};
+use super::ctx::{At, Ctx};
 use super::store::SimStore;
 use super::world::Output;
 
@@ -76,7 +76,7 @@ impl Settling for SimSettle<'_> {
     }
 
     fn release_delay(&self) -> Duration {
-        Duration::from_millis(self.ctx.infra_delay(self.at.number))
+        self.ctx.release_delay(self.at.number)
     }
 
     /// Also notes that the key's lease may lapse unseen (a write went unanswered), which

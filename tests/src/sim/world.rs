@@ -7,7 +7,10 @@
 
 use std::collections::BTreeMap;
 
+use dedup_delivery::undeliverable;
 use dedup_host::claim::{ClaimError, ClaimRecord, ClaimState};
+
+use super::consumer::{Delivery, Lane, Streams};
 
 /// Deterministic randomness (SplitMix64): the whole run follows from its seed.
 #[derive(Debug, Clone)]
@@ -109,7 +112,7 @@ pub struct World {
     /// Writes that land later: (when, operation).
     late: Vec<(u64, Op)>,
     /// The source stream and the exclusive route's work queue, with their consumers.
-    pub streams: super::consumer::Streams,
+    pub streams: Streams,
     /// Output message id → the times a copy was stored.
     pub outputs: BTreeMap<String, Vec<u64>>,
     /// The output stream's duplicate window.
@@ -130,6 +133,10 @@ pub struct World {
     pub started: BTreeMap<String, u64>,
     /// Keys whose dead letters were replayed (their handler was fixed first).
     pub replayed: std::collections::BTreeSet<String>,
+    /// Claim keys (with their space) whose message the server gave up on and the
+    /// undeliverable-message handler dead-lettered: a key whose handler succeeds may end so
+    /// when the server's delivery bound is low (its busy copies spend their deliveries).
+    pub gave_up: std::collections::BTreeSet<String>,
     /// What happened, one line per event, when tracing.
     pub trace: Option<Vec<String>>,
     /// Invariants the hosts saw broken as they ran.
@@ -140,13 +147,7 @@ pub struct World {
 
 impl World {
     /// A server at virtual time `now` with `streams`.
-    pub fn new(
-        seed: u64,
-        now: u64,
-        streams: super::consumer::Streams,
-        faults: Faults,
-        window_ms: u64,
-    ) -> Self {
+    pub fn new(seed: u64, now: u64, streams: Streams, faults: Faults, window_ms: u64) -> Self {
         Self {
             now,
             rng: Rng::new(seed),
@@ -169,6 +170,7 @@ impl World {
             started: BTreeMap::new(),
             running: Vec::new(),
             replayed: Default::default(),
+            gave_up: Default::default(),
             trace: None,
             violations: Vec::new(),
             disrupted: BTreeMap::new(),
@@ -333,9 +335,12 @@ impl World {
         true
     }
 
-    /// Records `key` (whose record was `record`) as failed for good by an operator's tool or
-    /// the undeliverable-message handler (no faults).
-    pub fn given_up(&mut self, key: &str, record: Option<(ClaimRecord, u64)>) {
+    /// Records `key` (whose record was `record`) as failed for good with `reason`, as the
+    /// host's undeliverable-message handler does once a letter is stored
+    /// ([`undeliverable::failed_for_good`]; no faults). A key never claimed gets a record too
+    /// (the host writes none; the end checks read one).
+    pub fn given_up(&mut self, key: &str, record: Option<(ClaimRecord, u64)>, reason: String) {
+        self.gave_up.insert(key.to_string());
         let (mut r, revision) = match record {
             Some((r, revision)) => (r, Some(revision)),
             None => (
@@ -353,6 +358,7 @@ impl World {
                     permanent: true,
                     retry_at_ms: None,
                     fencing_token: None,
+                    source_sequence: None,
                     outputs: Vec::new(),
                     batch_outputs: None,
                     created_ms: self.now,
@@ -361,9 +367,7 @@ impl World {
                 None,
             ),
         };
-        r.state = ClaimState::Failed;
-        r.permanent = true;
-        r.reason = Some("the server gave up".into());
+        undeliverable::failed_for_good(&mut r, reason, self.now);
         let op = match revision {
             Some(revision) => Op::Update(key.to_string(), r, revision),
             None => Op::Create(key.to_string(), r),
@@ -415,6 +419,43 @@ fn describe(op: &Op) -> String {
         Op::Update(key, r, rev) => format!("update {key}@{rev} {:?} by {}", r.state, r.owner),
         Op::Commit(key, r, rev, Output { id, .. }) => {
             format!("commit {key}@{rev} {:?} with {id} by {}", r.state, r.owner)
+        }
+    }
+}
+
+/// What a host's acks, naks, terms and progress acks do to the model's consumers.
+impl World {
+    /// Settles delivery `number` of `sequence` in `lane`; `None` acks or terms, `Some(delay)`
+    /// naks. An answer to an older delivery still settles the message, as on the server.
+    pub fn settle(&mut self, lane: Lane, sequence: u64, number: u64, nak: Option<u64>) {
+        if self.faulty && self.rng.chance(self.faults.lost_ack) {
+            self.log(|| format!("settle of {lane:?} {sequence}#{number} lost"));
+            return;
+        }
+        let now = self.now;
+        let m = &mut self.streams.lane_mut(lane)[sequence as usize - 1];
+        if matches!(m.delivery, Delivery::Out { .. }) {
+            m.delivery = match nak {
+                None => Delivery::Done,
+                Some(delay) => Delivery::Available(now + delay),
+            };
+        }
+        self.log(|| {
+            format!(
+                "settle {lane:?} {sequence}#{number}: {}",
+                nak.map_or("ack".into(), |d| format!("nak {d} ms"))
+            )
+        });
+    }
+
+    /// A progress ack: the ack wait starts again.
+    pub fn progress(&mut self, lane: Lane, sequence: u64, number: u64) {
+        let deadline = self.now + self.streams.ack_wait_ms;
+        let m = &mut self.streams.lane_mut(lane)[sequence as usize - 1];
+        if let Delivery::Out { number: n, .. } = m.delivery {
+            if n == number {
+                m.delivery = Delivery::Out { number, deadline };
+            }
         }
     }
 }

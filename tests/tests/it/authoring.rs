@@ -221,16 +221,57 @@ async fn the_readme_authoring_section_runs_as_a_script(lang: &str) {
     );
     assert!(text.contains("stored as sequence 1 of stream"), "{text}");
     assert!(
-        text.contains("ORDERS_DONE #1 orders.created.42.done:"),
+        text.contains("ORDERS_DONE #1 orders.created.") && text.contains(".done: "),
         "the output, read back with tail: {text}"
     );
     assert!(
-        text.contains("DEDUP_DEAD #2 dead letter of `greeter` key `43`"),
+        text.contains("DEDUP_DEAD #2 dead letter of `greeter` key `"),
         "the failing message dead-lettered again after its replay: {text}"
     );
     assert!(
         text.contains("verdict           dead-lettered after attempt"),
         "the failing message's story: {text}"
+    );
+}
+
+/// Issue 46: the quick start run again on a server it has used, in another language, checks
+/// only what this run stored (an earlier run's output once met every check), and a run whose
+/// host processes nothing fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readme_quick_start_proves_itself_again_on_a_used_server() {
+    let script = dedup_host_tests::readme::block("authoring-script");
+    let env = TestEnv::start().await;
+    let work = tempfile::tempdir().unwrap();
+    let run = |lang: &str, folder: &str, script: &str| {
+        let folder = work.path().join(folder);
+        std::fs::create_dir_all(&folder).unwrap();
+        let script = script.replace("new --lang python", &format!("new --lang {lang}"));
+        dedup_host_tests::readme::run(&script, &folder, &env.server().url())
+    };
+    let (success, text) = run("rust", "first", &script);
+    assert!(success, "the first run: {text}");
+    assert!(text.contains("ORDERS_DONE #1 orders.created."), "{text}");
+
+    // Another language on the same server: its own order, processed by its own version.
+    let (success, text) = run("c", "second", &script);
+    assert!(success, "a second language on a used server: {text}");
+    assert!(
+        text.contains("ORDERS_DONE #2 orders.created.") && !text.contains("ORDERS_DONE #1 "),
+        "only this run's output counts: {text}"
+    );
+
+    // A run whose host processes nothing fails at its first check (nothing waits long: no
+    // host serves the route at all).
+    let host = "dedup-host run --config host.toml & host=$!";
+    assert!(script.contains(host), "{script}");
+    let idle = script
+        .replace(host, "sleep 600 & host=$!")
+        .replace("--wait 60s", "--wait 5s");
+    let (success, text) = run("c", "idle", &idle);
+    assert!(!success, "a run that processed nothing passed: {text}");
+    assert!(
+        text.contains("stored as sequence") && !text.contains("ORDERS_DONE #"),
+        "it failed at the greeting's check: {text}"
     );
 }
 

@@ -156,8 +156,73 @@ fn every_metric_and_outcome_is_in_the_book_and_nothing_else_is() {
     assert!(labels.contains("coalesced"), "{labels:?}");
     for label in &labels {
         assert!(
-            table.contains(&format!("`{label}`")),
+            table.contains(label.as_str()),
             "label value `{label}` is not explained in the metrics table of {METRICS_PAGE}"
         );
     }
+}
+
+#[test]
+fn the_generated_reference_pages_match_the_code() {
+    use clap::CommandFactory;
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/src/reference");
+    let pages = dedup_host::reference::pages(dedup_host::cli::Cli::command());
+    let stale = dedup_host::reference::stale(&pages, &dir);
+    assert!(
+        stale.is_empty(),
+        "{stale:?} in docs/src/reference differ from what the code generates: run \
+         `target/release/dedup-host reference docs/src/reference` and commit the pages"
+    );
+}
+
+#[test]
+fn every_environment_variable_the_host_reads_is_in_the_reference() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut read = BTreeSet::new();
+    let mut dirs = vec![
+        root.join("host/src"),
+        root.join("host/runtime/src"),
+        root.join("host/delivery/src"),
+    ];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            for line in text.lines().filter(|l| !l.trim_start().starts_with("//")) {
+                // `var("X")`, `env("X")`, `env = "X"` (clap) and quoted OTEL_ names.
+                for (i, _) in line.match_indices('"') {
+                    let rest = &line[i + 1..];
+                    let name: String = rest
+                        .chars()
+                        .take_while(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || *c == '_')
+                        .collect();
+                    let before = &line[..i];
+                    let reads = before.ends_with("var(")
+                        || before.ends_with("var_os(")
+                        || before.ends_with("env(")
+                        || before.ends_with("env = ")
+                        || name.starts_with("OTEL_");
+                    if reads && name.len() > 2 && rest[name.len()..].starts_with('"') {
+                        read.insert(name);
+                    }
+                }
+            }
+        }
+    }
+    // Test-only switches are not for users.
+    read.retain(|name| !name.starts_with("DEDUP_HOST_TEST_") && name != "DEDUP_INSTALL");
+    let page = repo_file("docs/src/reference/cli.md");
+    let section = &page[page.find("## Environment variables").expect("an environment section")..];
+    for name in &read {
+        assert!(
+            section.contains(&format!("`{name}`")),
+            "the host reads `{name}`, which docs/src/reference/cli.md does not list: add it to \
+             `dedup_host::reference::env::DIRECT` and regenerate"
+        );
+    }
+    assert!(read.contains("DEDUP_CONSOLE_TOKEN") && read.contains("DEDUP_HOST_CONFIG"), "{read:?}");
 }

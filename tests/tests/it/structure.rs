@@ -54,16 +54,28 @@ fn no_module_imports_one_that_imports_it_back() {
     let src = workspace_root().join("host/src");
     let mut files = Vec::new();
     sources(&src, &src, &mut files);
-    // Top modules: `pipeline/consume.rs` belongs to `pipeline`, `serve.rs` to `serve`.
+    // Top modules: `pipeline/consume.rs` belongs to `pipeline`, `serve.rs` to `serve`;
+    // sibling files inside one directory, through `super::`.
     let mut top: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    // Sibling files inside one directory, through `super::`.
-    let mut siblings: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for (rel, text) in &files {
         let module = rel.split('/').next().unwrap().trim_end_matches(".rs");
         let refs = referenced(text, "crate::");
         top.entry(module.to_string())
             .or_default()
             .extend(refs.into_iter().filter(|m| m != module));
+    }
+    assert_eq!(circles(&top), Vec::<(String, String)>::new(), "top modules");
+    assert_eq!(
+        circles(&siblings(&files)),
+        Vec::<(String, String)>::new(),
+        "sibling files"
+    );
+}
+
+/// Sibling files inside one directory and what each refers to through `super::`.
+fn siblings(files: &[(String, String)]) -> BTreeMap<String, BTreeSet<String>> {
+    let mut siblings: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (rel, text) in files {
         if let Some((dir, file)) = rel.rsplit_once('/') {
             let me = format!("{dir}/{}", file.trim_end_matches(".rs"));
             let targets: Vec<String> = referenced(text, "super::")
@@ -74,12 +86,24 @@ fn no_module_imports_one_that_imports_it_back() {
             siblings.entry(me).or_default().extend(targets);
         }
     }
-    assert_eq!(circles(&top), Vec::<(String, String)>::new(), "top modules");
-    assert_eq!(
-        circles(&siblings),
-        Vec::<(String, String)>::new(),
-        "sibling files"
-    );
+    siblings
+}
+
+/// The simulation's modules and the delivery crate's import one another one way too: the
+/// simulation's adapters of the host's seams sit over one host context, not over each other.
+#[test]
+fn the_simulations_and_the_delivery_logics_files_import_one_another_one_way_only() {
+    for dir in ["tests/src", "host/delivery/src"] {
+        let src = workspace_root().join(dir);
+        let mut files = Vec::new();
+        sources(&src, &src, &mut files);
+        assert!(files.len() > 10, "{dir}: {} files", files.len());
+        assert_eq!(
+            circles(&siblings(&files)),
+            Vec::<(String, String)>::new(),
+            "sibling files under {dir}"
+        );
+    }
 }
 
 /// The packages `Cargo.lock` says `package` depends on, directly or not.

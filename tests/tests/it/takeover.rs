@@ -51,6 +51,7 @@ async fn a_claim_left_by_a_dead_owner_is_taken_over_after_its_lease() {
         permanent: false,
         retry_at_ms: None,
         fencing_token: None,
+        source_sequence: None,
         outputs: Vec::new(),
         batch_outputs: None,
         created_ms: now,

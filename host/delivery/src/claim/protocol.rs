@@ -90,6 +90,7 @@ impl<S: ClaimStore> Claimer<S> {
             permanent: false,
             retry_at_ms: None,
             fencing_token: None,
+            source_sequence: None,
             outputs: Vec::new(),
             batch_outputs: None,
             created_ms: previous.map_or(now, |p| p.created_ms),
@@ -112,11 +113,27 @@ impl<S: ClaimStore> Claimer<S> {
         digest: &str,
         fresh_from: u64,
     ) -> Result<ClaimOutcome<S>, ClaimError> {
+        self.claim_message(key, digest, fresh_from, None).await
+    }
+
+    /// [`Claimer::claim_fresh`] for the message at `source_sequence` in the source stream:
+    /// every record this claim writes names it ([`ClaimRecord::source_sequence`]).
+    pub async fn claim_message(
+        &self,
+        key: &str,
+        digest: &str,
+        fresh_from: u64,
+        source_sequence: Option<u64>,
+    ) -> Result<ClaimOutcome<S>, ClaimError> {
         let nonce: u64 = rand::random();
+        let record = |attempt: u32, previous: Option<&ClaimRecord>| ClaimRecord {
+            source_sequence,
+            ..self.record(nonce, attempt, digest, previous)
+        };
         let mut stale = 0;
         let mut deleted = false;
         for _ in 0..MAX_ROUNDS {
-            let fresh = self.record(nonce, 1, digest, None);
+            let fresh = record(1, None);
             match self.create(key, &fresh, std::mem::take(&mut deleted)).await {
                 Ok(revision) => {
                     return Ok(ClaimOutcome::Acquired(Box::new(
@@ -179,7 +196,7 @@ impl<S: ClaimStore> Claimer<S> {
             }
             // A coalesced key never ran: its next run is not a further attempt.
             let attempt = current.attempt + u32::from(!current.is_coalesced());
-            let next = self.record(nonce, attempt, digest, Some(&current));
+            let next = record(attempt, Some(&current));
             match self.store.update(key, &next, revision).await {
                 Ok(revision) => {
                     return Ok(ClaimOutcome::Acquired(Box::new(

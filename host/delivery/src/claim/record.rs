@@ -73,6 +73,11 @@ pub struct ClaimRecord {
     /// The fencing token of the claim that wrote this record (the revision that won it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fencing_token: Option<u64>,
+    /// The source stream sequence of the message whose run wrote this record (an exclusive
+    /// route's original, not its queue copy), so `inspect` finds it without reading the
+    /// stream. `None` in records written without one (older hosts, operator tools).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_sequence: Option<u64>,
     /// Where each output of a completed key was stored, in output order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub outputs: Vec<OutputRef>,

@@ -3,11 +3,13 @@
 //! canary promoted through a host killed with -9, and the commands' refusals
 //! ([`workflow`]); candidates where they meet the other modes and changes: fenced, exclusive
 //! and claim-after routes, reloads, routes added by a reload, component directories
-//! ([`seams`]); candidates seen and decided from the web console ([`console`]). This file
+//! ([`seams`]); candidates seen and decided from the web console ([`console`]); `--wait`
+//! waiting for the asked mode on every live host ([`waits`]). This file
 //! holds the deployment the tests share.
 
 mod console;
 mod seams;
+mod waits;
 mod workflow;
 
 use std::collections::{BTreeMap, BTreeSet};

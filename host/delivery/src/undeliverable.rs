@@ -1,0 +1,142 @@
+//! What happens to a message the server gave up delivering (its consumer's
+//! `server_max_deliver` was reached), from its key's claim record: a settled key's message was
+//! only a duplicate (drop it), a key still running under a live lease waits (its owner may
+//! finish it, and the letter would then be wrong), anything else is dead-lettered and its key
+//! recorded as failed for good. The host's undeliverable-message handler
+//! (`host/src/pipeline/undeliverable.rs`, advisories and the marker sweep) and the simulation's
+//! both decide here; how the message is read, lettered and dropped is theirs.
+
+use std::time::Duration;
+
+use crate::claim::{ClaimRecord, ClaimState};
+
+/// What to do with a message the server gave up on, from its key's record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GivenUp {
+    /// The key is completed or failed for good: the message was a duplicate; nothing to
+    /// letter (an exclusive route's queued copy is deleted).
+    Settled,
+    /// The key is in progress under `owner`'s live lease: retried later, once that ends.
+    Running {
+        /// The host instance holding the lease.
+        owner: String,
+    },
+    /// Dead-letter it (with the key's attempts and last failure, if it has a record), then
+    /// record the key failed for good ([`failed_for_good`]).
+    Letter {
+        /// The attempts the key's record counts (0 without a record).
+        attempt: u32,
+        /// The key's last failure, if its record names one.
+        last_reason: Option<String>,
+    },
+}
+
+/// What to do with a message the server gave up on whose key's record is `record` (none: the
+/// key was never claimed), at `now_ms` with the claims' clock skew margin `skew`.
+pub fn decide(record: Option<&ClaimRecord>, now_ms: u64, skew: Duration) -> GivenUp {
+    let Some(record) = record else {
+        return GivenUp::Letter {
+            attempt: 0,
+            last_reason: None,
+        };
+    };
+    match record.state {
+        ClaimState::Completed => GivenUp::Settled,
+        ClaimState::Failed if record.permanent => GivenUp::Settled,
+        ClaimState::InProgress if !record.lease_lapsed(now_ms, skew) => GivenUp::Running {
+            owner: record.owner.clone(),
+        },
+        _ => GivenUp::Letter {
+            attempt: record.attempt,
+            last_reason: record.reason.clone(),
+        },
+    }
+}
+
+/// The dead letter's reason for a message the server delivered `deliveries` times, with the
+/// key's last failure `last` if its record names one.
+pub fn reason(deliveries: u64, last: Option<&str>) -> String {
+    match last {
+        Some(last) => format!("the server gave up after {deliveries} deliveries; the last attempt: {last}"),
+        None => format!("the server gave up after {deliveries} deliveries: the host could not take the message (headers it cannot parse, an outage that outlasted every retry, or a key that stayed busy)"),
+    }
+}
+
+/// `record` once its message's letter is stored: failed for good with `reason`, so that
+/// `inspect`, `audit` and every later delivery of the key see what the dead letter says.
+pub fn failed_for_good(record: &mut ClaimRecord, reason: String, now_ms: u64) {
+    record.state = ClaimState::Failed;
+    record.permanent = true;
+    record.retry_at_ms = None;
+    record.reason = Some(reason);
+    record.updated_ms = now_ms;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(state: ClaimState, permanent: bool, lease_expires_ms: u64) -> ClaimRecord {
+        ClaimRecord {
+            state,
+            owner: "h1".into(),
+            nonce: 0,
+            attempt: 2,
+            lease_expires_ms,
+            digest: String::new(),
+            effects_by: None,
+            unknown_effects: false,
+            outputs_as: None,
+            reason: Some("boom".into()),
+            permanent,
+            retry_at_ms: Some(5),
+            fencing_token: None,
+            source_sequence: None,
+            outputs: Vec::new(),
+            batch_outputs: None,
+            created_ms: 0,
+            updated_ms: 0,
+        }
+    }
+
+    #[test]
+    fn a_settled_key_is_dropped_a_live_lease_waits_and_the_rest_is_lettered() {
+        let skew = Duration::from_millis(200);
+        let at = |r: &ClaimRecord| decide(Some(r), 10_000, skew);
+        assert_eq!(
+            at(&record(ClaimState::Completed, false, 0)),
+            GivenUp::Settled
+        );
+        assert_eq!(at(&record(ClaimState::Failed, true, 0)), GivenUp::Settled);
+        let running = record(ClaimState::InProgress, false, 20_000);
+        let owner = "h1".to_string();
+        assert_eq!(at(&running), GivenUp::Running { owner });
+        let lapsed = record(ClaimState::InProgress, false, 1_000);
+        let letter = GivenUp::Letter {
+            attempt: 2,
+            last_reason: Some("boom".into()),
+        };
+        assert_eq!(at(&lapsed), letter);
+        assert_eq!(at(&record(ClaimState::Failed, false, 0)), letter);
+        let never = GivenUp::Letter {
+            attempt: 0,
+            last_reason: None,
+        };
+        assert_eq!(decide(None, 10_000, skew), never);
+    }
+
+    #[test]
+    fn a_lettered_key_is_failed_for_good_with_the_letters_reason() {
+        let mut r = record(ClaimState::Failed, false, 0);
+        failed_for_good(&mut r, reason(7, Some("boom")), 42);
+        assert_eq!(
+            (r.state, r.permanent, r.retry_at_ms),
+            (ClaimState::Failed, true, None)
+        );
+        assert_eq!(r.updated_ms, 42);
+        assert!(r
+            .reason
+            .unwrap()
+            .contains("after 7 deliveries; the last attempt: boom"));
+    }
+}

@@ -1,0 +1,88 @@
+//! The subjects one kind of access to one stream takes, as JetStream's API names them (the
+//! `$JS.API.*` requests async-nats sends for each call, and the subjects the server answers or
+//! delivers on). Stream names are single subject tokens, so `<stream>` below never widens.
+
+/// What a role does with one stream (or the stream under a KV bucket or object store).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Access {
+    /// Reads it: its info, single messages (`get`, KV `entry`), and ephemeral ordered
+    /// consumers (KV watches and key listings, scans of the stream) whose deliveries and
+    /// flow control go over the client's inbox and `$JS.FC.<stream>.>`.
+    Read,
+    /// Reads it and consumes through the named durable pull consumers: binds them (a bind
+    /// sends a create with the same settings), pulls, and acks, naks and terms their deliveries.
+    Consume(Vec<String>),
+    /// Administers it: creates, updates, purges and deletes the stream and any consumer on
+    /// it, deletes single messages (the operator's `setup`, replays and purges).
+    Admin,
+}
+
+/// The publish subjects `access` to `stream` needs.
+pub fn publish(stream: &str, access: &Access) -> Vec<String> {
+    let api = |s: &str| format!("$JS.API.{s}");
+    let mut out = vec![
+        api(&format!("STREAM.INFO.{stream}")),
+        api(&format!("STREAM.MSG.GET.{stream}")),
+        api(&format!("DIRECT.GET.{stream}")),
+        api(&format!("DIRECT.GET.{stream}.>")),
+        // Ordered consumers: no name in the subject.
+        api(&format!("CONSUMER.CREATE.{stream}")),
+        api(&format!("CONSUMER.INFO.{stream}.*")),
+        api(&format!("CONSUMER.MSG.NEXT.{stream}.*")),
+        api(&format!("CONSUMER.LIST.{stream}")),
+        api(&format!("CONSUMER.NAMES.{stream}")),
+        format!("$JS.FC.{stream}.>"),
+    ];
+    match access {
+        Access::Read => {}
+        Access::Consume(durables) => {
+            for d in durables {
+                // `CONSUMER.CREATE.<stream>.<name>` or, with one filter, `.<name>.<filter>`.
+                out.push(api(&format!("CONSUMER.CREATE.{stream}.{d}")));
+                out.push(api(&format!("CONSUMER.CREATE.{stream}.{d}.>")));
+                out.push(format!("$JS.ACK.{stream}.{d}.>"));
+            }
+        }
+        Access::Admin => {
+            for verb in ["CREATE", "UPDATE", "DELETE", "PURGE", "MSG.DELETE"] {
+                out.push(api(&format!("STREAM.{verb}.{stream}")));
+            }
+            for verb in ["CREATE", "DELETE", "PAUSE", "UNPIN", "RESET"] {
+                out.push(api(&format!("CONSUMER.{verb}.{stream}.>")));
+            }
+            out.push(api(&format!("CONSUMER.DURABLE.CREATE.{stream}.*")));
+            out.push(format!("$JS.ACK.{stream}.>"));
+        }
+    }
+    out
+}
+
+/// The subscribe subjects `access` to `stream` needs beyond the inbox.
+pub fn subscribe(stream: &str, access: &Access) -> Vec<String> {
+    match access {
+        // A message that ran out of deliveries (the host dead-letters it from the stream).
+        Access::Consume(_) => vec![format!(
+            "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.{stream}.*"
+        )],
+        Access::Read | Access::Admin => Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn consuming_binds_and_acks_only_the_named_consumers() {
+        let p = publish("EVENTS", &Access::Consume(vec!["hosts-a".into()]));
+        assert!(p.contains(&"$JS.API.CONSUMER.CREATE.EVENTS.hosts-a".to_string()));
+        assert!(p.contains(&"$JS.ACK.EVENTS.hosts-a.>".to_string()));
+        assert!(!p
+            .iter()
+            .any(|s| s.contains("STREAM.CREATE") || s == "$JS.ACK.EVENTS.>"));
+        let r = publish("EVENTS", &Access::Read);
+        assert!(!r.iter().any(|s| s.starts_with("$JS.ACK")));
+        let a = publish("EVENTS", &Access::Admin);
+        assert!(a.contains(&"$JS.API.STREAM.CREATE.EVENTS".to_string()));
+    }
+}

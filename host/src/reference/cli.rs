@@ -1,0 +1,183 @@
+//! The command-line reference page, made from clap's command tree: every subcommand with its
+//! usage, its description and a row per flag (with its default, its values and the environment
+//! variable that stands in for it), and the environment variables the host reads.
+
+use std::fmt::Write as _;
+
+use clap::{Arg, ArgAction, Command};
+
+/// The page's opening.
+const INTRO: &str = "\
+Every command and flag of `dedup-host`, as `dedup-host <command> --help` prints them. What the
+commands are for, with examples: [commands at a glance](commands.md); what each exits with:
+[exit codes](exit-codes.md).
+";
+
+/// The page, generated from `cli` (the binary's own command, `Cli::command()`).
+pub fn page(mut cli: Command) -> String {
+    cli.build();
+    let mut out = String::from("# Command-line reference\n\n");
+    out.push_str(super::GENERATED);
+    out.push('\n');
+    out.push_str(INTRO);
+    let mut commands = Vec::new();
+    collect(&cli, "dedup-host", &mut commands);
+    out.push_str("\n| command | what |\n|---|---|\n");
+    for (path, command) in commands.iter().skip(1) {
+        let _ = writeln!(
+            out,
+            "| [`{path}`](#{}) | {} |",
+            anchor(path),
+            super::cell(&about(command))
+        );
+    }
+    for (path, command) in commands.iter().skip(1) {
+        command_section(&mut out, path, command);
+    }
+    out.push_str("\n## Environment variables\n\n");
+    out.push_str("| variable | what |\n|---|---|\n");
+    for (name, what) in super::env::variables(&commands) {
+        let _ = writeln!(out, "| `{name}` | {} |", super::cell(&what));
+    }
+    out
+}
+
+/// Every visible command under `command`, depth first, with its full path.
+fn collect<'a>(command: &'a Command, path: &str, out: &mut Vec<(String, &'a Command)>) {
+    out.push((path.to_string(), command));
+    for sub in command.get_subcommands().filter(|s| !s.is_hide_set()) {
+        if sub.get_name() == "help" {
+            continue;
+        }
+        collect(sub, &format!("{path} {}", sub.get_name()), out);
+    }
+}
+
+/// One command: heading, usage, description, flags.
+fn command_section(out: &mut String, path: &str, command: &Command) {
+    let _ = writeln!(out, "\n## `{path}`\n");
+    let long = command
+        .get_long_about()
+        .or(command.get_about())
+        .map(ToString::to_string)
+        .unwrap_or_default();
+    if !long.is_empty() {
+        let _ = writeln!(out, "{}\n", super::paragraphs(&long));
+    }
+    let usage = command
+        .clone()
+        .bin_name(path)
+        .render_usage()
+        .to_string()
+        .replace("Usage: ", "");
+    let _ = writeln!(out, "```text\n{usage}\n```\n");
+    let args: Vec<&Arg> = command
+        .get_arguments()
+        .filter(|a| !a.is_hide_set() && !matches!(a.get_id().as_str(), "help" | "version"))
+        .collect();
+    if args.is_empty() {
+        return;
+    }
+    out.push_str("| flag | default | what |\n|---|---|---|\n");
+    for arg in args {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} |",
+            flag(arg),
+            default(arg),
+            super::cell(&help(arg))
+        );
+    }
+}
+
+/// How an argument is written: `--config <PATH>`, `-s, --nats-url <URL>`, `<ROUTE>`.
+pub(super) fn flag(arg: &Arg) -> String {
+    let value = arg
+        .get_value_names()
+        .map(|names| {
+            names
+                .iter()
+                .map(|n| format!("<{n}>"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_else(|| format!("<{}>", arg.get_id().as_str().to_uppercase()));
+    let takes_value = matches!(arg.get_action(), ArgAction::Set | ArgAction::Append);
+    let mut names = Vec::new();
+    if let Some(short) = arg.get_short() {
+        names.push(format!("-{short}"));
+    }
+    if let Some(long) = arg.get_long() {
+        names.push(format!("--{long}"));
+    }
+    if names.is_empty() {
+        return format!("`{value}`");
+    }
+    if takes_value {
+        format!("`{} {value}`", names.join(", "))
+    } else {
+        format!("`{}`", names.join(", "))
+    }
+}
+
+/// An argument's default, or `none`.
+fn default(arg: &Arg) -> String {
+    let defaults: Vec<String> = arg
+        .get_default_values()
+        .iter()
+        .map(|v| v.to_string_lossy().into_owned())
+        .collect();
+    if defaults.is_empty() || !matches!(arg.get_action(), ArgAction::Set | ArgAction::Append) {
+        "".to_string()
+    } else {
+        format!("`{}`", defaults.join(" "))
+    }
+}
+
+/// An argument's help, with its possible values and its environment variable.
+fn help(arg: &Arg) -> String {
+    let mut text = arg
+        .get_long_help()
+        .or(arg.get_help())
+        .map(ToString::to_string)
+        .unwrap_or_default();
+    if !text.is_empty() && !text.ends_with(['.', ')', ':']) {
+        text.push('.');
+    }
+    let values: Vec<String> = arg
+        .get_possible_values()
+        .iter()
+        .filter(|v| !v.is_hide_set())
+        .map(|v| format!("`{}`", v.get_name()))
+        .collect();
+    if !values.is_empty() && matches!(arg.get_action(), ArgAction::Set | ArgAction::Append) {
+        let _ = write!(text, " One of {}.", values.join(", "));
+    }
+    if let Some(env) = arg.get_env() {
+        let _ = write!(text, " Environment: `{}`.", env.to_string_lossy());
+    }
+    if arg.is_required_set() {
+        text.push_str(" Required.");
+    }
+    text
+}
+
+/// A command's one-line description.
+fn about(command: &Command) -> String {
+    command
+        .get_about()
+        .map(ToString::to_string)
+        .unwrap_or_default()
+}
+
+/// The anchor mdBook gives a `## \`dedup-host x y\`` heading.
+fn anchor(path: &str) -> String {
+    path.chars()
+        .filter_map(|c| match c {
+            ' ' | '-' => Some('-'),
+            c if c.is_alphanumeric() || c == '_' => Some(c.to_ascii_lowercase()),
+            _ => None,
+        })
+        .collect()
+}
+

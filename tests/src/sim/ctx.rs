@@ -1,0 +1,250 @@
+//! What one simulated host generation has to settle its deliveries with: its claimers on the
+//! model's store, its route's outage backoff (the host's own [`OutageStreak`]), its clock in
+//! virtual time, and the model's acks and naks, each checked as the host's code calls it (an
+//! ack before the outcome is durable, an exclusive route's overlapping runs). The adapters of
+//! the host's seams ([`super::running`], [`super::after`], [`super::queue`], [`super::marker`],
+//! [`super::settling`]) are built over it; which delivery takes which seam is
+//! [`super::settle`].
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use dedup_delivery::clock::Clock;
+use dedup_delivery::outage::OutageStreak;
+use dedup_delivery::outcome::MessageOutcome;
+use dedup_delivery::settle::Settlement;
+use dedup_host::claim::{ClaimState, Claimer};
+
+use super::consumer::Lane;
+use super::route::Served;
+use super::store::{Shared, SimStore};
+use super::world::World;
+use super::Settings;
+
+/// What one host generation needs to settle a delivery.
+pub struct Ctx {
+    pub(super) world: Shared,
+    /// Claims in the bucket, and in the fenced stream.
+    pub(super) claimers: [Claimer<SimStore>; 2],
+    pub(super) settings: Settings,
+    pub(super) seed: u64,
+    pub(super) host: usize,
+    /// The route's run of infrastructure errors on this host generation, as the host's
+    /// metrics keep it per route and process.
+    outages: OutageStreak,
+}
+
+/// One delivery being settled.
+pub(super) struct At {
+    pub(super) lane: Lane,
+    pub(super) sequence: u64,
+    pub(super) number: u64,
+    pub(super) key: String,
+    pub(super) entity: String,
+    /// The revision a replay reset the key at (`Delivery::fresh_from`).
+    pub(super) fresh_from: u64,
+}
+
+/// A handler run of an exclusive route, listed in [`World::running`] until dropped.
+pub(super) struct Running {
+    world: Shared,
+    entry: (String, String, String),
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Ok(mut w) = self.world.lock() {
+            if let Some(at) = w.running.iter().position(|e| *e == self.entry) {
+                w.running.remove(at);
+            }
+        }
+    }
+}
+
+/// How a settlement reads in the model: `None` acks or terms, `Some` naks after that many ms.
+pub(super) trait NakMs {
+    /// The nak delay in ms, `None` for an ack or a term.
+    fn nak_ms(self) -> Option<u64>;
+}
+
+impl NakMs for Settlement {
+    fn nak_ms(self) -> Option<u64> {
+        match self {
+            Settlement::Ack | Settlement::Term => None,
+            Settlement::Nak(delay) => Some(delay.as_millis() as u64),
+        }
+    }
+}
+
+impl Ctx {
+    /// Host `host`'s generation `generation`.
+    pub fn new(
+        world: &Shared,
+        settings: Settings,
+        seed: u64,
+        host: usize,
+        generation: u32,
+    ) -> Arc<Self> {
+        let claimer = |space| {
+            let store = SimStore {
+                world: world.clone(),
+                host,
+                space,
+            };
+            Claimer::new(
+                Arc::new(store),
+                format!("h{host}.{generation}"),
+                Duration::from_millis(settings.lease_ms),
+                Duration::from_millis(settings.skew_ms),
+            )
+        };
+        Arc::new(Self {
+            world: world.clone(),
+            claimers: [claimer("b:"), claimer("s:")],
+            settings,
+            seed,
+            host,
+            outages: OutageStreak::new(),
+        })
+    }
+
+    pub(super) fn world(&self) -> std::sync::MutexGuard<'_, World> {
+        self.world.lock().expect("one thread")
+    }
+
+    fn settle(&self, at: &At, nak: Option<u64>) {
+        self.world().settle(at.lane, at.sequence, at.number, nak);
+    }
+
+    /// Settles a delivery with no check of its key's record.
+    pub(super) fn settle_unchecked(&self, at: &At, nak: Option<u64>) {
+        self.settle(at, nak);
+    }
+
+    /// Counts how a delivery ended, as the host's route metrics do: the outage backoff's run.
+    pub(super) fn count(&self, outcome: MessageOutcome) {
+        self.outages.count(outcome);
+    }
+
+    /// The nak delay after an infrastructure error already counted: the host's outage
+    /// backoff ([`OutageStreak::retry`]), the model's jitter.
+    pub(super) fn outage_delay(&self, number: u64) -> Duration {
+        let unit = self.unit();
+        self.outages.retry(number, unit)
+    }
+
+    /// [`Ctx::outage_delay`] for an error not counted yet ([`OutageStreak::retry_uncounted`]).
+    pub(super) fn release_delay(&self, number: u64) -> Duration {
+        let unit = self.unit();
+        self.outages.retry_uncounted(number, unit)
+    }
+
+    /// A jitter draw in `0.0..=1.0` from the run's seeded generator.
+    fn unit(&self) -> f64 {
+        self.world().rng.range(0, 1_000_000) as f64 / 1_000_000.0
+    }
+
+    /// A lease write of `key` went unanswered: its lease may lapse, costing an attempt.
+    pub(super) fn unconfirmed(&self, key: &str) {
+        *self.world().disrupted.entry(key.to_string()).or_default() += 1;
+    }
+
+    pub(super) fn violation(&self, what: String) {
+        let mut w = self.world();
+        w.log(|| format!("VIOLATION {what}"));
+        w.violations.push(what);
+    }
+
+    /// An exclusive route's run starts: no handler of another message of the entity may be
+    /// running under a live lease, and none after it in source order may have started.
+    pub(super) fn exclusive_start(&self, at: &At, served: &Served, owner: &str) -> Running {
+        let mut w = self.world();
+        let source = w.streams.message(at.lane, at.sequence).source;
+        let skew = Duration::from_millis(self.settings.skew_ms);
+        let space = if served.fenced { "s:" } else { "b:" };
+        let now = w.now;
+        let mut found = Vec::new();
+        // A host paused between its claim and here starts a zombie: its lease lapsed, another
+        // host may have finished the message since, and nothing it does can take effect.
+        let zombie = !w
+            .record(&format!("{space}{}", at.key))
+            .is_some_and(|(r, _)| {
+                r.state == ClaimState::InProgress && r.owner == owner && !r.lease_lapsed(now, skew)
+            });
+        for (entity, key, runner) in w.running.iter().filter(|_| !zombie) {
+            if *entity != at.entity || *key == at.key {
+                continue;
+            }
+            let live = w.record(&format!("{space}{key}")).is_some_and(|(r, _)| {
+                r.state == ClaimState::InProgress
+                    && r.owner == *runner
+                    && !r.lease_lapsed(now, skew)
+            });
+            if live {
+                found.push(format!(
+                    "entity {}: {} starts on h{} while {runner} runs {key} under a live lease",
+                    at.entity, at.key, self.host
+                ));
+            }
+        }
+        let latest = w.started.entry(at.entity.clone()).or_default();
+        if *latest > source && !zombie {
+            found.push(format!(
+                "entity {}: message {source} ({}) runs after message {} (h{}): out of source order",
+                at.entity, at.key, *latest, self.host
+            ));
+        }
+        *latest = (*latest).max(source);
+        for what in found {
+            w.log(|| format!("VIOLATION {what}"));
+            w.violations.push(what);
+        }
+        let entry = (at.entity.clone(), at.key.clone(), owner.to_string());
+        w.running.push(entry.clone());
+        Running {
+            world: self.world.clone(),
+            entry,
+        }
+    }
+
+    /// Settles a delivery after recording its outcome through the lease. An ack must find the
+    /// outcome durable (the key completed or failed for good): an ack before that loses the
+    /// message. (Who owns the key by now does not matter: the write that recorded it went
+    /// through the lease, and a pause may fall between that write and this settle.)
+    pub(super) fn recorded_settle(&self, at: &At, nak: Option<u64>) {
+        if nak.is_none() {
+            let state = {
+                let w = self.world();
+                ["b:", "s:"]
+                    .iter()
+                    .filter_map(|space| w.record(&format!("{space}{}", at.key)))
+                    .map(|(r, _)| (r.state, r.permanent))
+                    .find(|s| matches!(s, (ClaimState::Completed, _) | (ClaimState::Failed, true)))
+            };
+            if state.is_none() {
+                self.violation(format!(
+                    "h{} acked {:?} {}#{} while {} is not done: nothing says it is",
+                    self.host, at.lane, at.sequence, at.number, at.key
+                ));
+            }
+        }
+        self.settle(at, nak);
+    }
+}
+
+impl Clock for Ctx {
+    /// Waits `duration` of virtual time.
+    fn sleep(&self, duration: Duration) -> impl std::future::Future<Output = ()> + Send {
+        let world = self.world.clone();
+        let ms = u64::try_from(duration.as_millis()).unwrap_or(u64::MAX);
+        let until = world.lock().expect("one thread").now.saturating_add(ms);
+        std::future::poll_fn(move |_| {
+            let now = world.lock().expect("one thread").now;
+            if now >= until {
+                std::task::Poll::Ready(())
+            } else {
+                std::task::Poll::Pending
+            }
+        })
+    }
+}

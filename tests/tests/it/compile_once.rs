@@ -1,0 +1,94 @@
+//! Compile once (issue 46): `test` and `deploy` share one content-addressed compile cache in
+//! the project folder, so a second `test` of an unchanged component and a `deploy` after
+//! `test` compile nothing (each load logs whether it compiled); a changed component compiles
+//! again.
+
+use std::path::Path;
+use std::process::Command;
+
+use dedup_host_tests::guests::{cli, guest, host_binary};
+use dedup_host_tests::harness::{TestEnv, Timing};
+
+/// A route served from the object store.
+const CACHED_ROUTE: &str = r#"
+[[routes]]
+name = "cached"
+subject = "in.cached.*"
+allowed_outputs = ["in.cached.*.done"]
+"#;
+
+/// Shows the compile log line.
+const LOG: (&str, &str) = ("RUST_LOG", "dedup_host::cli::compile=info");
+
+/// Runs `dedup-host ARGS` in `dir`, logging compiles; returns its exit code and output.
+fn run_in(dir: &Path, args: &[&str]) -> (i32, String) {
+    let out = Command::new(host_binary())
+        .current_dir(dir)
+        .env(LOG.0, LOG.1)
+        .args(args)
+        .output()
+        .expect("run dedup-host");
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.code().unwrap_or(-1), text)
+}
+
+const COMPILED: &str = "compiled `";
+const NOTHING: &str = "came from the cache, nothing compiled";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_test_and_a_deploy_after_test_compile_nothing() {
+    let env = TestEnv::start().await;
+    let dir = env.path("project");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(guest("hostile"), dir.join("handler.wasm")).unwrap();
+    std::fs::write(
+        dir.join("cases.toml"),
+        "component = \"handler.wasm\"\n\n[[case]]\nname = \"echo\"\nsubject = \"in.x\"\n\
+         payload = \"hello\"\nexpect.outputs = [{ subject = \"in.x.done\", payload = \"hello\" }]\n",
+    )
+    .unwrap();
+
+    let (code, first) = run_in(&dir, &["test", "cases.toml"]);
+    assert_eq!(code, 0, "{first}");
+    assert!(
+        first.contains(COMPILED) && !first.contains(NOTHING),
+        "{first}"
+    );
+    let (code, second) = run_in(&dir, &["test", "cases.toml"]);
+    assert_eq!(code, 0, "{second}");
+    assert!(
+        second.contains(NOTHING) && !second.contains(COMPILED),
+        "the second test of an unchanged component: {second}"
+    );
+
+    // `deploy` with a config in the same folder: the hosts' cache, which `test` filled.
+    let config = dir.join("host.toml");
+    std::fs::write(&config, env.config_text(&Timing::default(), CACHED_ROUTE)).unwrap();
+    let setup = cli(&config, &["setup"]);
+    assert_eq!(setup.code, 0, "{setup:?}");
+    let args = [
+        "deploy",
+        "--config",
+        "host.toml",
+        "--route",
+        "cached",
+        "--component",
+        "handler.wasm",
+    ];
+    let (code, deploy) = run_in(&dir, &args);
+    assert_eq!(code, 0, "{deploy}");
+    assert!(
+        deploy.contains(NOTHING) && !deploy.contains(COMPILED),
+        "a deploy after test: {deploy}"
+    );
+
+    // A changed component (other bytes) compiles again.
+    std::fs::copy(guest("uppercase"), dir.join("handler.wasm")).unwrap();
+    let (code, deploy) = run_in(&dir, &args);
+    assert_eq!(code, 0, "{deploy}");
+    assert!(
+        deploy.contains(COMPILED) && !deploy.contains(NOTHING),
+        "a changed component: {deploy}"
+    );
+}

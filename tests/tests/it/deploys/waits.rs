@@ -1,0 +1,93 @@
+//! `--wait` waits for what it says (issue 46): every live host running the candidate in the
+//! asked mode, not only its digest (a host still running it in shadow has not taken a canary).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use super::*;
+
+/// Keeps host `name`'s status entry fresh, as it is, while the host is stopped: a live host
+/// that is slow to take a change.
+fn keep_fresh(d: &Deployment, name: &str, stop: Arc<AtomicBool>) -> tokio::task::JoinHandle<()> {
+    let js = d.env.js.clone();
+    let name = name.to_string();
+    tokio::spawn(async move {
+        let kv = js.get_key_value("dedup-hosts-EVENTS").await.unwrap();
+        while !stop.load(Ordering::SeqCst) {
+            let bytes = kv.get(&name).await.unwrap().expect("the host's status");
+            let mut entry: status::HostStatus = serde_json::from_slice(&bytes).unwrap();
+            entry.updated_ms = dedup_host::claim::record::now_ms();
+            kv.put(&name, serde_json::to_vec(&entry).unwrap().into())
+                .await
+                .unwrap();
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    })
+}
+
+/// What host `name` reports running beside the live version.
+async fn candidate_of(d: &Deployment, name: &str) -> Option<String> {
+    let kv = d.env.js.get_key_value("dedup-hosts-EVENTS").await.unwrap();
+    let all = status::read_all(&kv).await.unwrap();
+    let host = all.iter().find(|h| h.instance_id == name)?;
+    host.routes.get("ledger")?.candidate.clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deploy_wait_returns_only_once_every_live_host_runs_the_candidate_in_the_asked_mode() {
+    let d = Deployment::start(&["host-a", "host-b"]).await;
+    let next = path("ledger-next");
+    let digest = dedup_host::runtime::digest(&std::fs::read(guest("ledger-next")).unwrap());
+    let shadow = ok(
+        &d.config,
+        &[
+            "deploy", "--route", "ledger", "--shadow", &next, "--wait", "60s",
+        ],
+    );
+    assert!(
+        shadow.contains(&format!(
+            "all 2 live host(s) have candidate {digest} shadow"
+        )),
+        "{shadow}"
+    );
+
+    // host-b is live (its status stays fresh) but takes no change: the same digest as a
+    // canary is not in effect everywhere, so the wait runs out naming host-b.
+    signal(&d.hosts["host-b"], "-STOP");
+    let stop = Arc::new(AtomicBool::new(false));
+    let refresher = keep_fresh(&d, "host-b", stop.clone());
+    let canary = ["deploy", "--route", "ledger", "--canary", "20%", &next];
+    let (success, text) = cli(&d.config, &[&canary[..], &["--wait", "15s"]].concat());
+    assert!(
+        !success,
+        "returned while host-b still runs the candidate in shadow: {text}"
+    );
+    assert!(
+        text.contains("\"host-b\"") && text.contains(&format!("candidate {digest} canary 20%")),
+        "{text}"
+    );
+    assert_eq!(
+        candidate_of(&d, "host-b").await,
+        Some(format!("{digest} shadow"))
+    );
+    stop.store(true, Ordering::SeqCst);
+    refresher.await.unwrap();
+    signal(&d.hosts["host-b"], "-CONT");
+
+    // A change of share: when the wait returns, both hosts run the new share.
+    let wider = ok(
+        &d.config,
+        &[
+            "deploy", "--route", "ledger", "--canary", "30%", &next, "--wait", "60s",
+        ],
+    );
+    assert!(wider.contains("all 2 live host(s)"), "{wider}");
+    for host in ["host-a", "host-b"] {
+        assert_eq!(
+            candidate_of(&d, host).await,
+            Some(format!("{digest} canary 30%")),
+            "{host}: {wider}"
+        );
+    }
+    d.stop();
+}

@@ -1,0 +1,288 @@
+//! Least-privilege NATS permissions (issue 47): every role works within exactly the set
+//! `dedup-host permissions` prints for it, against a nats-server whose users are restricted
+//! to those sets; the server's log then holds no violation. With one permission missing, the
+//! host names the refused subject and the fix instead of timing out unexplained.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use dedup_host::claim::ClaimState;
+use dedup_host::config::Config;
+use dedup_host_tests::console::{request, ConsoleProcess};
+use dedup_host_tests::guests::{cli, host_binary};
+use dedup_host_tests::harness::{
+    stop_gracefully, wait_for, TestEnv, Timing, DEAD, OUTPUTS, UPPER_ROUTE,
+};
+
+/// Window routes of every kind: claim before (`upper`), claim after, exclusive, and one whose
+/// handler rejects (`fixme`, the hostile guest: `sleep-reject:<ms>`) for dead letters.
+const ROUTES: &str = r#"
+[[routes]]
+name = "upper"
+subject = "in.upper.*"
+component = "{guest:uppercase}"
+allowed_outputs = ["in.upper.*.done"]
+
+[[routes]]
+name = "after"
+subject = "in.after.*"
+component = "{guest:uppercase}"
+allowed_outputs = ["in.after.*.done"]
+claim = "after"
+limits = { deadline = "1s" }
+
+[[routes]]
+name = "excl"
+subject = "in.excl.*"
+component = "{guest:uppercase}"
+allowed_outputs = ["in.excl.*.done"]
+exclusive_by = { subject_token = 2 }
+
+[[routes]]
+name = "fixme"
+subject = "in.fixme.*"
+component = "{guest:hostile}"
+allowed_outputs = ["in.fixme.*.done"]
+limits = { deadline = "1s" }
+"#;
+
+/// A fenced route (its outputs and completion one atomic batch on the fenced output stream).
+const FENCED_ROUTE: &str = r#"
+[[routes]]
+name = "fan"
+subject = "in.fan.*"
+component = "{guest:flaky}"
+key = { subject_token = 2 }
+allowed_outputs = ["in.fan.*.done"]
+effects = "fenced"
+config = { succeed_on_attempt = "1", outputs = "2", work_ms = "10" }
+"#;
+
+const ROLES: [(&str, &str); 3] = [("host", "host"), ("operator", "op"), ("console", "con")];
+
+/// The deployment's config text as `user` (password `pw`), with the deployment's own inbox
+/// prefix (its users subscribe to their own replies only).
+fn as_user(text: &str, user: &str) -> String {
+    text.replace(
+        "[nats]\n",
+        &format!(
+            "[nats]\nuser = \"{user}\"\npassword = \"pw\"\ninbox_prefix = \"_INBOX_orders\"\n"
+        ),
+    )
+}
+
+/// A server config with one user per role, restricted to what `dedup-host permissions`
+/// prints for it (the host's set without `missing`), an unrestricted `admin` for the test's
+/// own reads, and a log file in the server's directory.
+fn server_conf(deployment: &Path, missing: Option<&str>) -> String {
+    let mut conf = String::from("log_file: \"{dir}/nats.log\"\n");
+    for (role, _) in ROLES {
+        let printed = cli(deployment, &["permissions", "--role", role]);
+        assert_eq!(printed.code, 0, "{printed:?}");
+        let mut text = printed.stdout;
+        if let (Some(subject), "host") = (missing, role) {
+            let line = format!("      \"{subject}\"\n");
+            assert!(
+                text.contains(&line),
+                "`{subject}` is not in the host's set: {text}"
+            );
+            text = text.replace(&line, "");
+        }
+        conf.push_str(&text);
+    }
+    conf.push_str("authorization {\n  users = [\n    { user: \"admin\", password: \"pw\" }\n");
+    for (role, user) in ROLES {
+        let var = format!("DEDUP_{}_PERMISSIONS", role.to_uppercase());
+        conf.push_str(&format!(
+            "    {{ user: \"{user}\", password: \"pw\", permissions: ${var} }}\n"
+        ));
+    }
+    conf.push_str("  ]\n}\n");
+    conf
+}
+
+/// The deployment: its config text (no user) written to `deployment.toml` in a scratch dir
+/// for `dedup-host permissions`, which needs no server.
+struct Deployment {
+    _dir: tempfile::TempDir,
+    file: PathBuf,
+}
+
+impl Deployment {
+    fn new(text: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("deployment.toml");
+        std::fs::write(&file, text).unwrap();
+        Self { _dir: dir, file }
+    }
+}
+
+/// Starts a server for `routes` restricted as [`server_conf`] says; returns the env (the
+/// test's client is `admin`) and the config text of the deployment (URLs filled in).
+async fn restricted(routes: &str, fenced: bool, missing: Option<&str>) -> (TestEnv, String) {
+    // The names and subjects do not depend on the server's address: derive them first.
+    let mut scratch = TestEnv::start().await;
+    scratch.fenced_outputs = fenced;
+    let deployment = Deployment::new(&as_user(
+        &scratch.config_text(&Timing::default(), routes),
+        "any",
+    ));
+    let conf = server_conf(&deployment.file, missing);
+    drop(scratch);
+    let mut env = TestEnv::start_with_conf(&conf, "admin", "pw").await;
+    env.fenced_outputs = fenced;
+    let text = env.config_text(&Timing::default(), routes);
+    (env, text)
+}
+
+/// Writes the config of `user` into the env's dir.
+fn config_file(env: &TestEnv, text: &str, user: &str) -> PathBuf {
+    let path = env.path(&format!("{user}.toml"));
+    std::fs::write(&path, as_user(text, user)).unwrap();
+    path
+}
+
+/// Every violation the server logged.
+fn violations(env: &TestEnv) -> Vec<String> {
+    let log = std::fs::read_to_string(env.dir.path().join("nats.log")).unwrap_or_default();
+    log.lines()
+        .filter(|l| l.contains("Violation"))
+        .map(str::to_string)
+        .collect()
+}
+
+fn setup_as_operator(env: &TestEnv, text: &str) -> PathBuf {
+    let operator = config_file(env, text, "op");
+    let setup = cli(&operator, &["setup"]);
+    assert_eq!(setup.code, 0, "setup as the operator: {setup:?}");
+    operator
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_role_works_within_the_permissions_printed_for_it() {
+    let (env, text) = restricted(ROUTES, false, None).await;
+    let operator = setup_as_operator(&env, &text);
+
+    // The host creates nothing: everything it needs is in place.
+    let host_config = config_file(&env, &text, "host");
+    let host = Command::new(host_binary())
+        .args(["run", "--config"])
+        .arg(&host_config)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    env.publish("in.upper.k1", "u1", &[], "hello").await;
+    env.publish("in.after.k1", "a1", &[], "hello").await;
+    env.publish("in.excl.e1", "x1", &[], "one").await;
+    env.publish("in.excl.e1", "x2", &[], "two").await;
+    env.publish("in.fixme.k1", "f1", &[], "sleep-reject:0")
+        .await;
+    let within = Duration::from_secs(60);
+    env.wait_completed("upper", &["u1"], within).await;
+    env.wait_completed("after", &["a1"], within).await;
+    env.wait_completed("excl", &["x1", "x2"], within).await;
+    let letters = |n: usize| {
+        let env = &env;
+        async move { (env.messages(DEAD).await.len() >= n).then_some(()) }
+    };
+    wait_for(within, "the dead letter of f1", || letters(1)).await;
+    let outputs: Vec<String> = env
+        .messages(OUTPUTS)
+        .await
+        .iter()
+        .map(|m| m.subject.to_string())
+        .collect();
+    for subject in ["in.upper.k1.done", "in.after.k1.done", "in.excl.e1.done"] {
+        assert!(outputs.iter().any(|s| s == subject), "{outputs:?}");
+    }
+
+    // The operator's commands.
+    let inspect = cli(&operator, &["inspect", "--route", "upper", "--key", "u1"]);
+    assert_eq!(inspect.code, 0, "{inspect:?}");
+    assert!(inspect.stdout.contains("completed"), "{inspect:?}");
+    let audit = cli(&operator, &["audit"]);
+    assert_eq!(audit.code, 0, "{audit:?}");
+    // The host answers on the operator's inbox prefix, with `allow_responses` only.
+    let reload = cli(&operator, &["reload"]);
+    assert_eq!(reload.code, 0, "{reload:?}");
+    assert!(reload.stderr.contains("1 host(s) answered"), "{reload:?}");
+    let replay = cli(&operator, &["dead-letters", "replay", "--all"]);
+    assert_eq!(replay.code, 0, "{replay:?}");
+    // Replayed, the key runs again, is rejected again, and is dead-lettered once more.
+    wait_for(within, "the replayed key's second letter", || letters(2)).await;
+
+    // The console serves its pages from what it may read.
+    let console_config = config_file(&env, &text, "con");
+    let console = ConsoleProcess::start(&console_config, None);
+    for page in ["/", "/letters", "/routes/upper", "/deploys", "/activity"] {
+        let (status, body) = request(console.addr, "GET", page, &[], "");
+        assert_eq!(status, 200, "{page}: {body}");
+    }
+    let (_, letters_page) = request(console.addr, "GET", "/letters", &[], "");
+    assert!(letters_page.contains("fixme"), "{letters_page}");
+    drop(console);
+
+    stop_gracefully(host);
+    assert_eq!(violations(&env), Vec::<String>::new());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_route_runs_within_the_host_permissions() {
+    let (env, text) = restricted(FENCED_ROUTE, true, None).await;
+    setup_as_operator(&env, &text);
+    let config = Config::parse(
+        &as_user(&text, "host"),
+        Path::new("host.toml"),
+        env.dir.path().into(),
+    )
+    .unwrap();
+    let host = dedup_host::serve::start(config).await.expect("host starts");
+    env.publish("in.fan.k1", "m1", &[], "x").await;
+    wait_for(Duration::from_secs(60), "k1 completed", || async {
+        let record = env.fenced_claim("fan", "k1").await?.0;
+        (record.state == ClaimState::Completed).then_some(())
+    })
+    .await;
+    assert_eq!(env.outputs().await.len(), 2);
+    host.shutdown().await.unwrap();
+    assert_eq!(violations(&env), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn a_host_missing_one_permission_names_the_subject_and_the_fix() {
+    let missing = "$JS.API.CONSUMER.CREATE.EVENTS.hosts-upper";
+    let (env, text) = restricted(UPPER_ROUTE, false, Some(missing)).await;
+    setup_as_operator(&env, &text);
+    let config = Config::parse(
+        &as_user(&text, "host"),
+        Path::new("host.toml"),
+        env.dir.path().into(),
+    )
+    .unwrap();
+    let err = dedup_host::serve::start(config)
+        .await
+        .err()
+        .expect("the host cannot bind its consumer");
+    let text = format!("{err:#}");
+    assert!(text.contains(&format!("`{missing}`")), "{text}");
+    assert!(text.contains("dedup-host permissions"), "{text}");
+}
+
+#[tokio::test]
+async fn a_host_finding_nothing_set_up_says_setup_is_the_operators() {
+    let (env, text) = restricted(UPPER_ROUTE, false, None).await;
+    let config = Config::parse(
+        &as_user(&text, "host"),
+        Path::new("host.toml"),
+        env.dir.path().into(),
+    )
+    .unwrap();
+    let err = dedup_host::serve::start(config)
+        .await
+        .err()
+        .expect("the host may not create the source stream");
+    let text = format!("{err:#}");
+    assert!(text.contains("`$JS.API.STREAM.CREATE.EVENTS`"), "{text}");
+}
