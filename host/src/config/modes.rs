@@ -3,7 +3,9 @@
 use serde::{Deserialize, Serialize};
 
 /// How a stream refuses a repeated message.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum DedupMode {
     /// A repeated `Nats-Msg-Id` is refused inside the stream's duplicate window only.
@@ -16,7 +18,9 @@ pub enum DedupMode {
 }
 
 /// How a route's outputs are made to take effect once (docs/src/how/fenced.md).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum EffectsMode {
     /// Outputs carry deterministic `Nats-Msg-Id`s and a re-run's copies are dropped by the
@@ -33,7 +37,9 @@ pub enum EffectsMode {
 }
 
 /// When a route claims a message's key (DESIGN.md §2, cost model).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum ClaimMode {
     /// Claim under a lease before running, heartbeat while running, record completion after
@@ -48,7 +54,9 @@ pub enum ClaimMode {
 }
 
 /// How a message is acked once its outcome is recorded (DESIGN.md rule 7).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum AckMode {
     /// A plain ack, sent without waiting for the server. The outcome is recorded before it,

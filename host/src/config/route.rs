@@ -30,7 +30,9 @@ impl Default for KeySource {
 }
 
 /// What to do with a message that carries no idempotency key.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum MissingKey {
     /// Dead-letter it with the reason, then terminate it.

@@ -24,7 +24,10 @@ pub fn schema() -> Value {
     let mut value = schema.to_value();
     if let Value::Object(root) = &mut value {
         root.insert("$id".into(), Value::String(SCHEMA_ID.into()));
-        root.insert("title".into(), Value::String("dedup-host config (host.toml)".into()));
+        root.insert(
+            "title".into(),
+            Value::String("dedup-host config (host.toml)".into()),
+        );
     }
     tidy(&mut value);
     value

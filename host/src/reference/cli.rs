@@ -180,4 +180,3 @@ fn anchor(path: &str) -> String {
         })
         .collect()
 }
-

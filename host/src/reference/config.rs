@@ -25,7 +25,10 @@ an editor checks a config as it is typed: [editor set-up](editor.md).
 const SEE_ALSO: &[(&str, &str)] = &[
     ("telemetry", "[traces](../operate/traces.md)"),
     ("console", "[the console](../operate/console.md)"),
-    ("deployment", "[several deployments on one server](../deploy/deployments.md)"),
+    (
+        "deployment",
+        "[several deployments on one server](../deploy/deployments.md)",
+    ),
     ("routes", "[choose the guarantees](../choose/index.md)"),
     ("limits", "[limits](../handler/limits.md)"),
 ];
@@ -231,4 +234,3 @@ fn toml_value(value: &Value) -> String {
         other => other.to_string(),
     }
 }
-

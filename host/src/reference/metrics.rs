@@ -94,7 +94,11 @@ fn families(exposition: &str) -> Vec<Family> {
     let mut help = String::new();
     for line in exposition.lines() {
         if let Some(rest) = line.strip_prefix("# HELP ") {
-            help = rest.split_once(' ').map(|(_, h)| h).unwrap_or("").to_string();
+            help = rest
+                .split_once(' ')
+                .map(|(_, h)| h)
+                .unwrap_or("")
+                .to_string();
         } else if let Some(rest) = line.strip_prefix("# TYPE ") {
             let mut parts = rest.split_whitespace();
             let (name, kind) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
@@ -108,8 +112,7 @@ fn families(exposition: &str) -> Vec<Family> {
                 help: std::mem::take(&mut help),
                 labels: BTreeSet::new(),
             });
-        } else if let (Some(family), Some((_, labels))) = (out.last_mut(), line.split_once('{'))
-        {
+        } else if let (Some(family), Some((_, labels))) = (out.last_mut(), line.split_once('{')) {
             let labels = labels.split('}').next().unwrap_or("");
             for pair in labels.split(',') {
                 if let Some((name, _)) = pair.split_once('=') {

@@ -47,15 +47,32 @@ fn markdown_files(root: &Path) -> Vec<std::path::PathBuf> {
 fn every_config_in_the_repository_passes_the_schema() {
     let root = workspace_root();
     let demo = std::fs::read_to_string(root.join("host/demo.toml")).unwrap();
-    assert_eq!(schema::errors(&demo), Vec::<String>::new(), "host/demo.toml");
+    assert_eq!(
+        schema::errors(&demo),
+        Vec::<String>::new(),
+        "host/demo.toml"
+    );
     let mut checked = 1;
     for file in markdown_files(&root) {
         let text = std::fs::read_to_string(&file).unwrap();
         for (i, block) in toml_blocks(&text).iter().enumerate() {
             // Handler manifests and cases files are other formats: only host configs.
-            let config_like = ["[nats]", "[host]", "[source]", "[claims]", "[[routes]]", "[[output_streams]]", "[routes.", "[components]", "[telemetry]", "[console]", "[deployment]", "[dead_letter]"]
-                .iter()
-                .any(|section| block.lines().any(|l| l.trim_start().starts_with(section)));
+            let config_like = [
+                "[nats]",
+                "[host]",
+                "[source]",
+                "[claims]",
+                "[[routes]]",
+                "[[output_streams]]",
+                "[routes.",
+                "[components]",
+                "[telemetry]",
+                "[console]",
+                "[deployment]",
+                "[dead_letter]",
+            ]
+            .iter()
+            .any(|section| block.lines().any(|l| l.trim_start().starts_with(section)));
             if !config_like {
                 continue;
             }
@@ -74,7 +91,10 @@ fn every_config_in_the_repository_passes_the_schema() {
 #[test]
 fn a_misspelt_key_is_flagged_with_its_name() {
     let demo = std::fs::read_to_string(workspace_root().join("host/demo.toml")).unwrap();
-    assert!(demo.contains("\nconcurrency = "), "host/demo.toml sets concurrency");
+    assert!(
+        demo.contains("\nconcurrency = "),
+        "host/demo.toml sets concurrency"
+    );
     let misspelt = demo.replacen("\nconcurrency = ", "\nconcurency = ", 1);
     let errors = schema::errors(&misspelt);
     assert!(
@@ -82,7 +102,10 @@ fn a_misspelt_key_is_flagged_with_its_name() {
         "the schema does not flag `concurency`: {errors:?}"
     );
     let wrong_type = demo.replacen("\nconcurrency = ", "\nconcurrency = \"many\" #", 1);
-    assert!(!schema::errors(&wrong_type).is_empty(), "a string for a count passes");
+    assert!(
+        !schema::errors(&wrong_type).is_empty(),
+        "a string for a count passes"
+    );
 }
 
 #[test]

@@ -216,7 +216,9 @@ fn every_environment_variable_the_host_reads_is_in_the_reference() {
     // Test-only switches are not for users.
     read.retain(|name| !name.starts_with("DEDUP_HOST_TEST_") && name != "DEDUP_INSTALL");
     let page = repo_file("docs/src/reference/cli.md");
-    let section = &page[page.find("## Environment variables").expect("an environment section")..];
+    let section = &page[page
+        .find("## Environment variables")
+        .expect("an environment section")..];
     for name in &read {
         assert!(
             section.contains(&format!("`{name}`")),
@@ -224,5 +226,8 @@ fn every_environment_variable_the_host_reads_is_in_the_reference() {
              `dedup_host::reference::env::DIRECT` and regenerate"
         );
     }
-    assert!(read.contains("DEDUP_CONSOLE_TOKEN") && read.contains("DEDUP_HOST_CONFIG"), "{read:?}");
+    assert!(
+        read.contains("DEDUP_CONSOLE_TOKEN") && read.contains("DEDUP_HOST_CONFIG"),
+        "{read:?}"
+    );
 }

@@ -31,8 +31,8 @@ fn documented() -> BTreeSet<i32> {
 /// Runs `dedup-host args...` and returns its exit code and output.
 fn run(args: &[&str]) -> (i32, String) {
     let out = Command::new(host_binary()).args(args).output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).to_string()
-        + &String::from_utf8_lossy(&out.stderr);
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
     (out.status.code().unwrap_or(-1), text)
 }
 
@@ -64,15 +64,26 @@ async fn every_documented_exit_code_is_what_its_case_exits_with() {
     };
     let publish = |url: &str, id: &str| {
         run(&[
-            "publish", "--nats-url", url, "--subject", "in.orders.o-1", "--msg-id", id,
-            "--payload", "hi",
+            "publish",
+            "--nats-url",
+            url,
+            "--subject",
+            "in.orders.o-1",
+            "--msg-id",
+            id,
+            "--payload",
+            "hi",
         ])
     };
     let forever_url = forever.server().url();
 
     let mut cases: Vec<(&str, i32, (i32, String))> = Vec::new();
     let setup = cli(&config, &["setup"]);
-    cases.push(("setup on an empty server", 0, (setup.code, setup.stdout + &setup.stderr)));
+    cases.push((
+        "setup on an empty server",
+        0,
+        (setup.code, setup.stdout + &setup.stderr),
+    ));
     cases.push(("publish a new message", 0, publish(&url, "m-1")));
     cases.push(("publish the same message id again", 3, publish(&url, "m-1")));
     let differs = cli(&changed, &["setup"]);
@@ -90,7 +101,11 @@ async fn every_documented_exit_code_is_what_its_case_exits_with() {
     cases.push(("an unknown flag", 2, run(&["setup", "--no-such-flag"])));
     cases.push(("a server it cannot reach", 2, publish(&closed, "m-2")));
     let forever_setup = cli(&forever_config, &["setup"]);
-    assert_eq!(forever_setup.code, 0, "{}{}", forever_setup.stdout, forever_setup.stderr);
+    assert_eq!(
+        forever_setup.code, 0,
+        "{}{}",
+        forever_setup.stdout, forever_setup.stderr
+    );
     cases.push(("forever: a first message", 0, publish(&forever_url, "f-1")));
     cases.push((
         "forever: another message on the same subject",
