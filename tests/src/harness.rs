@@ -236,7 +236,7 @@ replicas = {replicas}
 "#,
             urls = self.servers.urls()
         );
-        crate::schema::agrees_with_the_parser(&text);
+        crate::schema::agrees_with_the_parser(&text, self.dir.path());
         text
     }
 

@@ -25,6 +25,7 @@ impl OutageStreak {
     /// this, not with a message's delivery count, which also counts benign redeliveries (a
     /// busy key, a host killed while running it): after those, one transient error waited
     /// minutes.
+    #[inline]
     pub fn count(&self, outcome: MessageOutcome) {
         match outcome {
             MessageOutcome::Error => {
@@ -36,6 +37,7 @@ impl OutageStreak {
     }
 
     /// How many of the route's deliveries in a row ended in an infrastructure error.
+    #[inline]
     pub fn errors(&self) -> u64 {
         self.0.load(Ordering::Relaxed)
     }

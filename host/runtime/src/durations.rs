@@ -19,7 +19,7 @@ impl schemars::JsonSchema for Text {
         schemars::json_schema!({
             "type": "string",
             "description": "A duration: a number and a unit, e.g. \"500ms\", \"30s\", \"5m\", \"1h 30m\".",
-            "pattern": "^\\s*[0-9]+\\s*[a-zµ]+(\\s*[0-9]+\\s*[a-zµ]+)*\\s*$"
+            "pattern": "^\\s*(0|([0-9]+(\\.[0-9]+)?\\s*(nanos|nsec|ns|usec|us|µs|millis|msec|ms|seconds|second|secs|sec|s|minutes|minute|mins|min|m|hours|hour|hrs|hr|h|days|day|d|weeks|week|wks|wk|w|months|month|M|years|year|yrs|yr|y)\\s*)+)$"
         })
     }
 }

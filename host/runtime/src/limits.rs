@@ -38,15 +38,14 @@ pub const DEFAULT_TABLES: usize = 16;
 #[serde(deny_unknown_fields, default)]
 pub struct Limits {
     /// CPU time the guest may use for instantiation plus the call, measured on the threads
-    /// that run it and checked at every epoch tick (DESIGN.md rule 21: a busy machine
-    /// stretches wall time, not the guest's own work).
+    /// that run it and checked at every epoch tick (a busy machine stretches wall time, not
+    /// the guest's own work).
     #[serde(with = "crate::durations")]
     #[schemars(with = "crate::durations::Text")]
     pub deadline: Duration,
     /// Wall-clock limit for instantiation plus the call, whatever the guest does with it
-    /// (computing, sleeping, waiting in a host call). `None` (the default) is
-    /// 3 times `deadline`. It bounds how long one run can hold a key, so the
-    /// duplicate-window arithmetic uses it ([`Limits::wall_limit`]).
+    /// (computing, sleeping, waiting in a host call); unset, 3 times `deadline`. It bounds
+    /// how long one run can hold a key, so the duplicate-window rule counts it.
     #[serde(
         default,
         with = "crate::durations::option",

@@ -31,7 +31,7 @@ pub struct PublishArgs {
     #[arg(long, value_name = "S", value_parser = super::subject_arg::publishable)]
     subject: String,
     /// The message id (`Nats-Msg-Id`): the stream drops a repeat of it, and a route with
-    /// the default `key = "msg-id"` takes it as the idempotency key. (`--key` is an older
+    /// the default key (`key = { header = "Nats-Msg-Id" }`) takes it as the idempotency key. (`--key` is an older
     /// spelling.)
     #[arg(
         long = "msg-id",

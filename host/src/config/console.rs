@@ -12,11 +12,14 @@ use serde::{Deserialize, Serialize};
 pub struct ConsoleConfig {
     /// Where it listens (default 127.0.0.1:8080; `--addr` wins). Any address that is not
     /// loopback needs a token, or a user and password.
+    #[schemars(extend("x-default-text" = "`127.0.0.1:8080`"))]
     pub addr: Option<SocketAddr>,
     /// The token that logs in (at least 12 characters).
+    #[serde(skip_serializing)]
     pub token: Option<String>,
     /// A user name, with `password`, instead of a token.
     pub user: Option<String>,
     /// The password of `user`.
+    #[serde(skip_serializing)]
     pub password: Option<String>,
 }

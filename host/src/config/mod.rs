@@ -172,10 +172,13 @@ pub struct NatsConfig {
     /// User name (with `password`).
     pub user: Option<String>,
     /// Password (with `user`).
+    #[serde(skip_serializing)]
     pub password: Option<String>,
     /// Token authentication.
+    #[serde(skip_serializing)]
     pub token: Option<String>,
     /// NKey seed (`SU...`).
+    #[serde(skip_serializing)]
     pub nkey_seed: Option<String>,
     /// Path of a `.creds` file (JWT + seed).
     pub creds_file: Option<PathBuf>,

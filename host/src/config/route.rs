@@ -47,6 +47,7 @@ pub enum MissingKey {
 #[serde(deny_unknown_fields)]
 pub struct RouteConfig {
     /// Route name: `[A-Za-z0-9_-]+`, unique. It prefixes claim keys and output ids.
+    #[schemars(regex(pattern = r"^[A-Za-z0-9_-]+$"))]
     pub name: String,
     /// Subject filter (NATS wildcards allowed).
     pub subject: String,
@@ -87,6 +88,7 @@ pub struct RouteConfig {
     pub config: BTreeMap<String, String>,
     /// Resource limits of each invocation.
     #[serde(default)]
+    #[schemars(extend("x-default-text" = "each key's default, below"))]
     pub limits: Limits,
     /// Trap kinds that fail a message at once instead of being retried, e.g.
     /// `["timeout", "memory"]` (names as in the claim record). `forbidden_output` always is.

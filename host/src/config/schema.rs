@@ -8,10 +8,6 @@ use serde_json::{Map, Value};
 
 use super::Config;
 
-/// Where the schema says it lives, for editors that fetch it by id. The file is the output of
-/// `dedup-host schema`, committed at `docs/src/reference/host.schema.json`.
-pub const SCHEMA_ID: &str = "https://dedup-host.dev/host.schema.json";
-
 /// The schema of a whole config file, as JSON Schema draft 2020-12.
 ///
 /// Every field carries its description (its doc comment) and its default; a field whose
@@ -23,7 +19,6 @@ pub fn schema() -> Value {
     let schema = generator.into_root_schema_for::<Config>();
     let mut value = schema.to_value();
     if let Value::Object(root) = &mut value {
-        root.insert("$id".into(), Value::String(SCHEMA_ID.into()));
         root.insert(
             "title".into(),
             Value::String("dedup-host config (host.toml)".into()),
@@ -34,11 +29,15 @@ pub fn schema() -> Value {
 }
 
 /// Drops what helps no reader: a section's default (its whole default table, repeated field by
-/// field inside it), and a default the words of `x-default-text` replace.
+/// field inside it), a default the words of `x-default-text` replace, and a `null` default
+/// (TOML has no null: such a key is simply left out).
 fn tidy(value: &mut Value) {
     match value {
         Value::Object(map) => {
-            if map.contains_key("x-default-text") || is_section(map) {
+            if map.contains_key("x-default-text")
+                || is_section(map)
+                || map.get("default") == Some(&Value::Null)
+            {
                 map.remove("default");
             }
             map.values_mut().for_each(tidy);
@@ -50,7 +49,9 @@ fn tidy(value: &mut Value) {
 
 /// Whether a property's schema is a table of its own (a `$ref` to a section's definition).
 fn is_section(map: &Map<String, Value>) -> bool {
-    map.get("default").is_some_and(Value::is_object)
+    map.get("default")
+        .and_then(Value::as_object)
+        .is_some_and(|table| !table.is_empty())
         || map
             .get("default")
             .and_then(Value::as_array)

@@ -17,7 +17,7 @@ pub struct TelemetryConfig {
     /// (HTTP, `/v1/traces` is appended). Unset: `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` or
     /// `OTEL_EXPORTER_OTLP_ENDPOINT`, else the protocol's localhost default.
     pub endpoint: Option<String>,
-    /// `"grpc"` or `"http/protobuf"`. Unset: `OTEL_EXPORTER_OTLP_PROTOCOL`, else
+    /// `"grpc"` or `"http/protobuf"`. Unset: `OTEL_EXPORTER_OTLP_TRACES_PROTOCOL`, then `OTEL_EXPORTER_OTLP_PROTOCOL`, else
     /// `http/protobuf`.
     pub protocol: Option<OtlpProtocol>,
     /// The `service.name` of every span. Unset: `OTEL_SERVICE_NAME`, else `dedup-host`.
@@ -28,8 +28,10 @@ pub struct TelemetryConfig {
     pub producer: ProducerRelation,
     /// Spans waiting for export, at most. Past it, spans are dropped (never waited for) and
     /// counted in `dedup_spans_dropped_total`; while it is full, new deliveries are not traced (each counted once). Default 4096.
+    #[schemars(range(min = 1))]
     pub queue: usize,
     /// Spans per export request, at most. Default 512.
+    #[schemars(range(min = 1))]
     pub batch: usize,
     /// Longest a finished span waits for its batch to fill before it is sent. Default 1 s.
     #[serde(with = "humantime_serde")]

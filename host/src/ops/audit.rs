@@ -306,4 +306,3 @@ fn missing_outputs(
         )
         .collect()
 }
-

@@ -13,33 +13,64 @@ commands are for, with examples: [commands at a glance](commands.md); what each 
 [exit codes](exit-codes.md).
 ";
 
-/// The page, generated from `cli` (the binary's own command, `Cli::command()`).
-pub fn page(mut cli: Command) -> String {
+/// The pages the commands are split over (file, title, the top-level commands on it); a
+/// command named on none goes on the last.
+const GROUPS: &[(&str, &str, &[&str])] = &[
+    (
+        "cli-handlers.md",
+        "Commands: write, test and run handlers",
+        &[
+            "invoke", "new", "build", "wit", "test", "run", "dev", "publish", "tail", "schema",
+        ],
+    ),
+    ("cli-operate.md", "Commands: deploy and operate", &[]),
+];
+
+/// The pages, generated from `cli` (the binary's own command, `Cli::command()`): an index with
+/// the environment variables, and the commands' flags split over [`GROUPS`].
+pub fn pages(mut cli: Command) -> Vec<(&'static str, String)> {
     cli.build();
-    let mut out = String::from("# Command-line reference\n\n");
-    out.push_str(super::GENERATED);
-    out.push('\n');
-    out.push_str(INTRO);
     let mut commands = Vec::new();
     collect(&cli, "dedup-host", &mut commands);
-    out.push_str("\n| command | what |\n|---|---|\n");
-    for (path, command) in commands.iter().skip(1) {
+    let commands = &commands[1..];
+    let group_of = |path: &str| {
+        let top = path.split(' ').nth(1).unwrap_or("");
+        GROUPS
+            .iter()
+            .position(|(_, _, names)| names.contains(&top))
+            .unwrap_or(GROUPS.len() - 1)
+    };
+    let mut index = String::from("# Command-line reference\n\n");
+    index.push_str(super::GENERATED);
+    index.push('\n');
+    index.push_str(INTRO);
+    index.push_str("\n| command | what |\n|---|---|\n");
+    for (path, command) in commands {
         let _ = writeln!(
-            out,
-            "| [`{path}`](#{}) | {} |",
+            index,
+            "| [`{path}`]({}#{}) | {} |",
+            GROUPS[group_of(path)].0,
             anchor(path),
             super::cell(&about(command))
         );
     }
-    for (path, command) in commands.iter().skip(1) {
-        command_section(&mut out, path, command);
+    index.push_str("\n## Environment variables\n\n");
+    index.push_str("| variable | what |\n|---|---|\n");
+    for (name, what) in super::env::variables(commands) {
+        let _ = writeln!(index, "| `{name}` | {} |", super::cell(&what));
     }
-    out.push_str("\n## Environment variables\n\n");
-    out.push_str("| variable | what |\n|---|---|\n");
-    for (name, what) in super::env::variables(&commands) {
-        let _ = writeln!(out, "| `{name}` | {} |", super::cell(&what));
+    let mut pages = vec![("cli.md", index)];
+    for (i, (file, title, _)) in GROUPS.iter().enumerate() {
+        let mut out = format!(
+            "# {title}\n\n{}\nEvery command: [command-line reference](cli.md).\n",
+            super::GENERATED
+        );
+        for (path, command) in commands.iter().filter(|(p, _)| group_of(p) == i) {
+            command_section(&mut out, path, command);
+        }
+        pages.push((*file, out));
     }
-    out
+    pages
 }
 
 /// Every visible command under `command`, depth first, with its full path.

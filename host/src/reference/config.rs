@@ -141,6 +141,15 @@ fn type_text(property: &Value, defs: &Map<String, Value>) -> String {
         _ => String::new(),
     };
     match kind.as_str() {
+        "integer" if property["enum"].is_array() => {
+            let values: Vec<String> = property["enum"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(Value::to_string)
+                .collect();
+            format!("one of {}", values.join(", "))
+        }
         "integer" => {
             let mut text = "integer".to_string();
             if let Some(min) = property["minimum"].as_u64().filter(|m| *m > 0) {

@@ -81,7 +81,19 @@ pub fn variables(commands: &[(String, &Command)]) -> BTreeMap<String, String> {
     }
     let mut all: BTreeMap<String, String> = flags
         .into_iter()
-        .map(|(name, uses)| (name, format!("Stands in for {}.", uses.join(", "))))
+        .map(|(name, uses)| {
+            let flags: std::collections::BTreeSet<&str> =
+                uses.iter().filter_map(|u| u.split(" of ").next()).collect();
+            let text = match (uses.len() > 3, flags.len() == 1) {
+                (true, true) => format!(
+                    "Stands in for {} of every command that takes it ({} commands).",
+                    flags.iter().next().copied().unwrap_or(""),
+                    uses.len()
+                ),
+                _ => format!("Stands in for {}.", uses.join(", ")),
+            };
+            (name, text)
+        })
         .collect();
     for (name, what) in DIRECT {
         all.insert(name.to_string(), what.to_string());

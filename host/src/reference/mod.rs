@@ -26,11 +26,11 @@ pub struct Page {
 pub fn pages(cli: clap::Command) -> Vec<Page> {
     let schema = crate::config::schema::schema();
     let schema_text = serde_json::to_string_pretty(&schema).unwrap_or_default() + "\n";
-    vec![
-        Page {
-            name: "cli.md",
-            text: cli::page(cli),
-        },
+    let mut pages: Vec<Page> = cli::pages(cli)
+        .into_iter()
+        .map(|(name, text)| Page { name, text })
+        .collect();
+    pages.extend([
         Page {
             name: "config.md",
             text: config::page(&schema),
@@ -43,7 +43,8 @@ pub fn pages(cli: clap::Command) -> Vec<Page> {
             name: "host.schema.json",
             text: schema_text,
         },
-    ]
+    ]);
+    pages
 }
 
 /// The pages whose file in `dir` is missing or differs from what the code generates.

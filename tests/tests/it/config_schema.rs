@@ -118,3 +118,46 @@ fn dedup_host_schema_prints_the_schema() {
     let printed: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
     assert_eq!(printed, dedup_host::config::schema::schema());
 }
+
+#[test]
+fn the_schema_takes_the_durations_and_sizes_the_parser_takes() {
+    let durations = [
+        "30s",
+        "500ms",
+        "1h 30m",
+        "1h30m",
+        "1.5s",
+        "12M",
+        "2 days",
+        "0",
+        "1µs",
+        "5",
+        "soon",
+        "5 parsecs",
+        "1.",
+        "-1s",
+        "",
+        "5S",
+    ];
+    for text in durations {
+        let parser = dedup_host::durations::parse(text).is_ok();
+        let schema = schema::errors(&format!("[claims]\nmax_age = \"{text}\"\n")).is_empty();
+        assert_eq!(
+            schema, parser,
+            "duration `{text}`: schema {schema}, parser {parser}"
+        );
+    }
+    let sizes = [
+        "64MiB", "64 MiB", "8MB", "512KiB", "1GiB", "1_000", "64mib", "1 k", "64 MB", "lots",
+        "64 XB", "", "-1", "1.5MiB",
+    ];
+    for text in sizes {
+        let parser = dedup_host::size::parse(text).is_ok();
+        let schema =
+            schema::errors(&format!("[host]\nkeep_resident_bytes = \"{text}\"\n")).is_empty();
+        assert_eq!(
+            schema, parser,
+            "size `{text}`: schema {schema}, parser {parser}"
+        );
+    }
+}

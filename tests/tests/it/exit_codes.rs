@@ -58,10 +58,6 @@ async fn every_documented_exit_code_is_what_its_case_exits_with() {
             .replace("[source]\n", "[source]\ndedup = \"forever\"\n"),
     )
     .unwrap();
-    let closed = {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        format!("nats://{}", listener.local_addr().unwrap())
-    };
     let publish = |url: &str, id: &str| {
         run(&[
             "publish",
@@ -99,6 +95,11 @@ async fn every_documented_exit_code_is_what_its_case_exits_with() {
         run(&["setup", "--config", missing.to_str().unwrap()]),
     ));
     cases.push(("an unknown flag", 2, run(&["setup", "--no-such-flag"])));
+    // A port nobody listens on, taken the moment before: freed, and asked at once.
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("nats://{}", listener.local_addr().unwrap())
+    };
     cases.push(("a server it cannot reach", 2, publish(&closed, "m-2")));
     let forever_setup = cli(&forever_config, &["setup"]);
     assert_eq!(

@@ -247,6 +247,13 @@ async fn a_creds_file_of_the_accounts_user_connects_and_a_forged_one_is_refused(
         &account.public_key(),
         serde_json::json!({"name": "orders", "nats": {"limits": unlimited, "type": "account", "version": 2}}),
     );
+    // Operator mode with JetStream needs a system account.
+    let system = nkeys::KeyPair::new_account();
+    let system_jwt = jwt(
+        &operator,
+        &system.public_key(),
+        serde_json::json!({"name": "SYS", "nats": {"type": "account", "version": 2}}),
+    );
     let user_claims = serde_json::json!({"name": "host", "nats": {
         "pub": {}, "sub": {}, "subs": -1, "data": -1, "payload": -1, "type": "user", "version": 2
     }});
@@ -255,8 +262,9 @@ async fn a_creds_file_of_the_accounts_user_connects_and_a_forged_one_is_refused(
     std::fs::write(
         &conf,
         format!(
-            "operator: \"{operator_jwt}\"\nresolver: MEMORY\nresolver_preload: {{\n  {}: \"{account_jwt}\"\n}}\n",
-            account.public_key()
+            "operator: \"{operator_jwt}\"\nsystem_account: {sys}\nresolver: MEMORY\nresolver_preload: {{\n  {sys}: \"{system_jwt}\"\n  {}: \"{account_jwt}\"\n}}\n",
+            account.public_key(),
+            sys = system.public_key(),
         ),
     )
     .unwrap();
