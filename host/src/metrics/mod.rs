@@ -19,8 +19,8 @@ mod batches;
 mod counts;
 pub use batches::{BatchResult, BatchSeries};
 pub use counts::{RouteCounts, StatsSnapshot};
-pub use dedup_delivery::outcome::{DedupLayer, MessageOutcome};
 use dedup_delivery::outage::OutageStreak;
+pub use dedup_delivery::outcome::{DedupLayer, MessageOutcome};
 
 /// The `route` label of messages no route takes.
 pub const UNROUTED: &str = "_unrouted";

@@ -114,40 +114,10 @@ fn command_section(out: &mut String, path: &str, command: &Command) {
         let _ = writeln!(
             out,
             "| {} | {} | {} |",
-            flag(arg),
+            super::flag(arg),
             default(arg),
             super::cell(&help(arg))
         );
-    }
-}
-
-/// How an argument is written: `--config <PATH>`, `-s, --nats-url <URL>`, `<ROUTE>`.
-pub(super) fn flag(arg: &Arg) -> String {
-    let value = arg
-        .get_value_names()
-        .map(|names| {
-            names
-                .iter()
-                .map(|n| format!("<{n}>"))
-                .collect::<Vec<_>>()
-                .join(" ")
-        })
-        .unwrap_or_else(|| format!("<{}>", arg.get_id().as_str().to_uppercase()));
-    let takes_value = matches!(arg.get_action(), ArgAction::Set | ArgAction::Append);
-    let mut names = Vec::new();
-    if let Some(short) = arg.get_short() {
-        names.push(format!("-{short}"));
-    }
-    if let Some(long) = arg.get_long() {
-        names.push(format!("--{long}"));
-    }
-    if names.is_empty() {
-        return format!("`{value}`");
-    }
-    if takes_value {
-        format!("`{} {value}`", names.join(", "))
-    } else {
-        format!("`{}`", names.join(", "))
     }
 }
 

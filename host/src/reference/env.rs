@@ -74,7 +74,7 @@ pub fn variables(commands: &[(String, &Command)]) -> BTreeMap<String, String> {
         for arg in command.get_arguments() {
             if let Some(env) = arg.get_env() {
                 let name = env.to_string_lossy().into_owned();
-                let used = format!("{} of `{path}`", super::cli::flag(arg));
+                let used = format!("{} of `{path}`", super::flag(arg));
                 flags.entry(name).or_default().push(used);
             }
         }
