@@ -118,10 +118,11 @@ impl TestEnv {
         let conf = conf.replace("{dir}", &dir.path().display().to_string());
         std::fs::write(&path, conf).expect("write the server config");
         let server = NatsServer::start_with(&["-c", &path.display().to_string()]);
-        let client = async_nats::ConnectOptions::with_user_and_password(user.into(), password.into())
-            .connect(server.url())
-            .await
-            .expect("connect to the test nats-server");
+        let client =
+            async_nats::ConnectOptions::with_user_and_password(user.into(), password.into())
+                .connect(server.url())
+                .await
+                .expect("connect to the test nats-server");
         Self {
             servers: NatsCluster {
                 nodes: vec![server],

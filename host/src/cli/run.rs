@@ -112,6 +112,9 @@ pub async fn serve(
     reload: impl Fn() -> Result<Config, ConfigError>,
 ) -> anyhow::Result<()> {
     let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
+    // Installed before the host says it runs: a SIGTERM sent right after that line is a
+    // graceful stop, never the default action that kills the process.
+    let shutdown = shutdown_signal();
     let host = serve::start(config).await?;
     eprintln!(
         "dedup-host: running as `{}`; Ctrl-C to stop",
@@ -122,7 +125,6 @@ pub async fn serve(
             "dedup-host: metrics, health and readiness on http://{addr}/metrics /healthz /readyz"
         );
     }
-    let shutdown = shutdown_signal();
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -178,13 +180,17 @@ pub fn summary(report: &ReloadReport) -> String {
     line
 }
 
-/// Resolves on SIGINT or SIGTERM.
-pub async fn shutdown_signal() {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .expect("install SIGTERM handler");
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
+/// Installs the SIGINT and SIGTERM handlers at once (not when first polled) and returns a
+/// future that resolves on either. Call it inside the runtime.
+pub fn shutdown_signal() -> impl std::future::Future<Output = ()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).expect("install SIGTERM handler");
+    let mut interrupt = signal(SignalKind::interrupt()).expect("install SIGINT handler");
+    async move {
+        tokio::select! {
+            _ = interrupt.recv() => {}
+            _ = term.recv() => {}
+        }
     }
 }
 
