@@ -121,18 +121,25 @@ impl Deployment {
 /// Starts a server for `routes` restricted as [`server_conf`] says; returns the env (the
 /// test's client is `admin`) and the config text of the deployment (URLs filled in).
 async fn restricted(routes: &str, fenced: bool, missing: Option<&str>) -> (TestEnv, String) {
+    restricted_timed(routes, fenced, missing, &Timing::default()).await
+}
+
+/// [`restricted`], with the config's timing.
+async fn restricted_timed(
+    routes: &str,
+    fenced: bool,
+    missing: Option<&str>,
+    timing: &Timing,
+) -> (TestEnv, String) {
     // The names and subjects do not depend on the server's address: derive them first.
     let mut scratch = TestEnv::start().await;
     scratch.fenced_outputs = fenced;
-    let deployment = Deployment::new(&as_user(
-        &scratch.config_text(&Timing::default(), routes),
-        "any",
-    ));
+    let deployment = Deployment::new(&as_user(&scratch.config_text(timing, routes), "any"));
     let conf = server_conf(&deployment.file, missing);
     drop(scratch);
     let mut env = TestEnv::start_with_conf(&conf, "admin", "pw").await;
     env.fenced_outputs = fenced;
-    let text = env.config_text(&Timing::default(), routes);
+    let text = env.config_text(timing, routes);
     (env, text)
 }
 
@@ -285,4 +292,35 @@ async fn a_host_finding_nothing_set_up_says_setup_is_the_operators() {
         .expect("the host may not create the source stream");
     let text = format!("{err:#}");
     assert!(text.contains("`$JS.API.STREAM.CREATE.EVENTS`"), "{text}");
+}
+
+/// The hostile-guest suite (sandbox.rs) with its host connected as the host role: every
+/// misbehaviour gets its outcome, the neighbour keeps processing, and nothing a guest does
+/// reaches a subject outside the host's set (the server logs no violation).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_hostile_suite_passes_under_the_host_role() {
+    let timing = crate::sandbox::timing();
+    // The `reader` route's directory, by an absolute path: `permissions` reads the config from
+    // a scratch folder before the server exists.
+    let granted = tempfile::tempdir().unwrap();
+    std::fs::write(granted.path().join("hello.txt"), "hello from the operator").unwrap();
+    let routes = crate::sandbox::ROUTES.replace(
+        "read_only_dir = \"granted\"",
+        &format!("read_only_dir = {:?}", granted.path().display().to_string()),
+    );
+    assert_ne!(routes, crate::sandbox::ROUTES, "the reader route names its directory");
+    let (env, text) = restricted_timed(&routes, false, None, &timing).await;
+    setup_as_operator(&env, &text);
+    let mut config = Config::parse(
+        &as_user(&text, "host"),
+        Path::new("host.toml"),
+        env.dir.path().to_path_buf(),
+    )
+    .expect("the host's config");
+    config.host.instance_id = Some("h".into());
+    let host = dedup_host::serve::start(config)
+        .await
+        .expect("the host starts within the host role's permissions");
+    crate::sandbox::run_suite(&env, host).await;
+    assert_eq!(violations(&env), Vec::<String>::new());
 }

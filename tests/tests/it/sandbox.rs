@@ -13,7 +13,7 @@ use dedup_host_tests::harness::{wait_for, TestEnv, Timing, DEAD, OUTPUTS};
 /// budget; `reader` may read one directory; `upper` is the well-behaved neighbour. The looping
 /// cases share the host's one long-running lane, so each gets a fraction of it: their wall
 /// limit is raised for the loops to reach their CPU deadline.
-const ROUTES: &str = r#"
+pub(crate) const ROUTES: &str = r#"
 [[routes]]
 name = "hostile"
 subject = "in.hostile.*"
@@ -50,7 +50,8 @@ component = "{guest:uppercase}"
 allowed_outputs = ["in.upper.*.done"]
 "#;
 
-fn timing() -> Timing {
+/// The suite's timing: two attempts, short backoff.
+pub(crate) fn timing() -> Timing {
     Timing {
         backoff: r#"["200ms"]"#,
         max_deliver: 2,
@@ -165,10 +166,20 @@ fn header(m: &StreamMessage, name: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_hostile_guest_gets_its_outcome_and_the_neighbour_keeps_processing() {
     let env = TestEnv::start().await;
+    prepare(&env);
+    let host = env.host(&timing(), ROUTES, "h").await;
+    run_suite(&env, host).await;
+}
+
+/// The directory the `reader` route may read, with one file in it.
+pub(crate) fn prepare(env: &TestEnv) {
     std::fs::create_dir(env.path("granted")).unwrap();
     std::fs::write(env.path("granted/hello.txt"), "hello from the operator").unwrap();
-    let host = env.host(&timing(), ROUTES, "h").await;
+}
 
+/// Publishes every case and the neighbour's messages to `host` (serving [`ROUTES`] with
+/// [`timing`]) and checks each outcome, the neighbour's outputs and the host's counts.
+pub(crate) async fn run_suite(env: &TestEnv, host: dedup_host::serve::RunningHost) {
     for (i, case) in CASES.iter().enumerate() {
         let subject = format!("in.{}.c{i}", case.route);
         env.publish(&subject, &format!("case-{i}"), &[], case.payload)
