@@ -308,7 +308,11 @@ async fn the_hostile_suite_passes_under_the_host_role() {
         "read_only_dir = \"granted\"",
         &format!("read_only_dir = {:?}", granted.path().display().to_string()),
     );
-    assert_ne!(routes, crate::sandbox::ROUTES, "the reader route names its directory");
+    assert_ne!(
+        routes,
+        crate::sandbox::ROUTES,
+        "the reader route names its directory"
+    );
     let (env, text) = restricted_timed(&routes, false, None, &timing).await;
     setup_as_operator(&env, &text);
     let mut config = Config::parse(
