@@ -26,6 +26,13 @@ pub struct PermissionsArgs {
 pub fn run(args: PermissionsArgs) -> anyhow::Result<ExitCode> {
     let config = args.config.load()?;
     let permissions = Permissions::for_role(&config, args.role);
+    if config.nats.inbox_prefix.is_none() {
+        eprintln!(
+            "dedup-host: warning: `nats.inbox_prefix` is not set, so these permissions let this \
+             role read every client's replies in the account (`_INBOX.>`); give each deployment \
+             its own prefix (e.g. `inbox_prefix = \"_INBOX_orders\"`) and print them again"
+        );
+    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&permissions.to_json())?);
     } else {

@@ -152,7 +152,10 @@ fn config_file(env: &TestEnv, text: &str, user: &str) -> PathBuf {
 
 /// Every violation the server logged.
 fn violations(env: &TestEnv) -> Vec<String> {
-    let log = std::fs::read_to_string(env.dir.path().join("nats.log")).unwrap_or_default();
+    let path = env.dir.path().join("nats.log");
+    let log = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("the server's log {}: {e}", path.display()));
+    assert!(!log.is_empty(), "the server logged nothing to {}", path.display());
     log.lines()
         .filter(|l| l.contains("Violation"))
         .map(str::to_string)
