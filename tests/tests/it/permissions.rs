@@ -155,7 +155,11 @@ fn violations(env: &TestEnv) -> Vec<String> {
     let path = env.dir.path().join("nats.log");
     let log = std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("the server's log {}: {e}", path.display()));
-    assert!(!log.is_empty(), "the server logged nothing to {}", path.display());
+    assert!(
+        !log.is_empty(),
+        "the server logged nothing to {}",
+        path.display()
+    );
     log.lines()
         .filter(|l| l.contains("Violation"))
         .map(str::to_string)
