@@ -191,6 +191,7 @@ pub struct NatsConfig {
     /// Prefix of this client's reply subjects (default `_INBOX`): give each deployment its
     /// own (`_INBOX_orders`, say) so its users subscribe to `<prefix>.>` only, not to every
     /// client's replies (`dedup-host permissions` prints the sets).
+    #[schemars(regex(pattern = r"^[^.*>\s]+$"))]
     pub inbox_prefix: Option<String>,
 }
 

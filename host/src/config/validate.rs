@@ -90,9 +90,9 @@ impl Config {
         );
         if let Some(prefix) = &n.inbox_prefix {
             p.check(
-                crate::subject::literal_problem(prefix).is_none() && !prefix.ends_with('.'),
+                crate::subject::literal_problem(prefix).is_none() && !prefix.contains('.'),
                 "nats.inbox_prefix",
-                format!("`{prefix}` is not a subject prefix without wildcards (example: `_INBOX_orders`)"),
+                format!("`{prefix}` is not one subject token without wildcards (example: `_INBOX_orders`): a prefix with dots sits under another's (`_INBOX.orders` under `_INBOX.>`), whose users could then read these replies"),
             );
         }
         if let Some(seed) = &n.nkey_seed {
@@ -560,6 +560,25 @@ mod tests {
         );
         Config::parse(&text, Path::new("t.toml"), std::env::temp_dir())
             .map_err(|e| format!("{e:#}"))
+    }
+
+    #[test]
+    fn an_inbox_prefix_is_one_token_so_no_other_prefix_covers_it() {
+        let with = |prefix: &str| {
+            let text = format!(
+                "[nats]\nurls = [\"nats://127.0.0.1:4222\"]\ninbox_prefix = \"{prefix}\"\n[source]\nsubjects = [\"in.>\"]\n[[routes]]\nname = \"r\"\nsubject = \"in.r\"\n"
+            );
+            Config::parse(&text, Path::new("t.toml"), std::env::temp_dir())
+                .map_err(|e| format!("{e:#}"))
+        };
+        with("_INBOX_orders").expect("one token");
+        for prefix in ["_INBOX.orders", "_INBOX_orders.", "orders.*"] {
+            let error = with(prefix).expect_err(prefix);
+            assert!(
+                error.contains("nats.inbox_prefix") && error.contains("one subject token"),
+                "{prefix}: {error}"
+            );
+        }
     }
 
     #[test]
