@@ -5,10 +5,21 @@
 # then checks deploy/systemd/dedup-host.service with `systemd-analyze verify` and scores it with
 # `systemd-analyze security`. A tool that is missing is skipped with a message saying so:
 # kubectl comes from no registry these machines reach (install it, or a `kustomize` binary).
+# With DEDUP_DEPLOY_CHECK_STRICT=1 (CI, where the tools are installed) a missing tool fails
+# the check instead: a runner that lost one must not pass by checking nothing.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
+
+# A step whose tool is missing: skipped, or under strict mode a failure.
+skip() {
+    if [ "${DEDUP_DEPLOY_CHECK_STRICT:-0}" = 1 ]; then
+        echo "deploy_check: FAILED (DEDUP_DEPLOY_CHECK_STRICT=1): $1" >&2
+        exit 1
+    fi
+    echo "deploy_check: SKIPPED $1" >&2
+}
 
 render=""
 if command -v kubectl >/dev/null 2>&1; then
@@ -17,7 +28,7 @@ elif command -v kustomize >/dev/null 2>&1; then
     render="kustomize build"
 fi
 if [ -z "$render" ]; then
-    echo "deploy_check: SKIPPED rendering deploy/kubernetes: neither kubectl nor kustomize is installed" >&2
+    skip "rendering deploy/kubernetes: neither kubectl nor kustomize is installed"
 else
     for overlay in "$root"/deploy/kubernetes/overlays/*/; do
         name=$(basename "$overlay")
@@ -27,7 +38,7 @@ else
             kubernetes-validate --strict --quiet "$out/$name.yaml" \
                 || { echo "deploy_check: overlay \`$name\` fails the Kubernetes schemas (above)" >&2; exit 1; }
         else
-            echo "deploy_check: SKIPPED validating overlay \`$name\`: kubernetes-validate is not installed (pip install kubernetes-validate)" >&2
+            skip "validating overlay \`$name\`: kubernetes-validate is not installed (pip install kubernetes-validate)"
         fi
         echo "deploy_check: overlay \`$name\` renders ($(grep -c '^kind:' "$out/$name.yaml") objects)"
     done
@@ -44,5 +55,5 @@ if command -v systemd-analyze >/dev/null 2>&1; then
         || { cat "$out/security.txt" >&2; echo "deploy_check: the unit's exposure is above 3.0 of 10 (above)" >&2; exit 1; }
     echo "deploy_check: systemd unit verified, $(tail -1 "$out/security.txt")"
 else
-    echo "deploy_check: SKIPPED the systemd unit: systemd-analyze is not installed" >&2
+    skip "the systemd unit: systemd-analyze is not installed"
 fi

@@ -24,7 +24,7 @@ const MAX_ENTRIES: i64 = 100_000;
 pub struct Entry {
     /// When, in Unix milliseconds.
     pub at_ms: u64,
-    /// Who: `console <user>@<address>`, `cli <user>`, or `host <instance id>`.
+    /// Who: `console <user>@<address>`, `cli <user>@<machine>`, or `host <instance id>`.
     pub who: String,
     /// What: `replay`, `purge`, `deploy`, `undeploy`, `promote`, `abort`, `rollback`.
     pub action: String,
@@ -72,12 +72,41 @@ fn subject(config: &Config) -> String {
     format!("{ACTIVITY_PREFIX}{}", config.components.status_bucket)
 }
 
-/// Who runs this process, for CLI entries: `cli <user>`.
+/// The name a command-line process records its changes under (`--as`), set once at start.
+static CLI_ACTOR: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Records the changes this command-line process makes under `name` (the `--as` flag); an
+/// empty name is ignored.
+pub fn act_as(name: Option<&str>) {
+    if let Some(name) = name.map(str::trim).filter(|n| !n.is_empty()) {
+        let _ = CLI_ACTOR.set(name.to_string());
+    }
+}
+
+/// Who runs this process, for CLI entries: `cli <name>@<machine>`, the name being `--as`,
+/// else `$USER`, else `$LOGNAME`, else the user id (`uid 1000`), so an entry always says who.
 pub fn cli_user() -> String {
-    let user = std::env::var("USER")
-        .or_else(|_| std::env::var("LOGNAME"))
-        .unwrap_or_else(|_| "unknown".into());
-    format!("cli {user}")
+    let user = CLI_ACTOR.get().cloned().unwrap_or_else(|| {
+        let env = |v: &str| std::env::var(v).ok().filter(|u| !u.trim().is_empty());
+        env("USER")
+            .or_else(|| env("LOGNAME"))
+            // SAFETY: getuid has no preconditions and cannot fail.
+            .unwrap_or_else(|| format!("uid {}", unsafe { libc::getuid() }))
+    });
+    match machine() {
+        Some(machine) => format!("cli {user}@{machine}"),
+        None => format!("cli {user}"),
+    }
+}
+
+/// This machine's host name, when it has one.
+fn machine() -> Option<String> {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is valid for its length; gethostname writes at most that much.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    let end = buf.iter().position(|b| *b == 0).unwrap_or(buf.len());
+    let name = String::from_utf8_lossy(&buf[..end]).trim().to_string();
+    (rc == 0 && !name.is_empty()).then_some(name)
 }
 
 /// Opens (or creates) the activity stream.

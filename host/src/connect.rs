@@ -45,6 +45,7 @@ pub async fn connect(config: &Config, name: &str) -> anyhow::Result<async_nats::
     let mut servers = Vec::with_capacity(n.urls.len());
     for (i, url) in n.urls.iter().enumerate() {
         let server: ServerAddr = url.trim().parse().with_context(|| {
+            let url = without_credentials(url);
             format!("`nats.urls[{i}]` `{url}` is not a server URL (example: nats://10.0.0.1:4222)")
         })?;
         servers.push(server);
@@ -65,13 +66,27 @@ pub async fn connect(config: &Config, name: &str) -> anyhow::Result<async_nats::
             .as_deref()
             .unwrap_or("`nats.urls` in the config");
         let fix = fix(&e);
+        let urls: Vec<String> = n.urls.iter().map(|u| without_credentials(u)).collect();
         anyhow::Error::new(e).context(format!(
             "cannot connect to NATS at {} (from {origin}): {fix}",
-            n.urls.join(", ")
+            urls.join(", ")
         ))
     })?;
     check_version(&client.server_info().version)?;
     Ok(client)
+}
+
+/// `url` without the `user:password@` (or `token@`) it may carry, for messages and logs.
+pub fn without_credentials(url: &str) -> String {
+    let (scheme, rest) = match url.split_once("://") {
+        Some((scheme, rest)) => (format!("{scheme}://"), rest),
+        None => (String::new(), url),
+    };
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => format!("{scheme}{}", &rest[at + 1..]),
+        None => url.to_string(),
+    }
 }
 
 /// What to check when connecting failed, by what failed: the TLS handshake (a certificate the
@@ -140,7 +155,24 @@ pub fn check_version(version: &str) -> anyhow::Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::check_version;
+    use super::{check_version, without_credentials};
+
+    #[test]
+    fn urls_are_shown_without_their_credentials() {
+        assert_eq!(
+            without_credentials("nats://alice:s3cret@10.0.0.1:4222"),
+            "nats://10.0.0.1:4222"
+        );
+        assert_eq!(
+            without_credentials("tls://tok@en@nats.example:4222/x"),
+            "tls://nats.example:4222/x"
+        );
+        assert_eq!(without_credentials("u:p@127.0.0.1:4222"), "127.0.0.1:4222");
+        assert_eq!(
+            without_credentials("nats://127.0.0.1:4222"),
+            "nats://127.0.0.1:4222"
+        );
+    }
 
     #[test]
     fn servers_before_2_11_are_refused() {

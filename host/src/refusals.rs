@@ -69,6 +69,45 @@ pub fn since(start: Instant) -> Option<PermissionDenied> {
         .map(|(_, d)| d.clone())
 }
 
+/// A route's output the server refused for lack of permission: no retry stores it until the
+/// host's user may publish there, so the message is dead-lettered with this as its reason.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("NATS refused this host permission to publish output `{subject}` of route `{route}` (permissions violation): grant publish on `{filter}` (the route's `allowed_outputs`) to the user the hosts connect as (`dedup-host permissions --config <config> --role host` prints it), then replay this letter with `dedup-host dead-letters replay`")]
+pub struct OutputRefused {
+    /// The route.
+    pub route: String,
+    /// The refused output subject.
+    pub subject: String,
+    /// The route's `allowed_outputs` filter that covers it: what to grant.
+    pub filter: String,
+}
+
+impl OutputRefused {
+    /// The refusal of a publish to one of `subjects`, route `route`'s outputs (its
+    /// `allowed_outputs` are `filters`), seen since `start`, if any.
+    pub fn find<'a>(
+        route: &str,
+        filters: &[String],
+        subjects: impl IntoIterator<Item = &'a str>,
+        start: Instant,
+    ) -> Option<Self> {
+        let subjects: Vec<&str> = subjects.into_iter().collect();
+        let seen = SEEN.lock().unwrap_or_else(|p| p.into_inner());
+        let (_, denied) = seen.iter().find(|(at, d)| {
+            *at >= start && d.operation == "publish to" && subjects.contains(&d.subject.as_str())
+        })?;
+        let filter = filters
+            .iter()
+            .find(|f| crate::subject::matches(f, &denied.subject))
+            .unwrap_or(&denied.subject);
+        Some(Self {
+            route: route.to_string(),
+            subject: denied.subject.clone(),
+            filter: filter.clone(),
+        })
+    }
+}
+
 /// `error`, named for the refusal behind it when one was seen since `start` (a request that
 /// timed out because its subject was refused, say).
 pub fn explain(error: anyhow::Error, start: Instant) -> anyhow::Error {
@@ -96,5 +135,20 @@ mod tests {
             .unwrap();
         assert_eq!(s.operation, "subscribe to");
         assert!(PermissionDenied::parse("Authorization Violation").is_none());
+    }
+
+    #[test]
+    fn a_refused_output_names_the_routes_filter_not_the_subject() {
+        let start = Instant::now();
+        assert!(observe(
+            "Permissions Violation for Publish to \"out.r.k1.done\""
+        ));
+        let filters = ["other.>".to_string(), "out.r.*.done".to_string()];
+        let refused = OutputRefused::find("r", &filters, ["out.r.k1.done"], start).unwrap();
+        assert_eq!(refused.filter, "out.r.*.done");
+        let text = refused.to_string();
+        assert!(text.contains("`out.r.*.done`") && text.contains("dead-letters replay"));
+        assert!(OutputRefused::find("r", &filters, ["out.r.k2.done"], start).is_none());
+        assert!(OutputRefused::find("r", &filters, ["out.r.k1.done"], Instant::now()).is_none());
     }
 }

@@ -337,6 +337,12 @@ impl Routes {
                     .as_ref()
                     .map(|d| Arc::new(config.resolve(d))),
                 route_lanes: Some(Arc::new(Semaphore::new(config.route_lanes()))),
+                // Validated with the config: a grant that does not parse is no grant.
+                http: r.http.as_ref().and_then(|h| {
+                    let grant = crate::runtime::http::HttpGrant::new(h).ok()?;
+                    Some(grant.observed(metrics.http_calls(&r.name)))
+                }),
+                journal: None,
             },
             permanent_traps: r.permanent_traps.clone(),
             slots: Arc::new(Semaphore::new(r.concurrency(&config.host))),

@@ -1,10 +1,13 @@
 //! Reading a whole stream or bucket quickly: an ordered consumer (ephemeral, no acks, one
 //! pass), so that the audit of 100,000 messages takes seconds, not one request per message.
+//! A push consumer delivering to this client's inbox: a pull from a consumer the server
+//! names would need `CONSUMER.MSG.NEXT.<stream>.*`, which reaches every durable on the
+//! stream (`crate::permissions::grants`).
 
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
 
-use async_nats::jetstream::consumer::pull::OrderedConfig;
+use async_nats::jetstream::consumer::push::OrderedConfig;
 use async_nats::jetstream::consumer::DeliverPolicy;
 use async_nats::jetstream::Context;
 use async_nats::HeaderMap;
@@ -179,6 +182,7 @@ async fn scan(
     }
     let consumer = s
         .create_consumer(OrderedConfig {
+            deliver_subject: js.client().new_inbox(),
             filter_subject: filter.to_string(),
             deliver_policy,
             headers_only,

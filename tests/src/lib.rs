@@ -4,6 +4,7 @@
 pub mod bench;
 pub mod browser;
 pub mod console;
+pub mod endpoint;
 pub mod guests;
 pub mod harness;
 pub mod nats;

@@ -84,6 +84,17 @@ impl NatsServer {
             .expect("connect to test nats-server")
     }
 
+    /// Has the server read its configuration file again (SIGHUP, what `nats-server --signal
+    /// reload` sends): changed users and permissions apply to connected clients too.
+    pub fn reload(&self) {
+        let child = self.child.as_ref().expect("the server runs");
+        let status = std::process::Command::new("kill")
+            .args(["-HUP", &child.id().to_string()])
+            .status()
+            .expect("kill -HUP");
+        assert!(status.success(), "kill -HUP the nats-server: {status}");
+    }
+
     /// Kills the server with SIGKILL (no clean shutdown); its store stays.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {

@@ -104,6 +104,13 @@ pub trait AfterDelivery: Sync {
         outputs: Self::Outputs,
     ) -> impl Future<Output = Result<Vec<OutputRef>, String>> + Send;
 
+    /// After a failed publish: why no retry can store the outputs until an operator acts
+    /// (the server refused an output subject for lack of permission), the dead letter's
+    /// reason. `None`, the default, when a retry may pass.
+    fn refused_for_good(&self) -> Option<String> {
+        None
+    }
+
     /// Stores the delivery's dead letter for `reason`, on attempt `attempt`.
     fn dead_letter(
         &self,
@@ -113,6 +120,7 @@ pub trait AfterDelivery: Sync {
 }
 
 /// What a claim-after delivery read of its key before running.
+#[derive(Clone, Copy)]
 struct Read {
     /// The attempt: the server's delivery count.
     attempt: u32,
@@ -211,6 +219,14 @@ async fn complete<A: AfterDelivery>(a: &A, r: &Read, outputs: A::Outputs) {
     let published = match a.publish(outputs).await {
         Ok(published) => published,
         Err(e) => {
+            if let Some(reason) = a.refused_for_good() {
+                // Outputs before the refused one may be stored: the record says so.
+                let r = Read {
+                    effects: true,
+                    ..*r
+                };
+                return give_up(a, &r, &reason).await;
+            }
             tracing::warn!("{e}, will retry");
             a.count(MessageOutcome::Error);
             publish_failed(a, r, &e).await;

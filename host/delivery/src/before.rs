@@ -158,12 +158,24 @@ pub trait ClaimedDelivery: Progress {
     /// A fenced commit was refused because the claim moved: counted where the host counts
     /// what each dedup layer caught. Nothing by default.
     fn fence_refused(&self) {}
+
+    /// Whether the claim came too late to run ([`crate::ahead::late`]: an exclusive
+    /// partition's last delivery whose ack wait ran out before the claim's answer). Never by
+    /// default.
+    fn late(&self) -> bool {
+        false
+    }
 }
 
 /// Runs a claimed delivery's handler beside its heartbeat and settles its outcome; returns how
 /// the delivery ended. The heartbeat runs until the outcome is recorded (rule 16), not just
 /// until the handler returns.
 pub async fn run<C: ClaimedDelivery>(c: &C) -> MessageOutcome {
+    if c.late() {
+        // The server may have handed out the entity's next message already.
+        let reason = "the server gave up on this delivery before its claim landed";
+        return settle::release(&c.settling(), reason).await;
+    }
     if c.superseded().await {
         return settle::coalesced(&c.settling()).await;
     }

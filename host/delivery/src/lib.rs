@@ -20,7 +20,12 @@
 //! - [`queue`]: an exclusive route's source message copied onto its entity's partition, then
 //!   acked, over the [`queue::Queueing`] seam; [`marker`]: the stranded-message marker around
 //!   a message's last delivery, over the [`marker::Marking`] seam; [`undeliverable`]: what
-//!   becomes of a message the server gave up delivering, from its key's record.
+//!   becomes of a message the server gave up delivering, from its key's record; [`ahead`]: a
+//!   queued message waits while an earlier one of its entity, given up by the server, may
+//!   still run.
+//! - [`journal`]: the journal of a run's outbound HTTP calls (PENDING before sending, SENT
+//!   before the guest sees the answer, replayed by a re-run), over the [`journal::CallStore`]
+//!   seam.
 //! - [`outcome`]: how a delivery ended and where a repeat was caught.
 //! - [`subject`]: NATS subject grammar (filters, literals, the server's and the host's reserved
 //!   namespaces); [`text`]: reasons and header values made safe to store and show.
@@ -28,11 +33,13 @@
 #![warn(missing_docs)]
 
 pub mod after;
+pub mod ahead;
 pub mod backoff;
 pub mod before;
 pub mod claim;
 pub mod clock;
 pub mod heartbeat;
+pub mod journal;
 pub mod marker;
 pub mod outage;
 pub mod outcome;

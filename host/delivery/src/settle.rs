@@ -48,6 +48,13 @@ pub trait Settling: Sync {
     /// all were stored (the key is released and runs again).
     fn publish(&self) -> impl Future<Output = Result<Vec<OutputRef>, String>> + Send;
 
+    /// After a failed publish or fenced commit: why no retry can store the outputs until an
+    /// operator acts (the server refused an output subject for lack of permission), the dead
+    /// letter's reason. `None`, the default, when a retry may pass.
+    fn refused_for_good(&self) -> Option<String> {
+        None
+    }
+
     /// Stores a fenced route's outputs and the completed `record`, expected at `revision`, as
     /// one atomic batch.
     fn commit(
@@ -96,7 +103,7 @@ pub async fn succeed<T: Settling>(
     published.store(has_outputs, Ordering::Relaxed);
     let refs = match t.publish().await {
         Ok(refs) => refs,
-        Err(e) => return release(t, &e).await,
+        Err(e) => return release_or_give_up(t, &e).await,
     };
     if let Err(e) = t.recording(t.lease().complete(refs)).await {
         return write_failed(t, e, has_outputs).await;
@@ -131,8 +138,18 @@ pub async fn commit_fenced<T: Settling>(t: &T, outputs: u32) -> MessageOutcome {
         // Not stored (or landing later, which the next claim's compare-and-swap sees): hand
         // the key back without counting an attempt (rule 14).
         Err(LeaseLost::Unavailable(e)) => {
-            release(t, &format!("fenced commit not confirmed: {e}")).await
+            release_or_give_up(t, &format!("fenced commit not confirmed: {e}")).await
         }
+    }
+}
+
+/// Outputs not stored (`e`): dead-lettered when no retry can store them
+/// ([`Settling::refused_for_good`]: a missing permission, which would otherwise retry
+/// without end, uncounted), else the key is given back uncounted (rule 14).
+async fn release_or_give_up<T: Settling>(t: &T, e: &str) -> MessageOutcome {
+    match t.refused_for_good() {
+        Some(reason) => give_up(t, &reason).await,
+        None => release(t, e).await,
     }
 }
 

@@ -12,7 +12,7 @@ pub const EPOCH_TICK: Duration = Duration::from_millis(1);
 /// Default number of guest instances that may be alive at once in one process.
 pub const DEFAULT_MAX_INSTANCES: u32 = 256;
 
-/// Default largest linear memory the instance pool reserves room for, per memory.
+/// The largest linear memory a route may allow (`limits.memory_bytes`).
 pub const DEFAULT_POOL_MEMORY_BYTES: u64 = 256 << 20;
 
 /// The smallest address-space reservation of one linear memory in the pool. Reservations are
@@ -50,7 +50,10 @@ impl PoolTotals {
             memories: instances * 2,
             tables: instances * 4,
             per_component: (64, 8, 16),
-            memory_bytes: DEFAULT_POOL_MEMORY_BYTES,
+            // A route's default limit: the memory reservation is a code setting, so the
+            // authoring commands (`test`, `build`, `invoke`) then compile exactly what a host
+            // with default limits runs, and a host finds their compile-cache entries.
+            memory_bytes: crate::limits::DEFAULT_MEMORY_BYTES,
         }
     }
 
@@ -105,6 +108,10 @@ pub struct EngineSettings {
     /// makes big guests (Python, JavaScript heaps) cheap to instantiate. Costs up to this much
     /// resident memory per slot in use. Zero gives every page back.
     pub keep_resident_bytes: usize,
+    /// Where Cranelift keeps each compiled function ([`crate::function_cache`]), so a new
+    /// version of a component compiles only the functions that changed. None: compile
+    /// everything every time.
+    pub function_cache: Option<std::path::PathBuf>,
 }
 
 /// The default [`EngineSettings::keep_resident_bytes`]: room for an interpreter's working
@@ -126,6 +133,7 @@ impl Default for EngineSettings {
             metered: true,
             long_running_lanes: default_lanes(),
             keep_resident_bytes: DEFAULT_KEEP_RESIDENT_BYTES,
+            function_cache: None,
         }
     }
 }
@@ -182,6 +190,15 @@ pub fn build(settings: &EngineSettings) -> anyhow::Result<Engines> {
         // Trap reasons come from the trap code and the guest's stderr; backtraces of
         // untrusted, usually stripped guests only cost time.
         .wasm_backtrace_max_frames(None);
+    if let Some(dir) = &settings.function_cache {
+        let store = crate::function_cache::FunctionCache::open(dir).map_err(|e| {
+            anyhow::anyhow!(
+                "cannot use `{}` as the compiled-function cache: {e}; make it a directory this user may write",
+                dir.display()
+            )
+        })?;
+        config.enable_incremental_compilation(std::sync::Arc::new(store))?;
+    }
     let on_demand = Engine::new(&config)?;
     config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
     let pooled = Engine::new(&config).map_err(|e| {

@@ -132,6 +132,7 @@ impl Handler {
             },
             Err(trap) => Outcome::Trap(trap),
         };
+        let outcome = journal_verdict(store.data(), outcome);
         let logs = std::mem::take(&mut store.data_mut().logs);
         let fuel = match self.inner.metered {
             true => store
@@ -279,6 +280,24 @@ fn wall_message(state: &GuestState, cpu: Duration) -> String {
         cpu.as_millis(),
         state.limits.deadline.as_millis()
     )
+}
+
+/// The run's outcome once the call journal has had its say: a call whose outcome is unknown
+/// (policy `fail`) or that differs from an earlier run's dead-letters the message, and a run
+/// whose journal could not be written (a lost claim, an outage) is retried, whatever the
+/// guest returned.
+fn journal_verdict(state: &GuestState, outcome: Outcome) -> Outcome {
+    use crate::http::hooks::Verdict;
+    match state.http.as_ref().and_then(|h| h.verdict()) {
+        Some(Verdict::DeadLetter(reason)) => Outcome::Reject {
+            reason: text::reason(&reason),
+        },
+        Some(Verdict::Retry(reason)) => Outcome::Retry {
+            reason: text::reason(&reason),
+            delay: None,
+        },
+        None => outcome,
+    }
 }
 
 /// Whether an invocation ended because the pool had no room (nothing of the guest ran to

@@ -7,6 +7,8 @@
 //!   cached on disk, loading and validating components.
 //! - [`state`], [`outcome`], [`outputs`]: one invocation's store and limits, what it returned,
 //!   and the sandbox boundary its outputs cross.
+//! - [`http`]: outbound HTTP (`wasi:http`) for routes that grant it: allowlist, limits,
+//!   journal, the host's own client.
 //! - [`host_api`]: the imports guests may call (logging, route configuration); [`limits`]:
 //!   per-invocation resource limits, with [`size`] and [`durations`] to read them; [`cpu`]:
 //!   CPU clocks.
@@ -17,11 +19,13 @@ pub mod bindings;
 pub mod cpu;
 pub mod durations;
 pub mod host_api;
+pub mod http;
 pub mod limits;
 pub mod size;
 
 pub mod cache;
 pub mod engine;
+pub mod function_cache;
 pub mod inline;
 mod invoke;
 pub mod load;
@@ -61,19 +65,24 @@ pub struct Runtime {
     /// Advances the epoch while guests run (metered engines only).
     ticker: Option<Arc<EpochTicker>>,
     linker: Arc<Linker<GuestState>>,
+    /// The same plus `wasi:http`, for components that import it (served only on routes that
+    /// grant it: see [`Handler::imports_http`]).
+    http_linker: Arc<Linker<GuestState>>,
 }
 
 impl Runtime {
     /// Builds the engines and links WASI 0.2 plus the `dedup:handler` imports.
     pub fn new(settings: &EngineSettings) -> anyhow::Result<Self> {
         let engine::Engines { pooled, on_demand } = engine::build(settings)?;
-        let linker = link_imports(&pooled)?;
+        let linker = link_imports(&pooled, false)?;
+        let http_linker = link_imports(&pooled, true)?;
         let ticker = match settings.metered {
             true => Some(EpochTicker::start(&[&pooled, &on_demand])?),
             false => None,
         };
         let on_demand = OnDemand {
-            linker: Arc::new(link_imports(&on_demand)?),
+            linker: Arc::new(link_imports(&on_demand, false)?),
+            http_linker: Arc::new(link_imports(&on_demand, true)?),
             engine: on_demand,
             pool_memory_bytes: settings.pool.memory_bytes,
         };
@@ -85,6 +94,7 @@ impl Runtime {
             metered: settings.metered,
             lanes: Arc::new(Semaphore::new(settings.long_running_lanes.max(1))),
             linker: Arc::new(linker),
+            http_linker: Arc::new(http_linker),
         })
     }
 
@@ -146,12 +156,16 @@ impl Runtime {
         digest: String,
         compiled: Compiled,
     ) -> Result<Handler, LoadError> {
-        load::check_contract(&self.engine, path, &component)?;
+        let imports = load::check_contract(&self.engine, path, &component)?;
         let link_err = |e: wasmtime::Error| LoadError::Link {
             path: path.to_path_buf(),
             message: format!("{e:#}"),
         };
-        let instance_pre = self.linker.instantiate_pre(&component).map_err(link_err)?;
+        let linker = match imports.http {
+            true => &self.http_linker,
+            false => &self.linker,
+        };
+        let instance_pre = linker.instantiate_pre(&component).map_err(link_err)?;
         let pre = HandlerGuestPre::new(instance_pre).map_err(link_err)?;
         Ok(Handler {
             inner: Arc::new(HandlerInner {
@@ -160,6 +174,7 @@ impl Runtime {
                 component,
                 compiled,
                 pre,
+                imports_http: imports.http,
                 on_demand: self.on_demand.clone(),
                 on_demand_pre: std::sync::OnceLock::new(),
                 metered: self.metered,
@@ -170,10 +185,14 @@ impl Runtime {
     }
 }
 
-/// A linker for `engine` with WASI 0.2 and the `dedup:handler` imports.
-fn link_imports(engine: &Engine) -> anyhow::Result<Linker<GuestState>> {
+/// A linker for `engine` with WASI 0.2 and the `dedup:handler` imports, and `wasi:http`
+/// when `http`.
+fn link_imports(engine: &Engine, http: bool) -> anyhow::Result<Linker<GuestState>> {
     let mut linker = Linker::new(engine);
     wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+    if http {
+        wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
+    }
     crate::bindings::HandlerGuest::add_to_linker::<_, wasmtime::component::HasSelf<_>>(
         &mut linker,
         |state| state,
@@ -199,6 +218,8 @@ struct HandlerInner {
     component: Component,
     compiled: Compiled,
     pre: HandlerGuestPre<GuestState>,
+    /// Whether the component imports `wasi:http` (and was linked with it).
+    imports_http: bool,
     /// Where instances go when the pool has no room for them.
     on_demand: Arc<OnDemand>,
     /// This component linked in the on-demand engine, made at its first overflow.
@@ -224,6 +245,12 @@ impl Handler {
     /// Whether this load compiled the component or took it from the cache.
     pub fn compiled(&self) -> Compiled {
         self.inner.compiled
+    }
+
+    /// Whether the component imports `wasi:http`: only a route granting outbound HTTP
+    /// (`[routes.http]`) may serve it.
+    pub fn imports_http(&self) -> bool {
+        self.inner.imports_http
     }
 
     /// The compiled component (for serializing it to a cache).

@@ -108,15 +108,24 @@ pub(crate) fn compile(
     })
 }
 
+/// What a component imports beyond the handler contract and WASI's basics.
+pub(crate) struct Imports {
+    /// `wasi:http` (outbound calls).
+    pub(crate) http: bool,
+}
+
 /// Checks the component's exports and imports by name, before linking checks their types.
 pub(crate) fn check_contract(
     engine: &wasmtime::Engine,
     path: &Path,
     component: &Component,
-) -> Result<(), LoadError> {
+) -> Result<Imports, LoadError> {
     let ty = component.component_type();
+    let mut imports = Imports { http: false };
     for (name, item) in ty.imports(engine) {
-        let known = HOST_INTERFACES.contains(&name) || is_wasi_p2(name);
+        let http = is_wasi_http(name);
+        imports.http |= http;
+        let known = HOST_INTERFACES.contains(&name) || is_wasi_p2(name) || http;
         if !known || !matches!(item.ty, ComponentItem::ComponentInstance(_)) {
             return Err(LoadError::UnknownImport {
                 path: path.to_path_buf(),
@@ -143,7 +152,14 @@ pub(crate) fn check_contract(
             found,
         });
     }
-    Ok(())
+    Ok(imports)
+}
+
+/// `wasi:http/<interface>@0.2.x`: linked for the components that import it, served only on
+/// routes that grant outbound HTTP.
+fn is_wasi_http(name: &str) -> bool {
+    name.strip_prefix("wasi:http/")
+        .is_some_and(|interface| interface.contains("@0.2."))
 }
 
 /// The WASI 0.2 interfaces (`wasi:<package>/<interface>@0.2.x`) that `wasmtime-wasi` links,

@@ -15,6 +15,8 @@ use crate::bindings::HandlerGuestPre;
 pub(super) struct OnDemand {
     pub(super) engine: Engine,
     pub(super) linker: Arc<Linker<GuestState>>,
+    /// The same plus `wasi:http`.
+    pub(super) http_linker: Arc<Linker<GuestState>>,
     /// The largest linear memory a pool slot holds: an invocation allowed more (a route whose
     /// limit was raised by a reload) runs on demand.
     pub(super) pool_memory_bytes: u64,
@@ -40,8 +42,11 @@ impl Handler {
             // SAFETY: the bytes were serialized just above by this process's own engine.
             let component = unsafe { Component::deserialize(&on_demand.engine, &bytes) }
                 .map_err(|e| format!("{e:#}"))?;
-            let pre = on_demand
-                .linker
+            let linker = match self.inner.imports_http {
+                true => &on_demand.http_linker,
+                false => &on_demand.linker,
+            };
+            let pre = linker
                 .instantiate_pre(&component)
                 .map_err(|e| format!("{e:#}"))?;
             HandlerGuestPre::new(pre).map_err(|e| format!("{e:#}"))

@@ -38,6 +38,11 @@ pub struct InvokeOptions {
     /// before one of the process's, so one route's long runners cannot queue every lane.
     /// `None`: only the process's lanes (local runs).
     pub route_lanes: Option<Arc<Semaphore>>,
+    /// The route's outbound HTTP grant (`[routes.http]`); `None`: every call is refused.
+    pub http: Option<crate::http::HttpGrant>,
+    /// This run's call journal (set per message by the pipeline); `None` for local runs,
+    /// which record nothing.
+    pub journal: Option<dedup_delivery::journal::Journal>,
 }
 
 /// The thread CPU clock reading that starts a measured segment of guest execution, shared
@@ -117,6 +122,10 @@ pub struct GuestState {
     pub(crate) breach: Option<(TrapKind, String)>,
     /// The largest linear memory the guest asked for, in bytes.
     pub(crate) memory_peak: u64,
+    /// Outbound HTTP (built at the guest's first `wasi:http` call).
+    pub(crate) http: Option<crate::http::hooks::HttpState>,
+    /// The grant and journal the HTTP state is built from.
+    http_grant: Option<(Option<crate::http::HttpGrant>, Option<dedup_delivery::journal::Journal>)>,
 }
 
 impl GuestState {
@@ -159,6 +168,8 @@ impl GuestState {
             context,
             breach: None,
             memory_peak: 0,
+            http: None,
+            http_grant: Some((options.http.clone(), options.journal.clone())),
         })
     }
 
@@ -218,6 +229,24 @@ impl WasiView for GuestState {
         WasiCtxView {
             ctx: self.wasi.get_or_insert_with(|| sandboxed(stderr).build()),
             table: &mut self.table,
+        }
+    }
+}
+
+impl wasmtime_wasi_http::WasiHttpView for GuestState {
+    fn http(&mut self) -> wasmtime_wasi_http::WasiHttpCtxView<'_> {
+        if self.http.is_none() {
+            let (grant, journal) = self.http_grant.take().unwrap_or_default();
+            let context = &self.context;
+            let state =
+                crate::http::hooks::HttpState::new(grant, journal, &context.route, &context.key);
+            self.http = Some(state);
+        }
+        let state = self.http.as_mut().expect("built above");
+        wasmtime_wasi_http::WasiHttpCtxView {
+            ctx: &mut state.ctx,
+            table: &mut self.table,
+            hooks: &mut state.hooks,
         }
     }
 }

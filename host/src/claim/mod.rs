@@ -4,6 +4,7 @@
 //! - [`kv::KvClaimStore`]: claims in a NATS KV bucket.
 //! - [`stream::StreamClaimStore`]: claims as subjects of a fenced output stream.
 //! - [`host::HostClaimStore`]: either, by key.
+//! - [`journal::NatsCallStore`]: a run's outbound-call journal, beside its claim.
 
 pub use dedup_delivery::claim::{after, key, memory, protocol, record, store};
 pub use dedup_delivery::claim::{
@@ -12,5 +13,6 @@ pub use dedup_delivery::claim::{
 };
 
 pub mod host;
+pub mod journal;
 pub mod kv;
 pub mod stream;

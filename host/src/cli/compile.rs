@@ -14,7 +14,6 @@ use std::time::Instant;
 
 use anyhow::Context as _;
 
-use crate::config::Config;
 use crate::runtime::{Compiled, EngineSettings, Handler, LoadError, Runtime};
 
 /// Where the authoring commands keep compiled code, in a project folder (the host's default
@@ -24,7 +23,10 @@ pub(crate) const PROJECT_CACHE: &str = ".dedup-host/cache";
 /// The runtime of the authoring commands (the default engine), caching compiled code in
 /// `dir` when given.
 pub(crate) fn runtime(dir: Option<&Path>) -> anyhow::Result<Runtime> {
-    let runtime = Runtime::new(&EngineSettings::default())?;
+    let runtime = Runtime::new(&EngineSettings {
+        function_cache: dir.map(crate::runtime::function_cache::beside),
+        ..EngineSettings::default()
+    })?;
     match dir {
         None => Ok(runtime),
         Some(dir) => runtime.with_cache(dir).with_context(|| {
@@ -39,11 +41,6 @@ pub(crate) fn runtime(dir: Option<&Path>) -> anyhow::Result<Runtime> {
 /// The cache of the project folder `dir`.
 pub(crate) fn project_cache(dir: &Path) -> PathBuf {
     dir.join(PROJECT_CACHE)
-}
-
-/// The cache `config`'s hosts use (`components.cache_dir`, relative to the config file).
-pub(crate) fn config_cache(config: &Config) -> Option<PathBuf> {
-    (config.components.cache_dir.as_ref()).map(|dir| config.resolve(dir))
 }
 
 /// Loads the component `path` (its `bytes`) with `runtime` and logs whether it compiled.

@@ -79,8 +79,9 @@ pub async fn deploy(args: DeployArgs) -> anyhow::Result<ExitCode> {
     let bytes = std::fs::read(&file)
         .with_context(|| format!("cannot read `{}` ({flag})", file.display()))?;
     if !args.skip_check {
-        // The cache the hosts of this config use (and `test` in its folder filled).
-        let runtime = super::compile::runtime(super::compile::config_cache(&config).as_deref())?;
+        // The engine and cache the hosts of this config use (`test` in its folder filled the
+        // cache): what compiles here is what they load, compiled once per machine.
+        let runtime = crate::components::check::runtime(&config)?;
         super::compile::load(&runtime, &file, &bytes)?;
     }
     let js = connect(&config, "deploy").await?;

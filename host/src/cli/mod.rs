@@ -32,6 +32,10 @@ pub struct Cli {
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
+    /// The name the activity log records for the changes this command makes (deploy,
+    /// promote, abort, replay, purge); default: `$USER`.
+    #[arg(long = "as", global = true, value_name = "NAME", env = "DEDUP_HOST_AS")]
+    pub actor: Option<String>,
 }
 
 impl Cli {
@@ -113,6 +117,7 @@ impl Cli {
             _ => Some(crate::logging::init(crate::config::LogFormat::Text)),
         };
         let started = std::time::Instant::now();
+        crate::activity::act_as(self.actor.as_deref());
         let result = match self.command {
             Command::Invoke(args) => invoke::run(args).await,
             Command::New(args) => author::new(args),

@@ -21,14 +21,15 @@ pub struct Unservable {
 
 /// The runtime a host of `config` compiles and runs components with.
 pub fn runtime(config: &Config) -> anyhow::Result<Runtime> {
+    let cache = (config.components.cache_dir.as_ref()).map(|dir| config.resolve(dir));
     let mut runtime = Runtime::new(&EngineSettings {
         pool: config.pool(),
         long_running_lanes: config.lanes(),
         keep_resident_bytes: config.host.keep_resident_bytes,
+        function_cache: cache.as_deref().map(crate::runtime::function_cache::beside),
         ..EngineSettings::default()
     })?;
-    if let Some(dir) = &config.components.cache_dir {
-        let dir = config.resolve(dir);
+    if let Some(dir) = cache {
         runtime = runtime.with_cache(&dir).with_context(|| {
             format!(
                 "cannot use `{}` as the compile cache (`components.cache_dir`)",

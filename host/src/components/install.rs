@@ -9,7 +9,7 @@ use tokio::sync::mpsc;
 
 use crate::candidate::{Action, Candidate, Spec};
 use crate::routes::{Guest, Route};
-use crate::runtime::{Handler, Runtime};
+use crate::runtime::{Compiled, Handler, Runtime};
 
 /// What became of a version offered to a route.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -99,6 +99,22 @@ pub async fn check(
             return Err(reason);
         }
     };
+    // A log line an operator (and the compile-once test) reads: a host compiles a version
+    // once per machine, and not at all when `test` or `deploy` compiled it here already.
+    match handler.compiled() {
+        Compiled::Fresh => tracing::info!("route `{}`: compiled `{origin}`", route.name),
+        Compiled::Cached => tracing::info!(
+            "route `{}`: `{origin}` came from the compile cache, nothing compiled",
+            route.name
+        ),
+    }
+    if handler.imports_http() && route.options.http.is_none() {
+        let reason = format!(
+            "component `{origin}` imports `wasi:http/outgoing-handler`, which route `{}` does not grant: add `[routes.http]` with an `allow` list to the route, or ship a component that makes no HTTP calls",
+            route.name
+        );
+        return Err(reason);
+    }
     if let Err(trap) = handler.probe(&route.options).await {
         let reason = format!(
             "component `{origin}`: cannot be instantiated within route `{}`'s limits: {trap}; raise the limit it names in `routes[].limits` (`memory_bytes`, say) or ship a component that fits",

@@ -108,6 +108,11 @@ pub struct RouteConfig {
     /// 5 s).
     #[serde(default)]
     pub claim: ClaimMode,
+    /// Outbound HTTP the handler may make (`wasi:http`), each call journaled under the claim
+    /// so a re-run replays it instead of sending it again. None (the default): no HTTP at
+    /// all; a component importing `wasi:http` is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http: Option<crate::runtime::http::HttpConfig>,
     /// A directory the handler may read (not write), seen by the guest as `/data`.
     /// Relative to the config file. None by default: no files at all.
     #[serde(default)]

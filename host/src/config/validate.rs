@@ -455,6 +455,16 @@ impl Config {
                     ),
                 );
             }
+            if let Some(http) = &r.http {
+                for problem in http.problems() {
+                    p.check(false, at("http"), problem);
+                }
+                p.check(
+                    r.claim != super::ClaimMode::After,
+                    at("http"),
+                    "outbound calls are journaled under the claim's lease, which a claim-after route does not take: use claim = \"before\", or remove [routes.http]",
+                );
+            }
             if let Some(dir) = &r.read_only_dir {
                 let dir = self.resolve(dir);
                 p.check(

@@ -4,18 +4,22 @@
 //! bucket, the streams and the claims; it needs no list of hosts. Its changes (replay, purge,
 //! promote, abort) run the same code as the CLI's and are recorded in [`crate::activity`].
 //!
-//! Pages: [`overview`] (routes, hosts, live charts; a route's own page), [`keys`] (a key's
+//! Pages: [`overview`] (routes, hosts, live sparklines), [`route_page`] (a route's charts,
+//! drawn by [`charts`], and its config as TOML, [`route_toml`]), [`keys`] (a key's
 //! story), [`letters`] (dead letters, bulk replay and purge), [`manage`] (audit, deploys,
 //! activity, login). Who may do what: [`auth`], with [`sessions`] for logins and [`hosts`] for
 //! the `Host` names answered.
 
 pub mod auth;
+pub mod charts;
 pub mod hosts;
 pub mod html;
 pub mod keys;
 pub mod letters;
 pub mod manage;
 pub mod overview;
+pub mod route_page;
+pub mod route_toml;
 pub mod sessions;
 pub mod window;
 
@@ -152,7 +156,7 @@ pub fn router(console: Shared) -> Router {
     Router::new()
         .route("/", get(overview::page))
         .route("/api/overview", get(overview::api))
-        .route("/routes/{name}", get(overview::route_page))
+        .route("/routes/{name}", get(route_page::page))
         .route("/keys", get(keys::page))
         .route("/letters", get(letters::list))
         .route("/letters/{item}", get(letters::one).post(letters::act))

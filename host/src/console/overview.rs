@@ -1,17 +1,17 @@
-//! The overview (every route with its versions and last 15 minutes, every host) and a route's
-//! own page (the same in detail, its config, recent dead letters, its deploy history). The
-//! numbers and charts come from [`super::window`]; `/api/overview` serves them as JSON, which
-//! the page's script reads every few seconds to update them in place.
+//! The overview: every route with its versions and last 15 minutes, every host (a route's
+//! own page is [`super::route_page`]). The numbers and sparklines come from
+//! [`super::window`]; `/api/overview` serves them as JSON, which the page's script reads every
+//! few seconds to update them in place.
 
 use std::collections::BTreeMap;
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use maud::{html, Markup};
 use serde::Serialize;
 
-use super::html::{self, key_link, shown, when};
+use super::html::{self, shown, when};
 use super::window::{HostView, RouteView};
 use super::{maud_response, Failure, Reader, Shared};
 use crate::candidate::spec::Spec;
@@ -41,14 +41,17 @@ pub struct Overview {
 }
 
 /// One route's versions: what is deployed, since when, who serves what.
-struct Versions {
+pub(super) struct Versions {
     live: Option<(String, Option<u64>)>,
     file: Option<String>,
     candidate: Option<Spec>,
     hosts: Vec<(String, Option<String>, Option<String>)>,
 }
 
-async fn versions(console: &Shared, statuses: &[HostStatus]) -> BTreeMap<String, Versions> {
+pub(super) async fn versions(
+    console: &Shared,
+    statuses: &[HostStatus],
+) -> BTreeMap<String, Versions> {
     // Read only: a console never creates a deployment's buckets.
     let bucket = console
         .js
@@ -92,7 +95,7 @@ async fn versions(console: &Shared, statuses: &[HostStatus]) -> BTreeMap<String,
     out
 }
 
-async fn statuses(console: &Shared) -> Vec<HostStatus> {
+pub(super) async fn statuses(console: &Shared) -> Vec<HostStatus> {
     let bucket = &console.config.components.status_bucket;
     match console.js.get_key_value(bucket).await {
         Ok(store) => status::read_all(&store).await.unwrap_or_default(),
@@ -140,13 +143,13 @@ pub async fn page(
 }
 
 /// The routes table's header row.
-fn route_head() -> Markup {
+pub(super) fn route_head() -> Markup {
     html! {
         thead { tr {
             th { "route" } th { "live version" } th { "served by" } th { "candidate" }
             @for o in OUTCOMES { th { (o.replace('_', " ")) } }
             th title="busy, lost claim, coalesced" { "other" }
-            th { "dedup hits" } th { "in flight" } th { "pending" } th { "last 15 min" }
+            th { "dedup hits" } th { "in flight" } th { "pending" } th title="messages per 15 s; the route's page has charts with axes" { "last 15 min, per 15 s" }
         } }
     }
 }
@@ -166,7 +169,7 @@ fn live_cell(v: Option<&Versions>) -> Markup {
     }
 }
 
-fn route_row(r: &RouteConfig, v: Option<&Versions>, n: Option<&RouteView>) -> Markup {
+pub(super) fn route_row(r: &RouteConfig, v: Option<&Versions>, n: Option<&RouteView>) -> Markup {
     let empty = RouteView::default();
     let n = n.unwrap_or(&empty);
     let name = &r.name;
@@ -196,7 +199,7 @@ fn route_row(r: &RouteConfig, v: Option<&Versions>, n: Option<&RouteView>) -> Ma
             td.num data-live=(format!("{name}|hits|all")) { (n.hits.values().sum::<u64>()) }
             (cell("gauge", "in_flight", n.in_flight))
             (cell("gauge", "pending", n.pending))
-            td { @for o in CHARTED { (chart(name, o, n.series.get(o))) } }
+            td { @for o in CHARTED { div.spark { (chart(name, o, n.series.get(o))) span.meta { (o.replace('_', " ")) } } } }
         }
     }
 }
@@ -253,95 +256,4 @@ fn hosts_table(hosts: &[HostView]) -> Markup {
 fn short(digest: &str) -> String {
     let d = digest.strip_prefix("sha256:").unwrap_or(digest);
     d.chars().take(12).collect()
-}
-
-/// `GET /routes/{name}`.
-pub async fn route_page(
-    State(console): State<Shared>,
-    Path(name): Path<String>,
-    Reader(viewer): Reader,
-) -> Result<Response, Failure> {
-    let Some(r) = console.config.routes.iter().find(|r| r.name == name) else {
-        return Err(anyhow::anyhow!("no route `{name}` in this console's config").into());
-    };
-    let statuses = statuses(&console).await;
-    let versions = versions(&console, &statuses).await;
-    let numbers = console.window.routes();
-    let selection = crate::ops::letters::Selection {
-        route: Some(name.clone()),
-        ..Default::default()
-    };
-    let mut letters = crate::ops::letters::list(&console.js, &console.config, &selection).await?;
-    letters.reverse();
-    letters.truncate(20);
-    let history: Vec<_> = crate::activity::list(&console.js, &console.config, 1000)
-        .await?
-        .into_iter()
-        .filter(|e| e.route == name && e.is_deploy())
-        .take(50)
-        .collect();
-    let n = numbers.get(&name).cloned().unwrap_or_default();
-    let body = html! {
-        table #routes {
-            (route_head())
-            tbody { (route_row(r, versions.get(&name), Some(&n))) }
-        }
-        h2 { "Messages by outcome (15 min)" }
-        table { tbody { @for (outcome, count) in &n.outcomes { tr { td { (outcome.replace('_', " ")) } td.num { (count) } } } } }
-        h2 { "Dedup hits by layer (15 min)" }
-        table { tbody { @for (layer, count) in &n.hits { tr { td { (layer) } td.num { (count) } } } } }
-        p { "outputs published: " (n.outputs) ", unacknowledged: " (n.ack_pending) ", free guest slots: " (n.free_slots) }
-        h2 { "Config" }
-        (config_table(r))
-        h2 { "Recent dead letters" }
-        @if letters.is_empty() { p { "None." } } @else {
-            table { thead { tr { th { "letter" } th { "stored" } th { "key" } th { "reason" } } }
-                tbody { @for l in &letters { tr {
-                    td { a href=(format!("/letters/{}", l.sequence)) { (l.sequence) } }
-                    td { (when(l.time_ms)) }
-                    td { (key_link(&l.route, &l.key)) }
-                    td { (shown(&l.reason)) }
-                } } } }
-            p { a href=(format!("/letters?route={}", html::encode(&name))) { "all of this route's dead letters" } }
-        }
-        h2 { "Deploy history" }
-        @if history.is_empty() { p { "No deploys recorded yet." } } @else {
-            table { thead { tr { th { "when" } th { "who" } th { "what" } th { "version" } th { "result" } } }
-                tbody { @for e in &history { tr {
-                    td { (when(e.at_ms)) } td { (shown(&e.who)) } td { (e.action) } td { (shown(&e.target)) } td { (shown(&e.result)) }
-                } } } }
-        }
-    };
-    Ok(maud_response(html::page(
-        &format!("Route {name}"),
-        &viewer,
-        body,
-    )))
-}
-
-fn config_table(r: &RouteConfig) -> Markup {
-    let rows: Vec<(&str, String)> = vec![
-        ("subject", r.subject.clone()),
-        ("key", format!("{:?}", r.key)),
-        ("missing key", format!("{:?}", r.missing_key)),
-        ("claim", format!("{:?}", r.claim)),
-        ("effects", format!("{:?}", r.effects)),
-        ("exclusive by", format!("{:?}", r.exclusive_by)),
-        ("coalesce", r.coalesce.to_string()),
-        ("partitions", r.partitions().to_string()),
-        ("ack", format!("{:?}", r.ack)),
-        ("concurrency", format!("{:?}", r.concurrency)),
-        ("max in flight", format!("{:?}", r.max_in_flight)),
-        ("max payload bytes", r.max_payload_bytes.to_string()),
-        ("limits", format!("{:?}", r.limits)),
-        ("permanent traps", format!("{:?}", r.permanent_traps)),
-        ("allowed outputs", r.allowed_outputs.join(", ")),
-        (
-            "guest config keys (values not shown)",
-            r.config.keys().cloned().collect::<Vec<_>>().join(", "),
-        ),
-    ];
-    html! {
-        table.config { tbody { @for (k, v) in rows { tr { th { (k) } td { code { (shown(&v)) } } } } } }
-    }
 }

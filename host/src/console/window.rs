@@ -15,6 +15,7 @@ use serde::Serialize;
 use crate::claim::record::now_ms;
 use crate::config::Config;
 use crate::feed::{self, HostStats};
+use crate::metrics::latency::{self, BUCKETS};
 use crate::metrics::RouteCounts;
 
 /// How far back the overview looks.
@@ -72,6 +73,63 @@ pub struct RouteView {
     pub ack_pending: u64,
     /// Deliveries per [`STEP`] by outcome, oldest first, [`SPAN`]/[`STEP`] points.
     pub series: BTreeMap<String, Vec<u64>>,
+    /// The consumer's pending messages per [`STEP`] (the most read in it), oldest first.
+    pub pending_series: Vec<u64>,
+    /// Guest time per [`STEP`], oldest first.
+    pub guest_ms: Percentiles,
+    /// Time the host added per [`STEP`] (handling minus guest time), oldest first.
+    pub added_ms: Percentiles,
+    /// Guest times over the window, counted per bucket of [`latency::BOUNDS_US`].
+    pub guest_histogram: Vec<u64>,
+    /// Times the host added over the window, per bucket of [`latency::BOUNDS_US`].
+    pub added_histogram: Vec<u64>,
+}
+
+/// A latency's median and 99th percentile per [`STEP`], in milliseconds; `None` for a step
+/// in which nothing was measured.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Percentiles {
+    /// The median of each step.
+    pub p50: Vec<Option<f64>>,
+    /// The 99th percentile of each step.
+    pub p99: Vec<Option<f64>>,
+}
+
+impl Percentiles {
+    /// The percentiles of each step's distribution.
+    fn of(steps: &[Vec<u64>]) -> Self {
+        Self {
+            p50: steps.iter().map(|b| latency::quantile(b, 0.5)).collect(),
+            p99: steps.iter().map(|b| latency::quantile(b, 0.99)).collect(),
+        }
+    }
+}
+
+/// One route's latency distributions per step, while [`Window::routes`] sums them.
+struct StepTimes {
+    guest: Vec<Vec<u64>>,
+    added: Vec<Vec<u64>>,
+}
+
+impl StepTimes {
+    fn new(points: usize) -> Self {
+        Self {
+            guest: vec![vec![0; BUCKETS]; points],
+            added: vec![vec![0; BUCKETS]; points],
+        }
+    }
+
+    fn add(&mut self, slot: usize, now: &RouteCounts, before: &RouteCounts) {
+        let pairs = [
+            (&mut self.guest[slot], &now.guest_time, &before.guest_time),
+            (&mut self.added[slot], &now.added_time, &before.added_time),
+        ];
+        for (sum, now, before) in pairs {
+            for (s, d) in sum.iter_mut().zip(latency::difference(now, before)) {
+                *s += d;
+            }
+        }
+    }
 }
 
 impl Window {
@@ -126,6 +184,7 @@ impl Window {
         let points = (SPAN.as_secs() / STEP.as_secs()) as usize;
         let hosts = self.hosts.lock().expect("window lock");
         let mut out: BTreeMap<String, RouteView> = BTreeMap::new();
+        let mut times: BTreeMap<String, StepTimes> = BTreeMap::new();
         for snapshots in hosts.values() {
             let Some(last) = snapshots.back() else {
                 continue;
@@ -155,7 +214,13 @@ impl Window {
                 let slot = ((s.at_ms - start) / STEP.as_millis() as u64) as usize;
                 for (name, counts) in &s.routes {
                     let before = previous.routes.get(name).unwrap_or(&none);
+                    let slot = slot.min(points - 1);
+                    (times.entry(name.clone()))
+                        .or_insert_with(|| StepTimes::new(points))
+                        .add(slot, counts, before);
                     let view = out.entry(name.clone()).or_default();
+                    view.pending_series.resize(points, 0);
+                    view.pending_series[slot] = view.pending_series[slot].max(counts.pending);
                     for (outcome, n) in &counts.outcomes {
                         let d =
                             n.saturating_sub(before.outcomes.get(outcome).copied().unwrap_or(0));
@@ -163,11 +228,16 @@ impl Window {
                             .series
                             .entry(outcome.clone())
                             .or_insert_with(|| vec![0; points]);
-                        series[slot.min(points - 1)] += d;
+                        series[slot] += d;
                     }
                 }
                 previous = s;
             }
+        }
+        for (name, steps) in times {
+            let view = out.entry(name).or_default();
+            view.guest_ms = Percentiles::of(&steps.guest);
+            view.added_ms = Percentiles::of(&steps.added);
         }
         out
     }
@@ -183,6 +253,16 @@ fn add_differences(view: &mut RouteView, now: &RouteCounts, before: &RouteCounts
         *view.hits.entry(layer.clone()).or_default() += d;
     }
     view.outputs += now.outputs.saturating_sub(before.outputs);
+    let histograms = [
+        (&mut view.guest_histogram, &now.guest_time, &before.guest_time),
+        (&mut view.added_histogram, &now.added_time, &before.added_time),
+    ];
+    for (sum, now, before) in histograms {
+        sum.resize(BUCKETS, 0);
+        for (s, d) in sum.iter_mut().zip(latency::difference(now, before)) {
+            *s += d;
+        }
+    }
 }
 
 /// Follows the feed stream into `window` for as long as the console runs, from
@@ -256,6 +336,41 @@ mod tests {
         let hosts = w.hosts();
         assert_eq!(hosts.len(), 2);
         assert!(hosts.iter().all(|h| !h.gone));
+    }
+
+    #[test]
+    fn each_step_has_its_latency_percentiles_and_pending_and_the_window_its_histogram() {
+        let now = now_ms();
+        let w = Window::default();
+        let mut first = stats("a", now - 100_000, now - 40_000, 10);
+        let mut second = stats("a", now - 100_000, now - 1_000, 20);
+        let buckets = |i: usize, n: u64| {
+            let mut b = vec![0; BUCKETS];
+            b[i] = n;
+            b
+        };
+        let counts = first.routes.get_mut("r").unwrap();
+        counts.guest_time = buckets(4, 10); // 10 runs of (0.5, 1] ms
+        counts.added_time = buckets(2, 10);
+        counts.pending = 7;
+        let counts = second.routes.get_mut("r").unwrap();
+        counts.guest_time = buckets(4, 10);
+        counts.guest_time[9] = 10; // then 10 runs of (20, 50] ms
+        counts.added_time = buckets(2, 20);
+        counts.pending = 3;
+        w.add(first);
+        w.add(second);
+        let r = &w.routes()["r"];
+        let points = (SPAN.as_secs() / STEP.as_secs()) as usize;
+        assert_eq!(r.guest_ms.p50.len(), points);
+        let measured: Vec<f64> = r.guest_ms.p50.iter().flatten().copied().collect();
+        assert_eq!(measured.len(), 2, "{:?}", r.guest_ms.p50);
+        assert!(measured[0] <= 1.0 && measured[1] >= 20.0, "{measured:?}");
+        assert_eq!(r.pending_series.iter().filter(|p| **p > 0).count(), 2);
+        assert_eq!(*r.pending_series.iter().max().unwrap(), 7);
+        assert_eq!(r.guest_histogram[4], 10);
+        assert_eq!(r.guest_histogram[9], 10);
+        assert_eq!(r.added_histogram[2], 20);
     }
 
     #[test]

@@ -30,6 +30,13 @@ pub struct RouteCounts {
     /// Messages delivered and not acknowledged yet (last read).
     #[serde(default)]
     pub ack_pending: u64,
+    /// Guest run times so far, counted per bucket of [`super::latency::BOUNDS_US`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub guest_time: Vec<u64>,
+    /// Time the host added to each delivery (its handling minus the guest's run) so far,
+    /// counted per bucket of [`super::latency::BOUNDS_US`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub added_time: Vec<u64>,
 }
 
 /// A copy of the host's counters summed over routes (the demo summary, tests).

@@ -17,8 +17,10 @@ use prometheus_client::registry::Registry;
 
 mod batches;
 mod counts;
+pub mod latency;
 pub use batches::{BatchResult, BatchSeries};
 pub use counts::{RouteCounts, StatsSnapshot};
+use latency::LatencyBuckets;
 use dedup_delivery::outage::OutageStreak;
 pub use dedup_delivery::outcome::{DedupLayer, MessageOutcome};
 
@@ -28,6 +30,12 @@ pub const UNROUTED: &str = "_unrouted";
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RouteLabel {
     route: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct HttpCallLabels {
+    route: String,
+    result: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -100,6 +108,7 @@ pub struct Metrics {
     pool_overflows: Counter,
     ready: Gauge,
     consumers: Family<ConsumerLabels, Gauge>,
+    http_calls: Family<HttpCallLabels, Counter>,
     rollout: crate::rollout_metrics::RolloutSeries,
     batches: BatchSeries,
     routes: Mutex<HashMap<String, Arc<RouteMetrics>>>,
@@ -143,6 +152,7 @@ impl Metrics {
             pool_overflows: Counter::default(),
             ready: Gauge::default(),
             consumers: Family::default(),
+            http_calls: Family::default(),
             rollout: Default::default(),
             batches: BatchSeries::default(),
             routes: Mutex::default(),
@@ -171,6 +181,7 @@ impl Metrics {
             "pool_overflow", "Guest instances made outside the host-wide instance pool (it was full, or a reload raised a route's memory limit past its slots): slower, never refused; lower concurrency if it keeps rising", m.pool_overflows;
             "host_ready", "1 while /readyz answers 200 (ready), 0 otherwise", m.ready;
             "consumer_info", "The stream and durable consumer of a route (value 1), labelled as the NATS exporters label theirs", m.consumers;
+            "http_calls", "Guests' outbound HTTP calls by result: sent, replayed (answered from the journal), denied (outside the allowlist), prohibited (a private address no rule names), limit, failed, stopped (by the journal)", m.http_calls;
         }
         m.rollout.register(&mut registry);
         m.batches.register(&mut registry);
@@ -200,6 +211,18 @@ impl Metrics {
     /// The count of trace spans dropped ([`crate::telemetry`]).
     pub fn spans_dropped(&self) -> Counter {
         self.spans_dropped.clone()
+    }
+
+    /// Counts route `route`'s outbound HTTP calls by result (`dedup_http_calls_total`).
+    pub fn http_calls(&self, route: &str) -> crate::runtime::http::CallObserver {
+        let (family, route) = (self.http_calls.clone(), route.to_string());
+        std::sync::Arc::new(move |result: crate::runtime::http::CallResult| {
+            let labels = HttpCallLabels {
+                route: route.clone(),
+                result: result.as_str(),
+            };
+            family.get_or_create(&labels).inc();
+        })
     }
 
     /// The handles of one route's series, created on first use.
@@ -266,6 +289,9 @@ pub struct RouteMetrics {
     guest_seconds: Histogram,
     claim_write_seconds: Histogram,
     end_to_end_seconds: Histogram,
+    /// The console's copies of guest time and of the time the host added (see [`latency`]).
+    guest_buckets: LatencyBuckets,
+    added_buckets: LatencyBuckets,
     in_flight: Gauge,
     free_slots: Gauge,
     pending: Gauge,
@@ -326,6 +352,8 @@ impl RouteMetrics {
             guest_seconds: m.guest_seconds.get_or_create(&label).clone(),
             claim_write_seconds: m.claim_write_seconds.get_or_create(&label).clone(),
             end_to_end_seconds: m.end_to_end_seconds.get_or_create(&label).clone(),
+            guest_buckets: LatencyBuckets::default(),
+            added_buckets: LatencyBuckets::default(),
             in_flight: m.in_flight.get_or_create(&label).clone(),
             free_slots: m.free_slots.get_or_create(&label).clone(),
             pending: m.pending.get_or_create(&label).clone(),
@@ -391,6 +419,13 @@ impl RouteMetrics {
     /// Records how long a guest ran.
     pub fn guest_time(&self, elapsed: Duration) {
         self.guest_seconds.observe(elapsed.as_secs_f64());
+        self.guest_buckets.observe(elapsed);
+    }
+
+    /// Records the time the host spent on one delivery besides running its guest (claim,
+    /// record and output writes, waits, the ack): what the host adds to the handler's time.
+    pub fn added_time(&self, elapsed: Duration) {
+        self.added_buckets.observe(elapsed);
     }
 
     /// Records one claim write's latency.
@@ -474,6 +509,8 @@ impl RouteMetrics {
             free_slots: gauge(&self.free_slots),
             pending: gauge(&self.pending),
             ack_pending: gauge(&self.ack_pending),
+            guest_time: self.guest_buckets.counts(),
+            added_time: self.added_buckets.counts(),
         }
     }
 }

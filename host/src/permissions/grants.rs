@@ -5,10 +5,16 @@
 /// What a role does with one stream (or the stream under a KV bucket or object store).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Access {
-    /// Reads it: its info, single messages (`get`, KV `entry`), and ephemeral ordered
-    /// consumers (KV watches and key listings, scans of the stream) whose deliveries and
-    /// flow control go over the client's inbox and `$JS.FC.<stream>.>`.
+    /// Reads it: its info, single messages (`get`, KV `entry`), and ephemeral ordered push
+    /// consumers (KV watches and key listings, object reads, scans of the stream) whose
+    /// deliveries and flow control go over the client's inbox and `$JS.FC.<stream>.>`. No
+    /// pull: `CONSUMER.MSG.NEXT` on a name the server picks would reach every durable on the
+    /// stream (a downstream service's, another deployment's).
     Read,
+    /// [`Access::Read`] and pulls from ephemeral ordered pull consumers, whose names the
+    /// server picks (`CONSUMER.MSG.NEXT.<stream>.*`, which reaches any durable on the stream
+    /// too): the console's time windows.
+    Scan,
     /// Reads it and consumes through the named durable pull consumers: binds them (a bind
     /// sends a create with the same settings), pulls, and acks, naks and terms their deliveries.
     Consume(Vec<String>),
@@ -25,21 +31,23 @@ pub fn publish(stream: &str, access: &Access) -> Vec<String> {
         api(&format!("STREAM.MSG.GET.{stream}")),
         api(&format!("DIRECT.GET.{stream}")),
         api(&format!("DIRECT.GET.{stream}.>")),
-        // Ordered consumers: no name in the subject.
+        // Ordered consumers: no name in the subject. A KV key listing checks its consumer
+        // (named by the server) is drained: consumer info reads, never takes messages.
         api(&format!("CONSUMER.CREATE.{stream}")),
         api(&format!("CONSUMER.INFO.{stream}.*")),
-        api(&format!("CONSUMER.MSG.NEXT.{stream}.*")),
         api(&format!("CONSUMER.LIST.{stream}")),
         api(&format!("CONSUMER.NAMES.{stream}")),
         format!("$JS.FC.{stream}.>"),
     ];
     match access {
         Access::Read => {}
+        Access::Scan => out.push(api(&format!("CONSUMER.MSG.NEXT.{stream}.*"))),
         Access::Consume(durables) => {
             for d in durables {
                 // `CONSUMER.CREATE.<stream>.<name>` or, with one filter, `.<name>.<filter>`.
                 out.push(api(&format!("CONSUMER.CREATE.{stream}.{d}")));
                 out.push(api(&format!("CONSUMER.CREATE.{stream}.{d}.>")));
+                out.push(api(&format!("CONSUMER.MSG.NEXT.{stream}.{d}")));
                 out.push(format!("$JS.ACK.{stream}.{d}.>"));
             }
         }
@@ -51,6 +59,7 @@ pub fn publish(stream: &str, access: &Access) -> Vec<String> {
                 out.push(api(&format!("CONSUMER.{verb}.{stream}.>")));
             }
             out.push(api(&format!("CONSUMER.DURABLE.CREATE.{stream}.*")));
+            out.push(api(&format!("CONSUMER.MSG.NEXT.{stream}.*")));
             out.push(format!("$JS.ACK.{stream}.>"));
         }
     }
@@ -64,7 +73,7 @@ pub fn subscribe(stream: &str, access: &Access) -> Vec<String> {
         Access::Consume(_) => vec![format!(
             "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.{stream}.*"
         )],
-        Access::Read | Access::Admin => Vec::new(),
+        Access::Read | Access::Scan | Access::Admin => Vec::new(),
     }
 }
 
@@ -80,8 +89,12 @@ mod tests {
         assert!(!p
             .iter()
             .any(|s| s.contains("STREAM.CREATE") || s == "$JS.ACK.EVENTS.>"));
+        assert!(p.contains(&"$JS.API.CONSUMER.MSG.NEXT.EVENTS.hosts-a".to_string()));
         let r = publish("EVENTS", &Access::Read);
         assert!(!r.iter().any(|s| s.starts_with("$JS.ACK")));
+        // Reading pulls from no consumer: not another service's durable.
+        assert!(!r.iter().any(|s| s.contains("MSG.NEXT")));
+        assert!(!p.iter().any(|s| s.contains("MSG.NEXT") && s.ends_with('*')));
         let a = publish("EVENTS", &Access::Admin);
         assert!(a.contains(&"$JS.API.STREAM.CREATE.EVENTS".to_string()));
     }

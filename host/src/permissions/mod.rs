@@ -264,8 +264,9 @@ fn operator(config: &Config, s: &Streams, lists: &mut Lists) {
 }
 
 fn console(config: &Config, s: &Streams, lists: &mut Lists) {
+    // The console's time windows pull from ordered consumers the server names.
     for stream in s.all() {
-        lists.stream(stream, &Access::Read);
+        lists.stream(stream, &Access::Scan);
     }
     // Dead-letter replays republish to the source subjects and reset claims; purges delete
     // letters; promote/abort/rollback rewrite the component store and log the activity.

@@ -19,6 +19,7 @@ use super::Shared;
 use crate::claim::{ClaimStore, Claimer};
 use crate::config::AckMode;
 use crate::metrics::{DedupLayer, MessageOutcome};
+use crate::refusals::OutputRefused;
 use crate::routes::{Guest, Route};
 use crate::runtime::{Outcome, TrapKind};
 
@@ -39,6 +40,7 @@ impl<S: ClaimStore> Shared<S> {
             guest,
             key,
             claim_key,
+            refused: std::sync::Mutex::new(None),
         };
         after::run(&a).await
     }
@@ -73,6 +75,8 @@ struct After<'a, S: ClaimStore> {
     guest: Guest,
     key: &'a str,
     claim_key: &'a str,
+    /// Why the last publish can never pass until an operator acts, if so.
+    refused: std::sync::Mutex<Option<String>>,
 }
 
 impl<S: ClaimStore> AfterDelivery for After<'_, S> {
@@ -161,10 +165,10 @@ impl<S: ClaimStore> AfterDelivery for After<'_, S> {
         // (two threads woken for one message) for a few hundred microseconds of latency.
         let event = event(self.d, self.route, self.key, attempt, 0);
         let invocation = (self.shared)
-            .call_guest(self.route, self.guest.clone(), event)
+            .call_guest(self.route, self.guest.clone(), event, None)
             .await
             .map_err(|e| e.to_string())?;
-        invoked(self.route, &invocation);
+        invoked(self.d, self.route, &invocation);
         Ok(match invocation.outcome {
             Outcome::Success(outputs) => {
                 let trace = trace_context(self.d);
@@ -196,14 +200,35 @@ impl<S: ClaimStore> AfterDelivery for After<'_, S> {
 
     async fn publish(&self, outgoing: Vec<Outgoing>) -> Result<Vec<OutputRef>, String> {
         let count = outgoing.len() as u64;
-        let published = effects::publish_outputs(&self.shared.js, outgoing)
-            .await
-            .map_err(|e| format!("{e:#}"))?;
+        let subjects: Vec<String> = outgoing.iter().map(|o| o.subject().to_string()).collect();
+        let started = std::time::Instant::now();
+        let published = match effects::publish_outputs(&self.shared.js, outgoing).await {
+            Ok(published) => published,
+            Err(e) => {
+                let filters = self.route.options.allowed_outputs.as_deref();
+                let refused = OutputRefused::find(
+                    &self.route.name,
+                    filters.unwrap_or_default(),
+                    subjects.iter().map(String::as_str),
+                    started,
+                );
+                *self.refused.lock().unwrap_or_else(|p| p.into_inner()) =
+                    refused.map(|r| r.to_string());
+                return Err(format!("{e:#}"));
+            }
+        };
         let metrics = &self.route.metrics;
         metrics.outputs(count);
         let duplicates = published.iter().filter(|o| o.duplicate).count();
         metrics.hit(DedupLayer::Output, duplicates as u64);
         Ok(published)
+    }
+
+    fn refused_for_good(&self) -> Option<String> {
+        self.refused
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
     }
 
     async fn dead_letter(&self, reason: &str, attempt: u32) -> Result<(), LetterRefused> {

@@ -153,9 +153,10 @@ impl<'a, 'c, S: ClaimStore> ClaimedDelivery for Run<'a, 'c, S> {
         let span =
             c.d.trace
                 .child(|| "handle".into(), SpanKind::Internal, Vec::new);
+        let journal = self.journal();
         let called = self
             .shared
-            .call_guest(c.route, c.guest.clone(), event)
+            .call_guest(c.route, c.guest.clone(), event, journal)
             .await;
         if let Ok(invocation) = &called {
             span.set(|| guest_attributes(invocation));
@@ -171,7 +172,7 @@ impl<'a, 'c, S: ClaimStore> ClaimedDelivery for Run<'a, 'c, S> {
                 return Err(format!("guest task ended without an outcome: {e}"));
             }
         };
-        invoked(c.route, &invocation);
+        invoked(c.d, c.route, &invocation);
         Ok(match invocation.outcome {
             Outcome::Success(outputs) => Handled::Succeeded(outputs),
             Outcome::Retry { reason, delay } => Handled::Retry { reason, delay },
@@ -209,6 +210,42 @@ impl<'a, 'c, S: ClaimStore> ClaimedDelivery for Run<'a, 'c, S> {
 
     fn fence_refused(&self) {
         self.c.route.metrics.hit(DedupLayer::Fence, 1);
+    }
+
+    /// A queued message's last delivery, its ack wait spent (less the clock skew margin)
+    /// before the claim was answered.
+    fn late(&self) -> bool {
+        let d = self.c.d;
+        let source = &self.shared.config.source;
+        let last = crate::stranded::last_delivery(d.delivered, source.server_max_deliver);
+        dedup_delivery::ahead::late(
+            d.queued.is_some() && last,
+            d.received.elapsed(),
+            source.ack_wait,
+            self.shared.config.claims.clock_skew,
+        )
+    }
+}
+
+impl<S: ClaimStore> Run<'_, '_, S> {
+    /// The journal of this run's outbound calls, beside its claim, when the route grants
+    /// outbound HTTP (DESIGN.md rule 24).
+    fn journal(&self) -> Option<dedup_delivery::journal::Journal> {
+        let c = self.c;
+        let grant = c.route.options.http.as_ref()?;
+        let store = crate::claim::journal::NatsCallStore::for_claim(
+            &self.shared.js,
+            &self.shared.config.claims.bucket,
+            c.lease.key(),
+            c.lease.fencing_token(),
+        );
+        let claim_key = crate::claim::key::encode(&c.route.name, c.key);
+        let journal = dedup_delivery::journal::Journal::new(
+            std::sync::Arc::new(store),
+            &claim_key,
+            grant.on_unknown(),
+        );
+        Some(journal)
     }
 }
 

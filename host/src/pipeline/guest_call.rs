@@ -18,14 +18,17 @@ use crate::runtime::Invocation;
 
 impl<S: ClaimStore> Shared<S> {
     /// Runs `event` on `guest` in one of `route`'s guest slots. The guest's log lines carry
-    /// the message's fields too. Dropping the returned future aborts the call.
+    /// the message's fields too; its outbound calls are recorded in `journal`. Dropping the
+    /// returned future aborts the call.
     pub(super) async fn call_guest(
         &self,
         route: &Route,
         guest: Guest,
         event: Event,
+        journal: Option<dedup_delivery::journal::Journal>,
     ) -> Result<Invocation, tokio::task::JoinError> {
-        let (options, slots) = (route.options.clone(), route.slots.clone());
+        let (mut options, slots) = (route.options.clone(), route.slots.clone());
+        options.journal = journal;
         let candidate = route.candidate();
         let shadow = candidate.clone().and_then(|c| {
             let free = route.slots.available_permits();

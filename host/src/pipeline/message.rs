@@ -51,11 +51,16 @@ pub(super) struct Delivery {
     pub(super) queued: Option<(async_nats::Subject, u64)>,
     /// How many times the server delivered it (this delivery included).
     pub(super) delivered: u64,
+    /// When this host got it (the server's ack wait runs from about then).
+    pub(super) received: std::time::Instant,
     /// Whether this delivery ended the message's life (acked or termed here, not naked or
     /// left to another route's consumer): only those count in the end-to-end latency.
     pub(super) ended: std::sync::atomic::AtomicBool,
     /// The revision a proven replay reset its key at (`reset.rs`), else 0.
     reset_revision: std::sync::atomic::AtomicU64,
+    /// How long its guest ran, in microseconds (0 when none ran): the rest of its handling
+    /// is the time the host added.
+    guest_us: std::sync::atomic::AtomicU64,
     /// Its spans (inert when traces are off).
     pub(super) trace: Trace,
 }
@@ -74,6 +79,7 @@ impl<S: ClaimStore> Shared<S> {
         };
         let metrics = self.metrics_of(route.as_ref());
         let in_flight = metrics.in_flight();
+        let started = std::time::Instant::now();
         let mut d = Delivery::new(message, sequence, delivered);
         let message = &mut d.message;
         if route.as_ref().is_some_and(|r| r.exclusive.is_some()) {
@@ -159,6 +165,8 @@ impl<S: ClaimStore> Shared<S> {
         if ended {
             metrics.end_to_end(age);
         }
+        let guest = Duration::from_micros(d.guest_us.load(Ordering::Relaxed));
+        let _ = (started, guest);
         drop(in_flight);
     }
 
@@ -282,6 +290,11 @@ impl<S: ClaimStore> Shared<S> {
                 .await;
             return None;
         }
+        // A partition hands out its next message once the server gave up on one, whose owner
+        // may still run it: the entity's next waits for that lease (`ahead.rs`).
+        if !self.clear_ahead(d, &route, &key).await {
+            return None;
+        }
         let started = std::time::Instant::now();
         let span = d
             .trace
@@ -358,8 +371,10 @@ impl Delivery {
             sequence,
             queued: None,
             delivered,
+            received: std::time::Instant::now(),
             ended: Default::default(),
             reset_revision: Default::default(),
+            guest_us: Default::default(),
             trace: Trace::default(),
         }
     }
@@ -424,8 +439,10 @@ fn claim_answer<S: ClaimStore>(claimed: &Result<ClaimOutcome<S>, ClaimError>) ->
     }
 }
 
-/// Logs and counts what an invocation took and how it ended.
-pub(super) fn invoked(route: &Route, invocation: &Invocation) {
+/// Logs and counts what an invocation of delivery `d`'s guest took and how it ended.
+pub(super) fn invoked(d: &Delivery, route: &Route, invocation: &Invocation) {
+    let us = u64::try_from(invocation.elapsed.as_micros()).unwrap_or(u64::MAX);
+    d.guest_us.fetch_add(us, Ordering::Relaxed);
     tracing::debug!(
         outcome = invocation.outcome.kind(),
         elapsed_us = invocation.elapsed.as_micros() as u64,

@@ -9,6 +9,8 @@
 //! - `queue`: an exclusive route's messages queued per entity, in order (the order is the
 //!   delivery crate's [`dedup_delivery::queue`]); `marked`: the stranded-message marker around
 //!   a last delivery ([`dedup_delivery::marker`]), in the claim bucket.
+//! - `ahead`: a queued message waits while an earlier one of its entity that the server gave
+//!   up on may still run (the decision is [`dedup_delivery::ahead`]).
 //! - `coalesce`: whether a coalescing route skips a message for a newer one that will run.
 //! - `message`: one message, from its key and claim to the guest's outcome; the claim's
 //!   answer and the run beside the heartbeat are the delivery crate's
@@ -22,6 +24,7 @@
 //! - [`effects`]: outputs and dead letters, with deterministic message ids.
 
 mod after;
+mod ahead;
 mod coalesce;
 mod consume;
 mod delays;

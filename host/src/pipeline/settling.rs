@@ -18,6 +18,7 @@ use super::message::{Claimed, Delivery};
 use super::Shared;
 use crate::bindings::Output;
 use crate::metrics::DedupLayer;
+use crate::refusals::OutputRefused;
 
 /// One claimed delivery of this host, settling.
 pub(super) struct Settle<'a, 'c, S: ClaimStore> {
@@ -31,6 +32,8 @@ pub(super) struct Settle<'a, 'c, S: ClaimStore> {
     /// A fenced route's send span (one batch, one span) and the trace context its outputs
     /// carry.
     fenced: Option<(crate::telemetry::Child, Vec<(&'static str, String)>)>,
+    /// When settling began: a refusal of an output subject since then is this delivery's.
+    started: std::time::Instant,
 }
 
 impl<'a, 'c, S: ClaimStore> Settle<'a, 'c, S> {
@@ -42,6 +45,7 @@ impl<'a, 'c, S: ClaimStore> Settle<'a, 'c, S> {
             outputs: Vec::new(),
             outgoing: Mutex::new(None),
             fenced: None,
+            started: std::time::Instant::now(),
         }
     }
 
@@ -70,6 +74,7 @@ impl<'a, 'c, S: ClaimStore> Settle<'a, 'c, S> {
             outputs,
             outgoing: Mutex::new(None),
             fenced,
+            started: std::time::Instant::now(),
         }
     }
 
@@ -148,6 +153,16 @@ impl<S: ClaimStore> Settling for Settle<'_, '_, S> {
                 Err(format!("{e:#}"))
             }
         }
+    }
+
+    /// A publish (or a fenced batch message) of one of the outputs that the server refused
+    /// for lack of permission since settling began.
+    fn refused_for_good(&self) -> Option<String> {
+        let route = self.c.route;
+        let filters = route.options.allowed_outputs.as_deref().unwrap_or_default();
+        let subjects = self.outputs.iter().map(|o| o.subject.as_str());
+        let refused = OutputRefused::find(&route.name, filters, subjects, self.started)?;
+        Some(refused.to_string())
     }
 
     async fn commit(&self, record: ClaimRecord, revision: u64) -> Result<u64, ClaimError> {

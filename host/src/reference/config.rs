@@ -31,6 +31,7 @@ const SEE_ALSO: &[(&str, &str)] = &[
     ),
     ("routes", "[choose the guarantees](../choose/index.md)"),
     ("limits", "[limits](../handler/limits.md)"),
+    ("http", "[outbound HTTP calls](../handler/http.md)"),
 ];
 
 /// The page, generated: the sections in the order of the schema's properties.
@@ -56,6 +57,14 @@ pub fn page(schema: &Value) -> String {
             {
                 let heading = "`[routes.limits]` (or `limits = { ... }` in a route)";
                 section(&mut out, heading, "limits", limits, &defs);
+            }
+            // An optional table: its schema is `anyOf [the table, null]`.
+            if let Some(http) = properties(def)
+                .find(|(k, _)| *k == "http")
+                .and_then(|(_, p)| p["anyOf"].as_array()?.iter().find_map(reference))
+                .and_then(|name| defs.get(name))
+            {
+                section(&mut out, "`[routes.http]`", "http", http, &defs);
             }
         }
     }

@@ -81,6 +81,7 @@ pub fn sample() -> Metrics {
     route.rollout.rollback();
     route.rollout.promotion();
     metrics.consumer_info("r", "EVENTS", "hosts-r");
+    metrics.http_calls("r")(crate::runtime::http::CallResult::Sent);
     metrics.batches().batch("OUT", 2, BatchResult::Committed);
     metrics.set_ready(true);
     metrics.set_stranded(0);

@@ -95,7 +95,7 @@ pub async fn deploy_latency(deploys: usize) -> anyhow::Result<()> {
 }
 
 /// `component` plus a custom section holding `n`: the same code under a new digest.
-fn with_custom_section(component: &[u8], n: usize) -> Vec<u8> {
+pub fn with_custom_section(component: &[u8], n: usize) -> Vec<u8> {
     let name = b"bench-version";
     let payload = n.to_le_bytes();
     let size = 1 + name.len() + payload.len();

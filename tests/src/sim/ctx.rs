@@ -43,6 +43,8 @@ pub(super) struct At {
     pub(super) entity: String,
     /// The revision a replay reset the key at (`Delivery::fresh_from`).
     pub(super) fresh_from: u64,
+    /// When the host got the delivery (virtual ms): the ack wait runs from then.
+    pub(super) received: u64,
 }
 
 /// A handler run of an exclusive route, listed in [`World::running`] until dropped.

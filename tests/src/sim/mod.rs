@@ -23,6 +23,7 @@
 //! up a lease that is still its own.
 
 mod after;
+mod ahead;
 mod check;
 mod consumer;
 mod ctx;
@@ -160,16 +161,14 @@ pub fn run(seed: u64, settings: Settings, trace: bool) -> Report {
     // letters once everything settled.
     let reload_at = rng.chance(500).then(|| EPOCH_MS + rng.range(0, FAULTS_MS));
     let mut replay = rng.chance(500);
-    // One run in four of a route that is not exclusive has a server that gives up on a
-    // message after a few deliveries (a consumer's `max_deliver` set low): last deliveries,
-    // their markers and the sweep happen here, not only after an outage long enough to spend
-    // 100 deliveries. Not on exclusive routes: there a partition whose message the server
-    // gave up on hands out the entity's next message while a paused owner's lease on the
-    // given-up one may still live (seed 2403 --fenced --exclusive, bound 4; a known limit,
-    // docs/src/how/simulation.md).
+    // One run in four has a server that gives up on a message after a few deliveries (a
+    // consumer's `max_deliver` set low): last deliveries, their markers and the sweep happen
+    // here, not only after an outage long enough to spend 100 deliveries. On an exclusive
+    // route a partition then hands out the entity's next message while a paused owner's lease
+    // on the given-up one may still live: the next waits for it (`dedup_delivery::ahead`).
     let mut settings = settings;
     let low_bound = rng.chance(250).then(|| rng.range(4, 10));
-    if let Some(bound) = low_bound.filter(|_| !settings.mode.exclusive) {
+    if let Some(bound) = low_bound {
         settings.server_max_deliver = settings.server_max_deliver.min(bound);
     }
     let streams = consumer::Streams::new(

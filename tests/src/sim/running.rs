@@ -10,12 +10,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
+use dedup_delivery::ahead;
 use dedup_delivery::before::{ClaimedDelivery, Handled, Unclaimed};
 use dedup_delivery::claim::{ClaimError, Lease};
 use dedup_delivery::heartbeat::Progress;
 use dedup_delivery::outcome::MessageOutcome;
 use dedup_delivery::settle::{Retries, Settlement};
 use dedup_host::pipeline::busy_delay;
+use dedup_host::stranded;
 
 use super::consumer::Lane;
 use super::ctx::{At, Ctx, NakMs, Running};
@@ -28,6 +30,8 @@ use super::world::Output;
 pub(super) struct SimUnclaimed<'a> {
     pub(super) ctx: &'a Ctx,
     pub(super) at: &'a At,
+    /// The claims' store (the bucket, or the fenced stream's claim subjects).
+    pub(super) store: &'a SimStore,
 }
 
 impl Unclaimed for SimUnclaimed<'_> {
@@ -206,5 +210,18 @@ impl<'a> ClaimedDelivery for SimRun<'a> {
 
     fn clock(&self) -> &Ctx {
         self.ctx
+    }
+
+    /// The host's own test ([`ahead::late`]) on the model's time.
+    fn late(&self) -> bool {
+        let s = self.ctx.settings;
+        let last = stranded::last_delivery(self.at.number, s.server_max_deliver as i64);
+        let since = self.ctx.world().now.saturating_sub(self.at.received);
+        ahead::late(
+            self.at.lane == Lane::Queue && last,
+            Duration::from_millis(since),
+            Duration::from_millis(s.ack_wait_ms),
+            Duration::from_millis(s.skew_ms),
+        )
     }
 }

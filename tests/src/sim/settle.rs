@@ -12,7 +12,7 @@
 use std::sync::atomic::Ordering;
 
 use dedup_delivery::outcome::MessageOutcome;
-use dedup_delivery::{after, before, marker, queue};
+use dedup_delivery::{after, ahead, before, marker, queue};
 use dedup_host::claim::{ClaimState, Claimer, Lease};
 use dedup_host::stranded;
 
@@ -37,6 +37,7 @@ impl Ctx {
             // A proven replay's reset holds on every delivery (the host confirms it with the
             // stream leader; the model's replays are always proven).
             fresh_from: offer.message.fresh_from,
+            received: self.world().now,
         };
         // The host's marker around a last delivery ([`marker::around`]).
         let last = stranded::last_delivery(at.number, self.settings.server_max_deliver as i64);
@@ -64,8 +65,17 @@ impl Ctx {
     /// model.
     async fn deliver(&self, at: &At, served: &Served) {
         let claimer = &self.claimers[usize::from(served.fenced)];
+        let unclaimed = SimUnclaimed {
+            ctx: self,
+            at,
+            store: claimer.store(),
+        };
+        // A queued message waits while one ahead of it that the server gave up on may still
+        // run: the host's own decision ([`ahead::clear`]).
+        if at.lane == Lane::Queue && !ahead::clear(&unclaimed).await {
+            return;
+        }
         let claim = claimer.claim_fresh(&at.key, "d", at.fresh_from).await;
-        let unclaimed = SimUnclaimed { ctx: self, at };
         let Some(lease) = before::claimed(&unclaimed, claim).await else {
             return;
         };

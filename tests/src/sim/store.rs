@@ -68,6 +68,16 @@ impl SimStore {
         }
     }
 
+    /// Reads a key from the leader ([`Op::GetLeader`]). Only the reads that must not lag use
+    /// it (what is ahead of a queued message); the protocol's own leader reads stay answered
+    /// like direct gets, as the runs of the reverted-fix table saw them.
+    pub async fn get_fresh(&self, key: &str) -> Result<Option<(ClaimRecord, u64)>, ClaimError> {
+        match self.send(Op::GetLeader(self.key(key))).await {
+            Answer::Read(r) => r,
+            Answer::Wrote(_) => unreachable!("a read gets a read's answer"),
+        }
+    }
+
     fn key(&self, key: &str) -> String {
         format!("{}{key}", self.space)
     }

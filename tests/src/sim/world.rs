@@ -47,6 +47,8 @@ impl Rng {
 pub enum Op {
     /// Read a key (a direct get: it may hit a lagging replica).
     Get(String),
+    /// Read a key from the stream's leader: never older than a write it acknowledged.
+    GetLeader(String),
     /// Create a key that must not exist.
     Create(String, ClaimRecord),
     /// Update a key at an expected revision.
@@ -255,6 +257,9 @@ impl World {
                 };
                 Answer::Read(Ok(value))
             }
+            Op::GetLeader(key) => {
+                Answer::Read(Ok(self.kv.get(key).and_then(|h| h.last().cloned())))
+            }
             Op::Commit(..) if self.in_outage() => Answer::Wrote(Err(ClaimError::Unavailable(
                 "simulated: the fenced stream is gone".into(),
             ))),
@@ -283,7 +288,7 @@ impl World {
     /// Applies a write with the server's compare-and-swap.
     fn apply(&mut self, op: &Op) -> Result<u64, ClaimError> {
         let (key, record, expected) = match op {
-            Op::Get(_) => return Ok(self.revision),
+            Op::Get(_) | Op::GetLeader(_) => return Ok(self.revision),
             Op::Create(key, record) => (key, record, None),
             Op::Update(key, record, revision) | Op::Commit(key, record, revision, _) => {
                 (key, record, Some(*revision))
@@ -415,6 +420,7 @@ impl World {
 fn describe(op: &Op) -> String {
     match op {
         Op::Get(key) => format!("get {key}"),
+        Op::GetLeader(key) => format!("get {key} from the leader"),
         Op::Create(key, r) => format!("create {key} {:?} by {}", r.state, r.owner),
         Op::Update(key, r, rev) => format!("update {key}@{rev} {:?} by {}", r.state, r.owner),
         Op::Commit(key, r, rev, Output { id, .. }) => {

@@ -5,9 +5,11 @@
 
 use std::path::Path;
 use std::process::Command;
+use std::time::Duration;
 
+use dedup_host_tests::bench::hotload::with_custom_section;
 use dedup_host_tests::guests::{cli, guest, host_binary};
-use dedup_host_tests::harness::{TestEnv, Timing};
+use dedup_host_tests::harness::{wait_for, TestEnv, Timing};
 
 /// A route served from the object store.
 const CACHED_ROUTE: &str = r#"
@@ -62,6 +64,29 @@ async fn a_second_test_and_a_deploy_after_test_compile_nothing() {
         "the second test of an unchanged component: {second}"
     );
 
+    // A new version whose code is the same (a custom section added: a new digest) compiles,
+    // but its functions come from Cranelift's cache beside the compile cache: almost none
+    // is added. An edited Python or JavaScript handler is this case for its interpreter.
+    let functions = dir.join(".dedup-host/cache/functions");
+    let count = || std::fs::read_dir(&functions).map_or(0, |d| d.count());
+    let before = count();
+    assert!(
+        before > 0,
+        "no compiled function kept in {}",
+        functions.display()
+    );
+    let same_code = with_custom_section(&std::fs::read(guest("hostile")).unwrap(), 1);
+    std::fs::write(dir.join("handler.wasm"), same_code).unwrap();
+    let (code, third) = run_in(&dir, &["test", "cases.toml"]);
+    assert_eq!(code, 0, "{third}");
+    assert!(third.contains(COMPILED), "a new digest compiles: {third}");
+    // A few entries are new (the component's own glue: 36 of 440 here), not the guest's code.
+    let added = count() - before;
+    assert!(
+        added < before / 4,
+        "{added} functions compiled again of {before}: the function cache missed"
+    );
+
     // `deploy` with a config in the same folder: the hosts' cache, which `test` filled.
     let config = dir.join("host.toml");
     std::fs::write(&config, env.config_text(&Timing::default(), CACHED_ROUTE)).unwrap();
@@ -91,4 +116,39 @@ async fn a_second_test_and_a_deploy_after_test_compile_nothing() {
         deploy.contains(COMPILED) && !deploy.contains(NOTHING),
         "a changed component: {deploy}"
     );
+
+    // A host started from the same folder runs the deployed version from the entry `deploy`
+    // wrote: the hosts' engine (its instance pool sized from the routes' limits) keeps the code
+    // settings of the authoring commands' engine, so nothing compiles again.
+    let log = dir.join("host.log");
+    let mut host = Command::new(host_binary())
+        .current_dir(&dir)
+        .env("RUST_LOG", "dedup_host::components=info")
+        .args(["run", "--config", "host.toml"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .expect("start dedup-host run");
+    let loaded = wait_for(
+        Duration::from_secs(120),
+        "the host loading route `cached`",
+        || {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            async move {
+                text.lines()
+                    .any(|l| l.contains("route `cached`:"))
+                    .then_some(text)
+            }
+        },
+    )
+    .await;
+    host.kill().ok();
+    host.wait().ok();
+    assert!(
+        loaded.contains(HOST_NOTHING) && !loaded.contains(HOST_COMPILED),
+        "a host loading the version `deploy` compiled: {loaded}"
+    );
 }
+
+const HOST_COMPILED: &str = "route `cached`: compiled `";
+const HOST_NOTHING: &str = "came from the compile cache, nothing compiled";

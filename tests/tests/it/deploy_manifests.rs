@@ -132,3 +132,84 @@ fn the_scaler_watches_the_route_consumers_of_the_shipped_config() {
         .collect();
     assert_eq!(consumers, routes, "one trigger per route consumer");
 }
+
+/// `tests/deploy_check.sh` with PATH holding only the shell tools it needs (no kubectl,
+/// kustomize, kubernetes-validate or systemd-analyze) and `strict` as
+/// DEDUP_DEPLOY_CHECK_STRICT.
+fn deploy_check_without_tools(strict: &str) -> std::process::Output {
+    let bin = tempfile::tempdir().unwrap();
+    for tool in [
+        "bash", "mktemp", "rm", "dirname", "basename", "grep", "sed", "tail", "cat",
+    ] {
+        let found = std::process::Command::new("sh")
+            .args(["-c", &format!("command -v {tool}")])
+            .output()
+            .unwrap();
+        let path = String::from_utf8(found.stdout).unwrap();
+        std::os::unix::fs::symlink(path.trim(), bin.path().join(tool)).unwrap();
+    }
+    std::process::Command::new(bin.path().join("bash"))
+        .arg(workspace_root().join("tests/deploy_check.sh"))
+        .env("PATH", bin.path())
+        .env("DEDUP_DEPLOY_CHECK_STRICT", strict)
+        .output()
+        .unwrap()
+}
+
+/// A runner that lost its tools passes the deploy check only by skipping, and says so; in
+/// strict mode (CI, `tests/run.sh` where the tools are installed) it fails, naming the step.
+#[test]
+fn the_deploy_check_in_strict_mode_fails_when_a_tool_is_missing() {
+    let lenient = deploy_check_without_tools("0");
+    let stderr = String::from_utf8_lossy(&lenient.stderr);
+    assert!(lenient.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("SKIPPED rendering deploy/kubernetes"),
+        "{stderr}"
+    );
+    let strict = deploy_check_without_tools("1");
+    let stderr = String::from_utf8_lossy(&strict.stderr);
+    assert!(!strict.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("FAILED (DEDUP_DEPLOY_CHECK_STRICT=1): rendering deploy/kubernetes"),
+        "{stderr}"
+    );
+}
+
+/// The systemd unit's dynamic user reads the NATS credentials through `LoadCredential=`
+/// (a private copy under /run/credentials), so the file itself stays root-only instead of
+/// world-readable; the config line it needs is in the unit.
+#[test]
+fn the_systemd_unit_hands_its_dynamic_user_the_credentials_privately() {
+    let unit = read("deploy/systemd/dedup-host.service");
+    assert!(unit.lines().any(|l| l == "DynamicUser=yes"), "{unit}");
+    let load = unit
+        .lines()
+        .find_map(|l| l.strip_prefix("LoadCredential="))
+        .expect("a LoadCredential= line");
+    let (name, source) = load.split_once(':').expect("LoadCredential=NAME:PATH");
+    assert!(source.starts_with("/etc/dedup-host/"), "{load}");
+    let config_line = format!("creds_file = \"/run/credentials/dedup-host.service/{name}\"");
+    assert!(unit.contains(&config_line), "the unit says {config_line}");
+}
+
+/// The base's KEDA trigger reads the global account (`$G`, right only for a server without
+/// accounts); the production overlay, whose users are least-privilege users in an account,
+/// names that account for every trigger.
+#[test]
+fn the_production_scaler_names_its_nats_account() {
+    let base = read("deploy/kubernetes/base/scaledobject.yaml");
+    let triggers = base.matches("- type: nats-jetstream").count();
+    let overlay = read("deploy/kubernetes/overlays/production/kustomization.yaml");
+    for i in 0..triggers {
+        let path = format!("path: /spec/triggers/{i}/metadata/account");
+        let at = overlay
+            .find(&path)
+            .unwrap_or_else(|| panic!("the production overlay patches trigger {i}'s account"));
+        let (_, value) = value_after(&overlay[at..], 0, "value");
+        assert!(
+            !value.is_empty() && value != "$G",
+            "trigger {i}: account {value}"
+        );
+    }
+}

@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+mod isolation;
+
 use dedup_host::claim::ClaimState;
 use dedup_host::config::Config;
 use dedup_host_tests::console::{request, ConsoleProcess};
@@ -299,6 +301,209 @@ async fn a_host_finding_nothing_set_up_says_setup_is_the_operators() {
         .expect("the host may not create the source stream");
     let text = format!("{err:#}");
     assert!(text.contains("`$JS.API.STREAM.CREATE.EVENTS`"), "{text}");
+}
+
+/// Connects as role user `user` of the deployment (its inbox prefix), answers within 2 s.
+async fn connect_as(env: &TestEnv, user: &str, inbox_prefix: &str) -> async_nats::Client {
+    async_nats::ConnectOptions::with_user_and_password(user.into(), "pw".into())
+        .custom_inbox_prefix(inbox_prefix)
+        .request_timeout(Some(Duration::from_secs(2)))
+        .connect(env.servers.urls())
+        .await
+        .expect("connect")
+}
+
+/// Whether `client` may pull from durable `consumer` of `stream` (the server answers), and,
+/// if not, that the server logged it refused.
+async fn pulls(env: &TestEnv, client: &async_nats::Client, stream: &str, consumer: &str) -> bool {
+    let subject = format!("$JS.API.CONSUMER.MSG.NEXT.{stream}.{consumer}");
+    let answer = client
+        .request(
+            subject.clone(),
+            r#"{"batch":1,"expires":1000000000}"#.into(),
+        )
+        .await;
+    // The server answers a pull it accepts (a message, or a status when none is waiting);
+    // a refused one it drops, saying so on the connection and in its log.
+    if answer.is_ok() {
+        return true;
+    }
+    wait_for(
+        Duration::from_secs(30),
+        &format!("the refusal of `{subject}` logged"),
+        || async {
+            violations(env)
+                .iter()
+                .any(|l| l.contains(&subject))
+                .then_some(())
+        },
+    )
+    .await;
+    false
+}
+
+/// The host's set pulls only from its own durables (issue 47): a downstream service's durable
+/// on an output stream, and another consumer on the source stream, are refused to the host's
+/// user (the server logs each refusal).
+#[tokio::test]
+async fn the_host_role_is_refused_pulling_another_durable() {
+    let (env, text) = restricted(UPPER_ROUTE, false, None).await;
+    setup_as_operator(&env, &text);
+    for (stream, subject) in [(OUTPUTS, "out.billing.1"), ("EVENTS", "in.other.1")] {
+        let config = async_nats::jetstream::consumer::pull::Config {
+            durable_name: Some("billing".into()),
+            ..Default::default()
+        };
+        let s = env.js.get_stream(stream).await.unwrap();
+        s.create_consumer(config).await.unwrap();
+        env.js
+            .publish(subject, "x".into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+    let host = connect_as(&env, "host", "_INBOX_orders").await;
+    assert!(!pulls(&env, &host, OUTPUTS, "billing").await);
+    assert!(!pulls(&env, &host, "EVENTS", "billing").await);
+}
+
+/// Window routes, claim before (`upper`) and after (`after`), whose outputs one filter covers:
+/// the filter a test takes out of the host's set.
+const REFUSED_FILTER: &str = "in.*.*.done";
+const REFUSED_ROUTES: &str = r#"
+[[routes]]
+name = "upper"
+subject = "in.upper.*"
+component = "{guest:uppercase}"
+allowed_outputs = ["in.*.*.done"]
+
+[[routes]]
+name = "after"
+subject = "in.after.*"
+component = "{guest:uppercase}"
+allowed_outputs = ["in.*.*.done"]
+claim = "after"
+limits = { deadline = "1s" }
+"#;
+
+/// Gives every role its whole printed set again (the server reads its config anew), and
+/// waits until the server says it did.
+async fn grant_everything(env: &TestEnv, text: &str) {
+    let deployment = Deployment::new(&as_user(text, "any"));
+    let conf = server_conf(&deployment.file, None);
+    let conf = conf.replace("{dir}", &env.dir.path().display().to_string());
+    std::fs::write(env.path("nats-server.conf"), conf).unwrap();
+    env.servers.nodes[0].reload();
+    wait_for(Duration::from_secs(30), "the server's reload", || async {
+        let log = std::fs::read_to_string(env.path("nats.log")).unwrap_or_default();
+        log.contains("Reloaded server configuration").then_some(())
+    })
+    .await;
+}
+
+/// The letters of the dead-letter stream whose reason names `filter` as the permission to
+/// grant (never the refused subject alone), by their original subjects.
+async fn refused_letters(env: &TestEnv, filter: &str) -> Vec<String> {
+    let mut subjects = Vec::new();
+    for letter in env.messages(DEAD).await {
+        let headers = &letter.headers;
+        let reason = headers.get("Dedup-Reason").map(|v| v.to_string());
+        let reason = reason.unwrap_or_default();
+        if reason.contains("refused this host permission") {
+            assert!(
+                reason.contains(&format!("grant publish on `{filter}`")),
+                "{reason}"
+            );
+            assert!(reason.contains("dead-letters replay"), "{reason}");
+            let original = headers.get("Dedup-Original-Subject").map(|v| v.to_string());
+            subjects.push(original.unwrap_or_default());
+        }
+    }
+    subjects.sort();
+    subjects
+}
+
+/// A host whose user may not publish one route's outputs does not retry without end: each
+/// message is dead-lettered at once, its reason naming the route's `allowed_outputs` filter
+/// to grant, and once granted, a replay runs it (claim before and after).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_output_the_host_may_not_publish_is_dead_lettered_naming_the_filter_and_replays_once_granted(
+) {
+    let (env, text) = restricted(REFUSED_ROUTES, false, Some(REFUSED_FILTER)).await;
+    let operator = setup_as_operator(&env, &text);
+    let config = Config::parse(
+        &as_user(&text, "host"),
+        Path::new("host.toml"),
+        env.dir.path().into(),
+    )
+    .unwrap();
+    let host = dedup_host::serve::start(config).await.expect("host starts");
+    env.publish("in.upper.k1", "u1", &[], "hello").await;
+    env.publish("in.after.k1", "a1", &[], "hello").await;
+    let within = Duration::from_secs(90);
+    wait_for(within, "both refused messages dead-lettered", || async {
+        let letters = refused_letters(&env, REFUSED_FILTER).await;
+        (letters == ["in.after.k1", "in.upper.k1"]).then_some(())
+    })
+    .await;
+    let record = env.claim("upper", "u1").await.expect("u1's record");
+    assert_eq!(record.state, ClaimState::Failed, "{record:?}");
+    assert!(env.outputs().await.is_empty());
+
+    grant_everything(&env, &text).await;
+    let replay = cli(&operator, &["dead-letters", "replay", "--all"]);
+    assert_eq!(replay.code, 0, "{replay:?}");
+    env.wait_completed("upper", &["u1"], within).await;
+    env.wait_completed("after", &["a1"], within).await;
+    let outputs: Vec<String> = env
+        .outputs()
+        .await
+        .iter()
+        .map(|m| m.subject.to_string())
+        .collect();
+    assert!(
+        outputs.contains(&"in.upper.k1.done".to_string()),
+        "{outputs:?}"
+    );
+    assert!(
+        outputs.contains(&"in.after.k1.done".to_string()),
+        "{outputs:?}"
+    );
+    host.shutdown().await.unwrap();
+}
+
+/// The same on a fenced route: the batch whose outputs the server refused is not sent again
+/// without end; the message is dead-lettered naming the filter, and replays once granted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_output_the_host_may_not_publish_is_dead_lettered_naming_the_filter() {
+    let filter = "in.fan.*.done";
+    let (env, text) = restricted(FENCED_ROUTE, true, Some(filter)).await;
+    let operator = setup_as_operator(&env, &text);
+    let config = Config::parse(
+        &as_user(&text, "host"),
+        Path::new("host.toml"),
+        env.dir.path().into(),
+    )
+    .unwrap();
+    let host = dedup_host::serve::start(config).await.expect("host starts");
+    env.publish("in.fan.k1", "m1", &[], "x").await;
+    let within = Duration::from_secs(90);
+    wait_for(within, "the refused message dead-lettered", || async {
+        let letters = refused_letters(&env, filter).await;
+        (letters == ["in.fan.k1"]).then_some(())
+    })
+    .await;
+    grant_everything(&env, &text).await;
+    let replay = cli(&operator, &["dead-letters", "replay", "--all"]);
+    assert_eq!(replay.code, 0, "{replay:?}");
+    wait_for(within, "k1 completed", || async {
+        let record = env.fenced_claim("fan", "k1").await?.0;
+        (record.state == ClaimState::Completed).then_some(())
+    })
+    .await;
+    assert_eq!(env.outputs().await.len(), 2);
+    host.shutdown().await.unwrap();
 }
 
 /// The hostile-guest suite (sandbox.rs) with its host connected as the host role: every

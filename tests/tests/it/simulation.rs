@@ -1,7 +1,7 @@
 //! The seeded fault simulation of the delivery protocol (`docs/src/how/simulation.md`): a fixed budget
 //! of seeds in every mode combination, and proof that its invariants can fail.
 
-use dedup_host_tests::sim::{self, Settings};
+use dedup_host_tests::sim::{self, Mode, Settings};
 
 /// Seeds per CI run, each in all seven mode combinations: about 20 s on these machines.
 const SEEDS: u64 = 4_000;
@@ -29,6 +29,38 @@ fn a_window_shorter_than_the_readme_bound_is_caught_storing_outputs_twice() {
         "{}",
         failures.join("\n")
     );
+}
+
+/// The seeds that found the given-up partition bugs (`dedup_delivery::ahead`), replayed in
+/// the modes that found them: 2403, a partition handing out an entity's next message while a
+/// paused owner's lease on the given-up one lived (`ahead::clear`); 16083, a paused last
+/// delivery claiming its key after the next message had gone ahead (`ahead::late`, which the
+/// CI budget of seeds does not reach otherwise).
+#[test]
+fn the_seeds_that_found_a_partition_moving_past_a_running_message_pass() {
+    let exclusive = |fenced| Mode {
+        claim_after: false,
+        fenced,
+        exclusive: true,
+        coalesce: false,
+    };
+    for (seed, mode) in [
+        (2403, exclusive(true)),
+        (16083, exclusive(false)),
+        (16083, exclusive(true)),
+    ] {
+        let settings = Settings {
+            mode,
+            ..Settings::default()
+        };
+        let report = sim::run(seed, settings, false);
+        assert!(
+            report.violations.is_empty(),
+            "seed {seed}{}: {:?}",
+            mode.flags(),
+            report.violations
+        );
+    }
 }
 
 /// A failing seed replays identically: the run is a function of its seed. (Claim nonces come

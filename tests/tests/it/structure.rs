@@ -170,3 +170,59 @@ fn the_delivery_logic_depends_on_neither_the_nats_client_nor_the_wasm_runtime() 
         }
     }
 }
+
+/// Every library cargo builds for `args` (a build whose units are fresh compiles nothing and
+/// only reports them): package, target and the features resolved for it.
+fn built_libraries(args: &[&str]) -> BTreeSet<String> {
+    let out = std::process::Command::new(env!("CARGO"))
+        .current_dir(workspace_root())
+        .args(args)
+        .args(["--release", "--workspace", "--message-format", "json"])
+        .output()
+        .expect("run cargo");
+    assert!(
+        out.status.success(),
+        "cargo {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut libraries = BTreeSet::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let Ok(message) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        let target = &message["target"];
+        let kinds = target["kind"].to_string();
+        if message["reason"] != "compiler-artifact"
+            || kinds.contains("bin")
+            || kinds.contains("test")
+        {
+            continue;
+        }
+        libraries.insert(format!(
+            "{} {} {}",
+            message["package_id"], target["name"], message["features"]
+        ));
+    }
+    libraries
+}
+
+/// One build (issue 46): `bash host/demo.sh` builds the binaries (`--workspace --bins`, no
+/// dev-dependencies) and `bash tests/run.sh` then builds the tests (what `cargo nextest`
+/// runs), which bring the dev-dependencies. A dev-dependency that turned on one more feature of
+/// a package the binaries use (wasmtime, tokio, ...) would compile that package, and
+/// everything above it, a second time: about 15 minutes for wasmtime on these machines. Both
+/// builds have run when this test runs, so asking cargo again compiles nothing.
+#[test]
+fn the_binaries_and_the_tests_build_every_shared_library_once() {
+    let binaries = built_libraries(&["build", "--bins"]);
+    let tests = built_libraries(&["test", "--no-run"]);
+    assert!(
+        binaries.len() > 100,
+        "cargo reported too few libraries: {binaries:#?}"
+    );
+    let differ: Vec<&String> = binaries.difference(&tests).collect();
+    assert!(
+        differ.is_empty(),
+        "these libraries get other features when the tests are built, so they compile twice: {differ:#?}\n(a dev-dependency enables more features of them: enable the same features in the normal dependency, or drop the dev-dependency's features)"
+    );
+}

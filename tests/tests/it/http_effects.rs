@@ -1,0 +1,435 @@
+//! Outbound HTTP from guests (issue 45): the allowlist and its error codes, the limits, and
+//! the journal that makes a re-run replay a call instead of sending it again, against a real
+//! local HTTP endpoint ([`Endpoint`], counting requests per idempotency key) and, for the
+//! journal, a real nats-server.
+
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use dedup_delivery::journal::{CallRecord, CallState};
+use dedup_host::bindings::Event;
+use dedup_host::claim::journal::NatsCallStore;
+use dedup_host::claim::ClaimState;
+use dedup_host::pipeline::effects::headers;
+use dedup_host::runtime::http::{CallResult, HttpConfig, HttpGrant};
+use dedup_host::runtime::{EngineSettings, Handler, InvokeOptions, Outcome, Runtime};
+use dedup_host_tests::endpoint::Endpoint;
+use dedup_host_tests::guests::guest;
+use dedup_host_tests::harness::{signal, wait_for, TestEnv, Timing, DEAD};
+use serde_json::{json, Value};
+
+fn http_call() -> Handler {
+    static RUNTIME: OnceLock<Runtime> = OnceLock::new();
+    let rt = RUNTIME.get_or_init(|| Runtime::new(&EngineSettings::default()).expect("runtime"));
+    rt.load_file(&guest("http-call")).expect("load http-call")
+}
+
+type Results = Arc<Mutex<Vec<CallResult>>>;
+
+/// The grant of `[routes.http]` text `text`, counting each call's result in `results`.
+fn grant(text: &str, results: &Results) -> HttpGrant {
+    let config: HttpConfig = toml::from_str(text).expect("http settings parse");
+    let seen = results.clone();
+    HttpGrant::new(&config)
+        .expect("usable http settings")
+        .observed(Arc::new(move |r| seen.lock().unwrap().push(r)))
+}
+
+/// Runs the guest making `calls` (as route `http`, key `k1`); what each call got.
+async fn run(options: &InvokeOptions, calls: Value) -> Vec<Value> {
+    let event = Event {
+        subject: "in.http.k1".into(),
+        payload: json!({ "calls": calls }).to_string().into_bytes(),
+        headers: Vec::new(),
+        key: "k1".into(),
+        attempt: 1,
+        fencing_token: 1,
+        stream_sequence: 1,
+        route: "http".into(),
+    };
+    match http_call().invoke(event, options).await.outcome {
+        Outcome::Success(outputs) => serde_json::from_slice(&outputs[0].payload).unwrap(),
+        other => panic!("the guest should report its calls, got {other:?}"),
+    }
+}
+
+fn error(result: &Value) -> String {
+    result["error"].as_str().unwrap_or_default().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_allowlist_lets_named_endpoints_through_and_refuses_the_rest_with_an_error_code() {
+    // A name that resolves to a loopback address, allowed as if it were a public host.
+    std::env::set_var("DEDUP_HOST_TEST_RESOLVE", "public.example.test=127.0.0.1");
+    let endpoint = Endpoint::start().await;
+    let (base, port) = (endpoint.base(), endpoint.port());
+    let results = Results::default();
+    let allow = format!(
+        r#"allow = ["http://127.0.0.1:{port}/hooks/*", {{ url = "http://127.0.0.1:{port}/redirect", methods = ["GET"] }}, "http://public.example.test:*/"]"#
+    );
+    let options = InvokeOptions {
+        http: Some(grant(&allow, &results)),
+        ..InvokeOptions::default()
+    };
+    let got = run(
+        &options,
+        json!([
+            { "url": format!("{base}/hooks/a"), "body": "hello" },
+            { "url": format!("{base}/other") },
+            { "url": format!("{base}/redirect"), "method": "POST" },
+            { "url": format!("{base}/redirect"), "method": "GET" },
+            { "url": format!("http://public.example.test:{port}/hooks/b") },
+            { "url": format!("{base}/hooks/c"), "headers": [["Idempotency-Key", "mine"]] },
+        ]),
+    )
+    .await;
+    assert_eq!(
+        (got[0]["status"].as_u64(), got[0]["body"].as_str()),
+        (Some(201), Some("ok 1")),
+        "{got:?}"
+    );
+    assert!(
+        error(&got[1]).contains("HttpRequestDenied"),
+        "a path outside the prefix: {got:?}"
+    );
+    assert!(
+        error(&got[2]).contains("HttpRequestDenied"),
+        "a method the rule does not allow: {got:?}"
+    );
+    assert_eq!(
+        got[3]["status"].as_u64(),
+        Some(302),
+        "the redirect is the guest's answer: {got:?}"
+    );
+    assert!(
+        error(&got[4]).contains("DestinationIpProhibited"),
+        "a public name resolving to loopback: {got:?}"
+    );
+    assert!(
+        error(&got[5]).contains("Forbidden"),
+        "the guest cannot set the idempotency key: {got:?}"
+    );
+    let seen = endpoint.seen();
+    let paths: Vec<&str> = seen.iter().map(|s| s.path.as_str()).collect();
+    assert_eq!(
+        paths,
+        ["/hooks/a", "/redirect"],
+        "nothing refused reached the endpoint, the redirect was not followed"
+    );
+    assert_eq!(
+        seen[0].key.as_deref(),
+        Some("http.k.k1.call.0"),
+        "the host sets the idempotency key"
+    );
+    assert_eq!(seen[0].body, "hello");
+    use CallResult::*;
+    assert_eq!(
+        *results.lock().unwrap(),
+        [Sent, Denied, Denied, Sent, Prohibited]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn limits_and_a_route_without_a_grant_refuse_calls_with_an_error_code() {
+    let endpoint = Endpoint::start().await;
+    let (base, port) = (endpoint.base(), endpoint.port());
+    let results = Results::default();
+    let settings = format!(
+        "allow = [\"http://127.0.0.1:{port}/\"]\ntimeout = \"500ms\"\nmax_calls = 3\nmax_request_bytes = 10\nmax_response_bytes = 100\n"
+    );
+    let options = InvokeOptions {
+        http: Some(grant(&settings, &results)),
+        ..InvokeOptions::default()
+    };
+    let got = run(
+        &options,
+        json!([
+            { "url": format!("{base}/hooks/a"), "body": "more than ten bytes" },
+            { "url": format!("{base}/big?bytes=1000"), "method": "GET" },
+            { "url": format!("{base}/slow?ms=5000"), "method": "GET" },
+            { "url": format!("{base}/hooks/d") },
+        ]),
+    )
+    .await;
+    assert!(error(&got[0]).contains("HttpRequestBodySize"), "{got:?}");
+    assert!(error(&got[1]).contains("HttpResponseBodySize"), "{got:?}");
+    assert!(error(&got[2]).contains("Timeout"), "{got:?}");
+    assert!(error(&got[3]).contains("ConnectionLimitReached"), "{got:?}");
+    use CallResult::*;
+    assert_eq!(*results.lock().unwrap(), [Limit, Limit, Failed, Limit]);
+    let paths: Vec<String> = endpoint.seen().into_iter().map(|s| s.path).collect();
+    assert_eq!(
+        paths,
+        ["/big", "/slow"],
+        "an oversized request is never sent"
+    );
+
+    let ungranted = run(
+        &InvokeOptions::default(),
+        json!([{ "url": format!("{base}/hooks/a") }]),
+    )
+    .await;
+    assert!(
+        error(&ungranted[0]).contains("HttpRequestDenied"),
+        "{ungranted:?}"
+    );
+    assert_eq!(
+        endpoint.seen().len(),
+        2,
+        "a route without a grant sends nothing"
+    );
+}
+
+/// Route `http` running the `http-call` guest, allowed to call `endpoint`'s `/hooks/` and
+/// `/slow`, with `extra` lines in its `[routes.http]`.
+fn route(endpoint: &Endpoint, extra: &str) -> String {
+    let port = endpoint.port();
+    format!(
+        r#"
+[[routes]]
+name = "http"
+subject = "in.http.*"
+component = "{{guest:http-call}}"
+allowed_outputs = ["in.http.*.done"]
+
+[routes.http]
+allow = ["http://127.0.0.1:{port}/hooks/*", "http://127.0.0.1:{port}/slow"]
+{extra}
+"#
+    )
+}
+
+async fn dead_letter(env: &TestEnv) -> async_nats::jetstream::message::StreamMessage {
+    wait_for(Duration::from_secs(60), "a dead letter", || async {
+        env.messages(DEAD).await.pop()
+    })
+    .await
+}
+
+fn reason(letter: &async_nats::jetstream::message::StreamMessage) -> String {
+    letter
+        .headers
+        .get(headers::REASON)
+        .map(|v| v.to_string())
+        .unwrap_or_default()
+}
+
+/// The one output of key `key` (what its calls got).
+async fn output_of(env: &TestEnv, key: &str) -> Vec<Value> {
+    let subject = format!("in.http.{key}.done");
+    let out = wait_for(Duration::from_secs(60), "the output", || async {
+        env.outputs()
+            .await
+            .into_iter()
+            .find(|m| m.subject.as_str() == subject)
+    })
+    .await;
+    serde_json::from_slice(&out.payload).unwrap()
+}
+
+#[tokio::test]
+async fn a_re_run_replays_the_recorded_answer_instead_of_calling_again() {
+    let env = TestEnv::start().await;
+    let endpoint = Endpoint::start().await;
+    let host = env
+        .host(&Timing::default(), &route(&endpoint, ""), "h")
+        .await;
+    let url = format!("{}/hooks/notify", endpoint.base());
+    // Attempt 1 makes the call, then asks for a retry; attempt 2 runs the same call.
+    let payload =
+        json!({ "calls": [{ "url": url, "body": "send once" }], "retry_first_attempt": true });
+    env.publish("in.http.k1", "k1", &[], payload.to_string())
+        .await;
+    env.wait_completed("http", &["k1"], Duration::from_secs(60))
+        .await;
+    let got = output_of(&env, "k1").await;
+    assert_eq!(
+        (got[0]["status"].as_u64(), got[0]["body"].as_str()),
+        (Some(201), Some("ok 1")),
+        "the second run got the first run's answer: {got:?}"
+    );
+    assert_eq!(env.claim("http", "k1").await.unwrap().attempt, 2);
+    let per_key = endpoint.per_key();
+    assert_eq!(
+        per_key.get("http.k.k1.call.0"),
+        Some(&1),
+        "sent once across two runs: {per_key:?}"
+    );
+    let kv = env
+        .js
+        .get_key_value(dedup_host_tests::harness::BUCKET)
+        .await
+        .unwrap();
+    let record = kv
+        .get("http.k.k1.call.0")
+        .await
+        .unwrap()
+        .expect("the call is journaled");
+    let record = CallRecord::from_bytes(&record).expect("a call record");
+    assert_eq!(
+        (record.state, record.response.map(|r| r.status)),
+        (CallState::Sent, Some(201))
+    );
+    let metrics = host.metrics().encode();
+    for result in ["sent", "replayed"] {
+        let counted = metrics.lines().any(|l| {
+            l.starts_with("dedup_http_calls_total{")
+                && l.contains(&format!("result=\"{result}\""))
+                && l.ends_with(" 1")
+        });
+        assert!(counted, "one call {result}:\n{metrics}");
+    }
+    host.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_handler_whose_re_run_sends_another_body_is_dead_lettered_naming_the_call() {
+    let env = TestEnv::start().await;
+    let endpoint = Endpoint::start().await;
+    let host = env
+        .host(&Timing::default(), &route(&endpoint, ""), "h")
+        .await;
+    let url = format!("{}/hooks/notify", endpoint.base());
+    let call = json!({ "url": url, "body": "attempt", "attempt_in_body": true });
+    let payload = json!({ "calls": [call], "retry_first_attempt": true });
+    env.publish("in.http.k1", "k1", &[], payload.to_string())
+        .await;
+    let letter = dead_letter(&env).await;
+    let why = reason(&letter);
+    assert!(
+        why.contains("not deterministic") && why.contains("outbound call 0"),
+        "{why}"
+    );
+    assert_eq!(
+        endpoint.per_key().get("http.k.k1.call.0"),
+        Some(&1),
+        "the second body was never sent"
+    );
+    let record = env.claim("http", "k1").await.unwrap();
+    assert_eq!((record.state, record.permanent), (ClaimState::Failed, true));
+    host.shutdown().await.unwrap();
+}
+
+/// Kills a host with -9 while its guest waits inside a slow call, then lets a second host
+/// take the key over; returns the endpoint's requests per idempotency key.
+async fn killed_mid_call(env: &TestEnv, endpoint: &Endpoint, policy: &str) {
+    let routes = route(endpoint, &format!("on_unknown = \"{policy}\""));
+    let mut first = env.host_process(&Timing::default(), &routes, "first").await;
+    let url = format!("{}/slow?ms=3000", endpoint.base());
+    let payload = json!({ "calls": [{ "url": url, "body": "slow one" }] });
+    env.publish("in.http.k1", "k1", &[], payload.to_string())
+        .await;
+    wait_for(Duration::from_secs(60), "the call to arrive", || async {
+        (!endpoint.seen().is_empty()).then_some(())
+    })
+    .await;
+    signal(&first, "-KILL");
+    first.wait().expect("the killed host is reaped");
+    let second = env.host(&Timing::default(), &routes, "second").await;
+    match policy {
+        "resend" => {
+            env.wait_completed("http", &["k1"], Duration::from_secs(90))
+                .await
+        }
+        _ => {
+            let letter = dead_letter(env).await;
+            let why = reason(&letter);
+            assert!(
+                why.contains("outcome unknown") && why.contains("outbound call 0"),
+                "{why}"
+            );
+        }
+    }
+    second.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_call_left_pending_by_a_killed_host_is_resent_under_the_same_key() {
+    let env = TestEnv::start().await;
+    let endpoint = Endpoint::start().await;
+    killed_mid_call(&env, &endpoint, "resend").await;
+    let per_key = endpoint.per_key();
+    assert_eq!(
+        per_key.get("http.k.k1.call.0"),
+        Some(&2),
+        "resent once, same key: {per_key:?}"
+    );
+    assert_eq!(per_key.len(), 1, "{per_key:?}");
+    let got = output_of(&env, "k1").await;
+    assert_eq!(got[0]["body"].as_str(), Some("slow 2"), "{got:?}");
+}
+
+#[tokio::test]
+async fn a_call_left_pending_by_a_killed_host_is_failed_for_an_operator_when_the_route_says_so() {
+    let env = TestEnv::start().await;
+    let endpoint = Endpoint::start().await;
+    killed_mid_call(&env, &endpoint, "fail").await;
+    assert_eq!(
+        endpoint.per_key().get("http.k.k1.call.0"),
+        Some(&1),
+        "never sent twice"
+    );
+    let record = env.claim("http", "k1").await.unwrap();
+    assert_eq!((record.state, record.permanent), (ClaimState::Failed, true));
+}
+
+#[tokio::test]
+async fn a_stale_owner_cannot_write_the_journal() {
+    use dedup_delivery::journal::{CallStore as _, JournalError};
+    use dedup_host::claim::kv::KvClaimStore;
+    use dedup_host::claim::{ClaimOutcome, ClaimStore as _, Claimer};
+    let env = TestEnv::start().await;
+    let kv = env
+        .js
+        .create_key_value(async_nats::jetstream::kv::Config {
+            bucket: "journal".into(),
+            history: 2,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let store = Arc::new(KvClaimStore::new(kv));
+    let claimer = Claimer::new(
+        store.clone(),
+        "a",
+        Duration::from_secs(30),
+        Duration::from_millis(200),
+    );
+    let ClaimOutcome::Acquired(lease) = claimer.claim("http.k.k9", "sha256:0").await.unwrap()
+    else {
+        panic!("the first claim wins");
+    };
+    let journal = |token| NatsCallStore::for_claim(&env.js, "journal", lease.key(), token);
+    let record = |index| CallRecord {
+        index,
+        state: CallState::Pending,
+        method: "POST".into(),
+        url: "http://h/p".into(),
+        body_digest: "sha256:0".into(),
+        idempotency_key: format!("http.k.k9.call.{index}"),
+        at_ms: 1,
+        response: None,
+    };
+    let owner = journal(lease.fencing_token());
+    owner
+        .write(record(0))
+        .await
+        .expect("the owner records its call");
+    assert_eq!(owner.read(0).await.unwrap(), Some(record(0)));
+    assert_eq!(
+        journal(lease.fencing_token() + 1000).write(record(1)).await,
+        Err(JournalError::Fenced),
+        "another token is refused"
+    );
+    // Another host takes the key over: the first owner's next write is refused.
+    let (mut taken, revision) = store.get(lease.key()).await.unwrap().unwrap();
+    taken.owner = "b".into();
+    taken.fencing_token = Some(revision + 1);
+    let new_revision = store.update(lease.key(), &taken, revision).await.unwrap();
+    assert_eq!(owner.write(record(1)).await, Err(JournalError::Fenced));
+    assert_eq!(owner.read(1).await.unwrap(), None, "nothing was recorded");
+    journal(new_revision)
+        .write(record(1))
+        .await
+        .expect("the new owner records");
+}
