@@ -60,8 +60,10 @@ first_output() {
         local order=$RANDOM$n
         "$bin" publish --config host.toml --subject "loop.$lang.$order" \
             --msg-id "order-$order" --payload "{\"id\": $order}" >/dev/null
-        if "$bin" tail --config host.toml "loop.$lang.$order.done" --all \
-            --count 1 --wait 30s 2>/dev/null | grep -q "$want"; then
+        local seen
+        seen=$("$bin" tail --config host.toml "loop.$lang.$order.done" --all \
+            --count 1 --wait 30s 2>/dev/null || true)
+        if grep -q "$want" <<<"$seen"; then
             return 0
         fi
         [ $n -lt 120 ] || {

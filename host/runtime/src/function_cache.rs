@@ -59,7 +59,11 @@ impl CacheStore for FunctionCache {
     fn insert(&self, key: &[u8], value: Vec<u8>) -> bool {
         let path = self.path(key);
         let n = NEXT_TEMP.fetch_add(1, Ordering::Relaxed);
-        let temp = self.dir.join(format!(".tmp-{}-{n}", std::process::id()));
+        // Named for the key as well: two processes sharing the directory with the same pid
+        // (containers) can only collide on one key, whose code is the same for both; a
+        // temporary name shared across keys could store one function's code under another's.
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("entry");
+        let temp = (self.dir).join(format!(".tmp-{name}-{}-{n}", std::process::id()));
         let written = std::fs::write(&temp, &value).and_then(|()| std::fs::rename(&temp, &path));
         if written.is_err() {
             std::fs::remove_file(&temp).ok();

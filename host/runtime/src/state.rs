@@ -125,7 +125,10 @@ pub struct GuestState {
     /// Outbound HTTP (built at the guest's first `wasi:http` call).
     pub(crate) http: Option<crate::http::hooks::HttpState>,
     /// The grant and journal the HTTP state is built from.
-    http_grant: Option<(Option<crate::http::HttpGrant>, Option<dedup_delivery::journal::Journal>)>,
+    http_grant: Option<(
+        Option<crate::http::HttpGrant>,
+        Option<dedup_delivery::journal::Journal>,
+    )>,
 }
 
 impl GuestState {

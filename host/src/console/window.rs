@@ -254,8 +254,16 @@ fn add_differences(view: &mut RouteView, now: &RouteCounts, before: &RouteCounts
     }
     view.outputs += now.outputs.saturating_sub(before.outputs);
     let histograms = [
-        (&mut view.guest_histogram, &now.guest_time, &before.guest_time),
-        (&mut view.added_histogram, &now.added_time, &before.added_time),
+        (
+            &mut view.guest_histogram,
+            &now.guest_time,
+            &before.guest_time,
+        ),
+        (
+            &mut view.added_histogram,
+            &now.added_time,
+            &before.added_time,
+        ),
     ];
     for (sum, now, before) in histograms {
         sum.resize(BUCKETS, 0);

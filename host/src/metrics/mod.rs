@@ -20,9 +20,9 @@ mod counts;
 pub mod latency;
 pub use batches::{BatchResult, BatchSeries};
 pub use counts::{RouteCounts, StatsSnapshot};
-use latency::LatencyBuckets;
 use dedup_delivery::outage::OutageStreak;
 pub use dedup_delivery::outcome::{DedupLayer, MessageOutcome};
+use latency::LatencyBuckets;
 
 /// The `route` label of messages no route takes.
 pub const UNROUTED: &str = "_unrouted";

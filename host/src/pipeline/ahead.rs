@@ -59,18 +59,23 @@ impl<S: ClaimStore> Ahead for NotClaimed<'_, S> {
             .map_err(|e| unavailable("the messages", &e))?;
         let mut records = Vec::new();
         let mut from = 1;
+        let mut read_all = false;
         for _ in 0..AHEAD_READ {
             let ahead = match queue
                 .get_first_raw_message_by_subject(subject.as_str(), from)
                 .await
             {
                 Ok(m) if m.sequence < *sequence => m,
-                Ok(_) => break,
+                Ok(_) => {
+                    read_all = true;
+                    break;
+                }
                 Err(e)
                     if e.kind()
                         == async_nats::jetstream::stream::RawMessageErrorKind::NoMessageFound =>
                 {
-                    break
+                    read_all = true;
+                    break;
                 }
                 Err(e) => return Err(unavailable("the messages", &e)),
             };
@@ -96,8 +101,22 @@ impl<S: ClaimStore> Ahead for NotClaimed<'_, S> {
                 (Err(_), MissingKey::DeadLetter) => continue, // dead-lettered unclaimed
             };
             let claim_key = self.route.claim_key(&key);
-            let record = shared.claimer.store().get_from_leader(&claim_key).await?;
-            records.push(record.map(|(r, _)| r));
+            let record = match shared.claimer.store().get_from_leader(&claim_key).await {
+                Ok(record) => record.map(|(r, _)| r),
+                // No host can hold a lease in a record none can read: not a run to wait for
+                // (its own delivery dead-letters it), and waiting on it would stall the
+                // partition behind it for good.
+                Err(ClaimError::Corrupt { .. }) => None,
+                Err(e) => return Err(e),
+            };
+            records.push(record);
+        }
+        // More given-up messages than one delivery reads: one further on may still run, so
+        // this one waits (the undeliverable handler letters those ahead meanwhile).
+        if !read_all {
+            return Err(ClaimError::Unavailable(format!(
+                "more than {AHEAD_READ} given-up messages wait ahead of this one on `{subject}`; it waits until they are dead-lettered"
+            )));
         }
         Ok(records)
     }

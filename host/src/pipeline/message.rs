@@ -166,7 +166,7 @@ impl<S: ClaimStore> Shared<S> {
             metrics.end_to_end(age);
         }
         let guest = Duration::from_micros(d.guest_us.load(Ordering::Relaxed));
-        let _ = (started, guest);
+        metrics.added_time(started.elapsed().saturating_sub(guest));
         drop(in_flight);
     }
 

@@ -63,8 +63,13 @@ pub struct Settings {
     pub server_max_deliver: u64,
     /// Delay before a failed attempt's retry.
     pub backoff_ms: u64,
-    /// The output stream's duplicate window: the README's bound for these settings (it
-    /// outlasts every gap between two runs of a key that publish) is far below 120 s.
+    /// The output stream's duplicate window: what the host requires of a stream a route
+    /// publishes to (`Config::longest_rerun_gap`, checked by `setup`), for these settings.
+    /// Its largest term is the outage backoff's ceiling: a key whose output was stored but
+    /// whose completion was lost, then refused by an outage, runs again up to
+    /// `OUTAGE_BACKOFF_MAX` later (seed 7850 `--claim-after` re-ran after 184 s, when the
+    /// model's window was 120 s). The other terms (the 6 s wall limit, lease, skew, ack wait,
+    /// pauses of up to three leases) stay under the 60 s added.
     pub window_ms: u64,
 }
 
@@ -79,7 +84,7 @@ impl Default for Settings {
             max_deliver: 3,
             server_max_deliver: 100,
             backoff_ms: 300,
-            window_ms: 120_000,
+            window_ms: dedup_host::config::OUTAGE_BACKOFF_MAX.as_millis() as u64 + 60_000,
         }
     }
 }

@@ -121,7 +121,7 @@ async fn a_second_test_and_a_deploy_after_test_compile_nothing() {
     // wrote: the hosts' engine (its instance pool sized from the routes' limits) keeps the code
     // settings of the authoring commands' engine, so nothing compiles again.
     let log = dir.join("host.log");
-    let mut host = Command::new(host_binary())
+    let host = Command::new(host_binary())
         .current_dir(&dir)
         .env("RUST_LOG", "dedup_host::components=info")
         .args(["run", "--config", "host.toml"])
@@ -129,6 +129,7 @@ async fn a_second_test_and_a_deploy_after_test_compile_nothing() {
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
         .expect("start dedup-host run");
+    let _host = Killed(host);
     let loaded = wait_for(
         Duration::from_secs(120),
         "the host loading route `cached`",
@@ -142,8 +143,6 @@ async fn a_second_test_and_a_deploy_after_test_compile_nothing() {
         },
     )
     .await;
-    host.kill().ok();
-    host.wait().ok();
     assert!(
         loaded.contains(HOST_NOTHING) && !loaded.contains(HOST_COMPILED),
         "a host loading the version `deploy` compiled: {loaded}"
@@ -152,3 +151,13 @@ async fn a_second_test_and_a_deploy_after_test_compile_nothing() {
 
 const HOST_COMPILED: &str = "route `cached`: compiled `";
 const HOST_NOTHING: &str = "came from the compile cache, nothing compiled";
+
+/// A child process killed when the test ends, passing or not.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        self.0.kill().ok();
+        self.0.wait().ok();
+    }
+}

@@ -111,6 +111,7 @@ fn every_metric_and_outcome_is_in_the_book_and_nothing_else_is() {
     route.rollout.rollback();
     route.rollout.promotion();
     metrics.consumer_info("r", "EVENTS", "hosts-r");
+    metrics.http_calls("r")(dedup_host::runtime::http::CallResult::Sent);
     metrics
         .batches()
         .batch("OUT", 2, dedup_host::metrics::BatchResult::Committed);
