@@ -146,6 +146,33 @@ fn path(points: &[Option<f64>], count: usize, top: f64) -> String {
     d.trim_end().to_string()
 }
 
+/// A chart's frame around its `body` (lines or bars): title, the y axis from 0 to `top` in
+/// `unit`, the x axis's `caption` and the legend of `entries`.
+fn frame(
+    id: &str,
+    title: &str,
+    (top, unit): (f64, &str),
+    caption: &str,
+    body: Markup,
+    entries: &[(String, &'static str, bool)],
+) -> Markup {
+    html! {
+        figure.chart-box {
+            svg.chart-big id=(id) viewBox=(format!("0 0 {WIDTH} {HEIGHT}")) role="img"
+                width=(WIDTH) height=(HEIGHT) xmlns="http://www.w3.org/2000/svg" {
+                title { (title) }
+                text.title x=(LEFT) y="18" font-size="14" font-weight="bold" fill="#111" { (title) }
+                (y_axis(top, unit))
+                (body)
+                text x=((LEFT + WIDTH - RIGHT) / 2.0) y=(TOP + PLOT_HEIGHT + 33.0) text-anchor="middle" font-size="11" fill="#666" {
+                    (caption)
+                }
+                (legend(entries))
+            }
+        }
+    }
+}
+
 impl LineChart {
     /// The chart as an inline `<svg>` in a `<figure>` with its title.
     pub fn render(&self) -> Markup {
@@ -166,13 +193,11 @@ impl LineChart {
         let dx = (WIDTH - LEFT - RIGHT) / (count.max(2) - 1) as f64;
         // A label every 5 minutes, counted back from now at the right edge.
         let every = (300 / self.step_s.max(1)) as usize;
-        html! {
-            figure.chart-box {
-                svg.chart-big id=(self.id) viewBox=(format!("0 0 {WIDTH} {HEIGHT}")) role="img"
-                    width=(WIDTH) height=(HEIGHT) xmlns="http://www.w3.org/2000/svg" {
-                    title { (self.title) }
-                    text.title x=(LEFT) y="18" font-size="14" font-weight="bold" fill="#111" { (self.title) }
-                    (y_axis(top, self.unit))
+        let caption = format!(
+            "time (last {span_min} min, one point per {} s)",
+            self.step_s
+        );
+        let body = html! {
                     @for i in (0..count).rev().step_by(every.max(1)) {
                         @let x = LEFT + dx * i as f64;
                         @let ago = (count - 1 - i) as u64 * self.step_s / 60;
@@ -181,17 +206,19 @@ impl LineChart {
                             @if ago == 0 { "now" } @else { "-" (ago) " min" }
                         }
                     }
-                    text x=((LEFT + WIDTH - RIGHT) / 2.0) y=(TOP + PLOT_HEIGHT + 33.0) text-anchor="middle" font-size="11" fill="#666" {
-                        "time (last " (span_min) " min, one point per " (self.step_s) " s)"
-                    }
                     @for s in &self.series {
                         path.series data-label=(s.label) d=(path(&s.points, count, top)) fill="none"
                             stroke=(s.color) stroke-width="2" stroke-dasharray=[s.dashed.then_some("5 3")] {}
                     }
-                    (legend(&entries))
-                }
-            }
-        }
+        };
+        frame(
+            self.id,
+            &self.title,
+            (top, self.unit),
+            &caption,
+            body,
+            &entries,
+        )
     }
 }
 
@@ -248,13 +275,7 @@ impl Histogram {
         let entries: Vec<_> = (self.series.iter())
             .map(|(label, color, _)| (label.clone(), *color, false))
             .collect();
-        html! {
-            figure.chart-box {
-                svg.chart-big id=(self.id) viewBox=(format!("0 0 {WIDTH} {HEIGHT}")) role="img"
-                    width=(WIDTH) height=(HEIGHT) xmlns="http://www.w3.org/2000/svg" {
-                    title { (self.title) }
-                    text.title x=(LEFT) y="18" font-size="14" font-weight="bold" fill="#111" { (self.title) }
-                    (y_axis(top, "messages"))
+        let body = html! {
                     @for (k, i) in shown.iter().enumerate() {
                         @let x = LEFT + slot * k as f64 + 3.0;
                         @for (j, (label, color, counts)) in self.series.iter().enumerate() {
@@ -269,13 +290,16 @@ impl Histogram {
                         text.tick x=(format!("{:.1}", x + (slot - 6.0) / 2.0)) y=(TOP + PLOT_HEIGHT + 17.0)
                             text-anchor="middle" font-size="10" fill="#444" { (bucket_label(*i)) }
                     }
-                    text x=((LEFT + WIDTH - RIGHT) / 2.0) y=(TOP + PLOT_HEIGHT + 33.0) text-anchor="middle" font-size="11" fill="#666" {
-                        "latency, upper bound of each bucket"
-                    }
-                    (legend(&entries))
-                }
-            }
-        }
+        };
+        let caption = "latency, upper bound of each bucket";
+        frame(
+            self.id,
+            &self.title,
+            (top, "messages"),
+            caption,
+            body,
+            &entries,
+        )
     }
 }
 
