@@ -40,16 +40,28 @@ repo_rust() {
     done
 }
 
+# Python and JavaScript guests: (directory, output name).
+python_guests=(conformance:conformance-python http-call:http-call-python)
+js_guests=(conformance:conformance-javascript http-call:http-call-javascript)
+
 repo_python() {
-    local target="$out/conformance-python.wasm"
-    stale "$target" "$here/python/conformance" "$wit" || return 0
-    build_python "$here/python/conformance" "$target" "$wit"
+    local g target
+    for g in "${python_guests[@]}"; do
+        target="$out/${g#*:}.wasm"
+        stale "$target" "$here/python/${g%%:*}" "$wit" || continue
+        build_python "$here/python/${g%%:*}" "$target" "$wit"
+    done
 }
 
 repo_js() {
-    local target="$out/conformance-javascript.wasm"
-    stale "$target" "$here/js/conformance" "$here/js/build.mjs" "$wit" || return 0
-    build_js "$here/js" conformance/handler.js "$wit" "$target"
+    local g target flags
+    for g in "${js_guests[@]}"; do
+        target="$out/${g#*:}.wasm"
+        stale "$target" "$here/js/${g%%:*}" "$here/js/build.mjs" "$wit" || continue
+        flags=()
+        [ "${g%%:*}" = http-call ] && flags=(--http)
+        build_js "$here/js" "${g%%:*}/handler.js" "$wit" "$target" "${flags[@]}"
+    done
 }
 
 repo_c() {

@@ -90,15 +90,20 @@ ensure_componentize_py() {
     pip_install componentize-py "componentize-py==$componentize_py_version"
 }
 
-# Builds the Python module `app` in DIR.
+# Builds the Python module `app` in DIR. A DIR with `wit-http/world.wit` (world
+# `dedup:guest/guest`: the handler world plus `wasi:http/outgoing-handler`, with WASI's WIT
+# in `wit-http/deps/`) is built against that world instead of `handler-guest`.
 build_python() { # DIR OUT WIT
     ensure_componentize_py
+    local world=(-d "$3" -w handler-guest)
+    [ -f "$1/wit-http/world.wit" ] && world=(-d "$3" -d "$1/wit-http" -w dedup:guest/guest)
     log "Python: componentize-py"
-    (cd "$1" && componentize-py -d "$3" -w handler-guest componentize app -o "$2" >/dev/null)
+    (cd "$1" && componentize-py "${world[@]}" componentize app -o "$2" >/dev/null)
 }
 
-# Builds SOURCE with componentize-js, installed from the package.json in PKG.
-build_js() { # PKG SOURCE WIT OUT
+# Builds SOURCE with componentize-js, installed from the package.json in PKG. FLAGS go to
+# build.mjs (`--http`: keep `fetch`, which imports `wasi:http/outgoing-handler`).
+build_js() { # PKG SOURCE WIT OUT [FLAGS...]
     command -v node >/dev/null 2>&1 || missing "Node.js 20 or later" "sudo apt-get install nodejs npm"
     if [ ! -d "$1/node_modules/@bytecodealliance/componentize-js" ]; then
         # The project's own dependencies, like cargo's crates: fetched without asking.
@@ -106,7 +111,7 @@ build_js() { # PKG SOURCE WIT OUT
         (cd "$1" && npm install --silent --no-audit --no-fund >/dev/null)
     fi
     log "JavaScript: componentize-js"
-    (cd "$1" && node build.mjs "$2" "$3" "$4")
+    (cd "$1" && node build.mjs "$2" "$3" "$4" "${@:5}")
 }
 
 ensure_wasm_tools() {

@@ -27,6 +27,12 @@
 //! `timeout`, `memory limit`). Beside any of them, `expect.logs` lists log lines the guest must
 //! write: `{ level = "info", message = "greeting", fields = { key = "order-42" } }`, where
 //! `message` is a substring, `level` is optional and `fields` a subset.
+//!
+//! A handler's outbound HTTP calls are answered from canned responses, never the network:
+//! `[[cases.http]]` for every case, `[[case.http]]` for one ([`canned`]). A call none
+//! answers fails its case, naming the call and the entry to add.
+
+pub mod canned;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -38,6 +44,7 @@ use thiserror::Error;
 
 use crate::bindings::{Event, Header, Output};
 use crate::runtime::{Handler, InvokeOptions, LogLine, Outcome};
+use canned::{Answers, CannedResponse};
 
 /// A case file.
 #[derive(Debug, Deserialize)]
@@ -48,6 +55,18 @@ pub struct CaseFile {
     /// The cases, in order.
     #[serde(rename = "case", default)]
     pub cases: Vec<Case>,
+    /// What every case shares (`[cases]`).
+    #[serde(rename = "cases", default)]
+    pub shared: Shared,
+}
+
+/// What every case of a file shares.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Shared {
+    /// Canned answers to outbound HTTP calls, in every case (`[[cases.http]]`).
+    #[serde(default)]
+    pub http: Vec<CannedResponse>,
 }
 
 /// One event and its expected outcome.
@@ -73,6 +92,10 @@ pub struct Case {
     /// Route configuration values (merged over the route's, when a config is given).
     #[serde(default)]
     pub config: BTreeMap<String, String>,
+    /// Canned answers to outbound HTTP calls in this case, tried before the file's
+    /// (`[[case.http]]`).
+    #[serde(default)]
+    pub http: Vec<CannedResponse>,
     /// What must happen.
     pub expect: Expect,
 }
@@ -171,7 +194,18 @@ impl CaseFile {
         if file.cases.is_empty() {
             return Err(file_error("no `[[case]]`: add at least one".into()));
         }
+        let shared = file.shared.http.iter().filter_map(CannedResponse::problem);
+        if let Some(problem) = shared.into_iter().next() {
+            return Err(file_error(format!("[[cases.http]]: {problem}")));
+        }
         for c in &file.cases {
+            if let Some(problem) = c.http.iter().find_map(CannedResponse::problem) {
+                return Err(CaseError::Case {
+                    path: path.to_path_buf(),
+                    case: c.name.clone(),
+                    message: problem,
+                });
+            }
             let e = &c.expect;
             let kinds = [
                 e.outputs.is_some(),
@@ -198,11 +232,13 @@ impl CaseFile {
 }
 
 /// Runs every case through `handler` with `options` (the route's limits and configuration,
-/// or the defaults); each case's `config` is merged over the options' configuration.
+/// or the defaults); each case's `config` is merged over the options' configuration, and its
+/// outbound calls are answered from its canned responses, then `shared`'s.
 pub async fn run(
     handler: &Handler,
     options: &InvokeOptions,
     cases: &[Case],
+    shared: &Shared,
     base: &Path,
 ) -> Result<Vec<CaseResult>, CaseError> {
     let mut results = Vec::with_capacity(cases.len());
@@ -235,14 +271,18 @@ pub async fn run(
         };
         let mut config = (*options.config).clone();
         config.extend(case.config.clone());
+        let answers = Answers::new(&case.http, &shared.http);
         let options = InvokeOptions {
             config: Arc::new(config),
+            http: Some(answers.grant(options.http.clone())),
             ..options.clone()
         };
         let invocation = handler.invoke(event, &options).await;
         results.push(CaseResult {
             name: case.name.clone(),
-            failure: judge(&case.expect, &invocation.outcome)
+            failure: answers
+                .failure()
+                .or_else(|| judge(&case.expect, &invocation.outcome))
                 .or_else(|| missing_log(&case.expect.logs, &invocation.logs)),
             elapsed: invocation.elapsed,
         });

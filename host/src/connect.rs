@@ -76,18 +76,8 @@ pub async fn connect(config: &Config, name: &str) -> anyhow::Result<async_nats::
     Ok(client)
 }
 
-/// `url` without the `user:password@` (or `token@`) it may carry, for messages and logs.
-pub fn without_credentials(url: &str) -> String {
-    let (scheme, rest) = match url.split_once("://") {
-        Some((scheme, rest)) => (format!("{scheme}://"), rest),
-        None => (String::new(), url),
-    };
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    match rest[..authority_end].rfind('@') {
-        Some(at) => format!("{scheme}{}", &rest[at + 1..]),
-        None => url.to_string(),
-    }
-}
+/// `url` without the credentials it may carry, for messages and logs.
+pub use crate::config::without_credentials;
 
 /// What to check when connecting failed, by what failed: the TLS handshake (a certificate the
 /// other side does not trust, or one outside its validity), the credentials, or reaching the

@@ -21,6 +21,7 @@ use crate::config::{
 };
 
 mod changing;
+pub mod watch;
 
 pub use changing::{encode, is_marked, lookup_marked, ChangeRun, Changing};
 

@@ -108,6 +108,16 @@ impl OutputRefused {
     }
 }
 
+/// The refusal seen since `start` when there is one, else `error`'s text: the detail of one
+/// item of a batch (a letter replayed, say) whose write failed or timed out because the
+/// server dropped it, so the operator reads the subject to grant rather than a timeout.
+pub fn or_refused(error: impl std::fmt::Display, start: Instant) -> String {
+    match since(start) {
+        Some(denied) => format!("{denied} ({error})"),
+        None => error.to_string(),
+    }
+}
+
 /// `error`, named for the refusal behind it when one was seen since `start` (a request that
 /// timed out because its subject was refused, say).
 pub fn explain(error: anyhow::Error, start: Instant) -> anyhow::Error {

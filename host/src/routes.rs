@@ -44,6 +44,7 @@ impl Guest {
                 instantiate: Default::default(),
                 fuel: None,
                 memory_bytes: 0,
+                calls: Vec::new(),
             },
         }
     }

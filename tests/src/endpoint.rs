@@ -5,6 +5,10 @@
 //! - `/redirect`: 302 to `/hooks/redirected` (a client that follows it shows up there);
 //! - `/slow?ms=N`: waits N ms (after recording the request), then 200;
 //! - `/big?bytes=N`: 200 with an N-byte body.
+//!
+//! Any path also takes `delay_ms=N`: the answer waits N ms (after recording the request), for
+//! every request, or with `delay_first=K` only for the first K requests of its idempotency
+//! key (a provider slow once, then quick).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -106,6 +110,10 @@ async fn answer(seen: &Mutex<Vec<Seen>>, uri: Uri, headers: HeaderMap, body: Byt
             .and_then(|v| v.parse().ok())
             .unwrap_or(0)
     };
+    let (delay, first) = (query("delay_ms"), query("delay_first"));
+    if delay > 0 && (first == 0 || n as u64 <= first) {
+        tokio::time::sleep(Duration::from_millis(delay)).await;
+    }
     match path.as_str() {
         "/redirect" => (StatusCode::FOUND, [("location", "/hooks/redirected")], "").into_response(),
         "/slow" => {

@@ -8,7 +8,8 @@
 //! lease this message waits, naked with a delay near that lease's end before any claim (no
 //! attempt is counted); once the lease lapsed or the key settled it goes ahead. The
 //! undeliverable-message handler letters the given-up message on the same decision
-//! ([`crate::undeliverable::decide`]), so the entity's runs never overlap.
+//! ([`crate::undeliverable::decide`]), so the entity's runs never overlap. The other side
+//! of the race (a delivery claimed after the server moved past it) is [`crate::partition`].
 //!
 //! The host reads its queue and claim store over JetStream (its pipeline's `ahead.rs`), the
 //! simulation its model: the seam is [`Ahead`], a delivery not claimed yet
@@ -84,18 +85,8 @@ pub fn wait(ahead: &[Option<ClaimRecord>], now_ms: u64, skew: Duration) -> Optio
         .max()
 }
 
-/// Whether a claimed delivery started too late to run: an exclusive partition's `last`
-/// delivery (the server's bound reached) whose claim was answered `since_delivered` after it
-/// arrived, with no `margin` left inside the consumer's `ack_wait`. The server may have given
-/// up on it before the claim landed and handed out the entity's next message, whose look at
-/// what is ahead ([`clear`]) then saw no live lease: running now could overlap it. Released
-/// uncounted instead; the undeliverable-message handler letters it.
-pub fn late(last: bool, since_delivered: Duration, ack_wait: Duration, margin: Duration) -> bool {
-    last && since_delivered + margin >= ack_wait && !reverted()
-}
-
 /// Whether the test-only switch [`REVERT_ENV`] is set (read once per process).
-fn reverted() -> bool {
+pub(crate) fn reverted() -> bool {
     static REVERTED: OnceLock<bool> = OnceLock::new();
     *REVERTED.get_or_init(|| std::env::var_os(REVERT_ENV).is_some())
 }
@@ -145,14 +136,6 @@ mod tests {
         assert_eq!(at(&[live, None, later]), Some(Duration::from_millis(1_200)));
         assert_eq!(at(&[lapsed, done, failed, dead, None]), None);
         assert_eq!(at(&[]), None);
-    }
-
-    #[test]
-    fn only_a_last_delivery_whose_ack_wait_ran_out_before_its_claim_is_late() {
-        let (wait, margin) = (Duration::from_secs(30), Duration::from_secs(2));
-        assert!(late(true, Duration::from_secs(28), wait, margin));
-        assert!(!late(true, Duration::from_secs(27), wait, margin));
-        assert!(!late(false, Duration::from_secs(60), wait, margin));
     }
 
     /// A delivery that logs how it was settled.

@@ -15,10 +15,12 @@ use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use crate::claim::record::COALESCED_REASON;
 use crate::claim::{ClaimError, ClaimOutcome, ClaimStore, Lease};
 use crate::clock::Clock;
 use crate::heartbeat::{Heartbeat, Progress};
 use crate::outcome::MessageOutcome;
+use crate::partition::{self, Late, Partition, Queued};
 use crate::settle::{self, Retries, Settlement, Settling};
 
 /// A delivery whose claim this host did not win, or could not make.
@@ -159,22 +161,51 @@ pub trait ClaimedDelivery: Progress {
     /// what each dedup layer caught. Nothing by default.
     fn fence_refused(&self) {}
 
-    /// Whether the claim came too late to run ([`crate::ahead::late`]: an exclusive
-    /// partition's last delivery whose ack wait ran out before the claim's answer). Never by
-    /// default.
-    fn late(&self) -> bool {
-        false
+    /// For an exclusive partition's queued delivery, where it stands in its partition
+    /// ([`crate::partition`]); `None` (the default) for any other delivery.
+    fn queued(&self) -> Option<Queued> {
+        None
     }
+
+    /// Reads the info of the partition's consumer that handed out this queued delivery; an
+    /// error says why it could not.
+    fn partition(&self) -> impl Future<Output = Result<Partition, String>> + Send {
+        async { Err("not a queued delivery".to_string()) }
+    }
+}
+
+/// Whether claimed delivery `c` came too late to run ([`crate::partition::late`]): the
+/// server moved past it before its claim landed. Asks its partition's consumer once, after
+/// the claim, for queued deliveries only.
+async fn late<C: ClaimedDelivery>(c: &C) -> Option<Late> {
+    let queued = c.queued()?;
+    let read = match c.partition().await {
+        Ok(read) => Some(read),
+        Err(e) => {
+            tracing::warn!(
+                "cannot read the partition's consumer ({e}); judging by this host's config of its ack wait and delivery bound"
+            );
+            None
+        }
+    };
+    partition::late(&queued, read.as_ref())
 }
 
 /// Runs a claimed delivery's handler beside its heartbeat and settles its outcome; returns how
 /// the delivery ended. The heartbeat runs until the outcome is recorded (rule 16), not just
 /// until the handler returns.
 pub async fn run<C: ClaimedDelivery>(c: &C) -> MessageOutcome {
-    if c.late() {
+    if let Some(late) = late(c).await {
+        if c.lease().previous_reason().await.as_deref() == Some(COALESCED_REASON) {
+            // Reclaimed from a coalesced record (a newer message of the entity was waiting),
+            // most likely by a stale copy of a message another delivery settled: recorded
+            // coalesced again, as found, so no attempt is spent; a later message of the key
+            // reclaims it.
+            tracing::warn!("{}: not run, coalesced again", late.reason());
+            return settle::coalesced(&c.settling()).await;
+        }
         // The server may have handed out the entity's next message already.
-        let reason = "the server gave up on this delivery before its claim landed";
-        return settle::release(&c.settling(), reason).await;
+        return settle::release_given_up(&c.settling(), late.reason()).await;
     }
     if c.superseded().await {
         return settle::coalesced(&c.settling()).await;

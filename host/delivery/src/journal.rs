@@ -89,6 +89,11 @@ pub struct CallRecord {
     /// The answer, once SENT.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub response: Option<RecordedResponse>,
+    /// The fencing token of the run that wrote the record (stamped by the store that fences
+    /// the write): a later run of the key, under another token, was answered from the
+    /// journal. `None` in records written before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<u64>,
 }
 
 impl CallRecord {
@@ -163,6 +168,9 @@ pub enum JournalError {
     /// The store did not answer.
     #[error("the call journal is unavailable: {0}")]
     Unavailable(String),
+    /// A replay-only journal (a shadow run) was asked to record a call.
+    #[error("a shadow run records no call: its journal only replays the live run's answers")]
+    ReplayOnly,
     /// A stored record does not parse.
     #[error("journal record of call {index} does not parse: {message}")]
     Corrupt {
@@ -194,6 +202,9 @@ pub enum Begin {
     Replay(RecordedResponse),
     /// Send nothing, and dead-letter the message with this reason.
     Stop(String),
+    /// Send nothing and refuse the call (a replay-only journal: a shadow run); the run goes
+    /// on, its guest sees an error.
+    Refuse(String),
 }
 
 /// One run's journal: its calls' records under claim key `claim_key`.
@@ -202,6 +213,7 @@ pub struct Journal {
     store: Arc<dyn CallStore>,
     claim_key: String,
     on_unknown: OnUnknown,
+    replay_only: bool,
 }
 
 impl Journal {
@@ -211,7 +223,21 @@ impl Journal {
             store,
             claim_key: claim_key.to_string(),
             on_unknown,
+            replay_only: false,
         }
+    }
+
+    /// The same journal for a run that must never send (a shadow candidate beside the live
+    /// run): calls the journal answered are replayed, every other call is refused, and
+    /// nothing is ever recorded.
+    pub fn replay_only(mut self) -> Self {
+        self.replay_only = true;
+        self
+    }
+
+    /// Whether this run only replays ([`Journal::replay_only`]).
+    pub fn is_replay_only(&self) -> bool {
+        self.replay_only
     }
 
     /// The idempotency key of call `index`.
@@ -223,13 +249,22 @@ impl Journal {
     /// Sending starts with [`Journal::pending`].
     pub async fn begin(&self, index: u32, request: &CallRequest) -> Result<Begin, JournalError> {
         let recorded = self.store.read(index).await?;
-        Ok(
-            match decide(index, recorded.as_ref(), request, self.on_unknown) {
-                Decision::Send | Decision::Resend => Begin::Send,
+        let decision = decide(index, recorded.as_ref(), request, self.on_unknown);
+        if self.replay_only {
+            return Ok(match decision {
                 Decision::Replay(response) => Begin::Replay(response),
-                Decision::Unknown(reason) | Decision::Mismatch(reason) => Begin::Stop(reason),
-            },
-        )
+                Decision::Mismatch(reason) => Begin::Refuse(reason),
+                _ => Begin::Refuse(format!(
+                    "a shadow run never sends: outbound call {index} ({} {}) has no recorded answer in the live run's journal",
+                    request.method, request.url
+                )),
+            });
+        }
+        Ok(match decision {
+            Decision::Send | Decision::Resend => Begin::Send,
+            Decision::Replay(response) => Begin::Replay(response),
+            Decision::Unknown(reason) | Decision::Mismatch(reason) => Begin::Stop(reason),
+        })
     }
 
     /// Records call `index` PENDING: the last step before its first byte leaves the host.
@@ -240,6 +275,9 @@ impl Journal {
         request: &CallRequest,
         now_ms: u64,
     ) -> Result<(), JournalError> {
+        if self.replay_only {
+            return Err(JournalError::ReplayOnly);
+        }
         let pending = self.record_of(index, request, CallState::Pending, None, now_ms);
         self.store.write(pending).await
     }
@@ -252,6 +290,9 @@ impl Journal {
         response: RecordedResponse,
         now_ms: u64,
     ) -> Result<(), JournalError> {
+        if self.replay_only {
+            return Err(JournalError::ReplayOnly);
+        }
         let sent = self.record_of(index, request, CallState::Sent, Some(response), now_ms);
         self.store.write(sent).await
     }
@@ -273,6 +314,7 @@ impl Journal {
             idempotency_key: self.key_of(index),
             at_ms,
             response,
+            token: None,
         }
     }
 }
@@ -282,6 +324,7 @@ impl std::fmt::Debug for Journal {
         f.debug_struct("Journal")
             .field("claim_key", &self.claim_key)
             .field("on_unknown", &self.on_unknown)
+            .field("replay_only", &self.replay_only)
             .finish_non_exhaustive()
     }
 }

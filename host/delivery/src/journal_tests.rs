@@ -114,6 +114,32 @@ fn records_round_trip_with_their_body() {
         idempotency_key: idempotency_key("r.k.a", 2),
         at_ms: 5,
         response: Some(answer()),
+        token: Some(9),
     };
     assert_eq!(CallRecord::from_bytes(&record.to_bytes()).unwrap(), record);
+}
+
+#[tokio::test]
+async fn a_replay_only_journal_replays_answers_and_refuses_every_other_call() {
+    let store = Arc::new(Memory::default());
+    let live = Journal::new(store.clone(), "r.k.a", OnUnknown::Resend);
+    live.pending(0, &post("x"), 1).await.unwrap();
+    live.sent(0, &post("x"), answer(), 2).await.unwrap();
+    live.pending(1, &post("x"), 3).await.unwrap();
+    let shadow = Journal::new(store.clone(), "r.k.a", OnUnknown::Resend).replay_only();
+    assert_eq!(
+        shadow.begin(0, &post("x")).await,
+        Ok(Begin::Replay(answer()))
+    );
+    for (index, body) in [(0, "y"), (1, "x"), (2, "x")] {
+        match shadow.begin(index, &post(body)).await {
+            Ok(Begin::Refuse(_)) => {}
+            other => panic!("call {index} of a shadow must be refused, got {other:?}"),
+        }
+    }
+    assert_eq!(
+        shadow.pending(2, &post("x"), 4).await,
+        Err(JournalError::ReplayOnly)
+    );
+    assert!(!store.records.lock().unwrap().contains_key(&2));
 }

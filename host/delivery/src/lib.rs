@@ -22,7 +22,8 @@
 //!   a message's last delivery, over the [`marker::Marking`] seam; [`undeliverable`]: what
 //!   becomes of a message the server gave up delivering, from its key's record; [`ahead`]: a
 //!   queued message waits while an earlier one of its entity, given up by the server, may
-//!   still run.
+//!   still run; [`partition`]: a queued delivery whose claim was won does not run if its
+//!   partition's consumer moved past it meanwhile.
 //! - [`journal`]: the journal of a run's outbound HTTP calls (PENDING before sending, SENT
 //!   before the guest sees the answer, replayed by a re-run), over the [`journal::CallStore`]
 //!   seam.
@@ -43,6 +44,7 @@ pub mod journal;
 pub mod marker;
 pub mod outage;
 pub mod outcome;
+pub mod partition;
 pub mod queue;
 pub mod settle;
 pub mod subject;

@@ -233,6 +233,21 @@ pub async fn release<T: Settling>(t: &T, reason: &str) -> MessageOutcome {
 /// [`release`] with the nak delay given.
 pub async fn release_after<T: Settling>(t: &T, reason: &str, delay: Duration) -> MessageOutcome {
     tracing::warn!("not the guest's fault, will retry without counting an attempt: {reason}");
+    give_back(t, reason, delay).await
+}
+
+/// Releases, without running it, a delivery the server gave up on before its claim landed
+/// ([`crate::partition::late`]): uncounted, and not retried, since the server delivers it
+/// no more; the undeliverable-message handler dead-letters it.
+pub async fn release_given_up<T: Settling>(t: &T, reason: &str) -> MessageOutcome {
+    tracing::warn!(
+        "{reason}: released without running it; the server delivers it no more, so the undeliverable-message handler dead-letters it (replay it with `dead-letters replay`)"
+    );
+    give_back(t, reason, t.release_delay()).await
+}
+
+/// Records the claim released (this attempt uncounted) and naks the delivery after `delay`.
+async fn give_back<T: Settling>(t: &T, reason: &str, delay: Duration) -> MessageOutcome {
     match t.lease().release(reason, delay).await {
         Ok(()) => {
             t.settle(Settlement::Nak(delay)).await;

@@ -69,10 +69,17 @@ pub const FEED_PREFIX: &str = "_dedup.feed.";
 /// Where changes are recorded (`crate::activity`): a guest output there would forge an entry.
 pub const ACTIVITY_PREFIX: &str = "_dedup.activity.";
 
-/// The subject every host of a deployment (named by its source stream) listens on for
-/// `dedup-host reload`.
-pub fn reload_subject(source_stream: &str) -> String {
-    format!("{CONTROL_PREFIX}reload.{source_stream}")
+/// The subject every host of a deployment listens on for `dedup-host reload`:
+/// `dedup.control.reload.<source stream>.<deployment>` for a deployment with a set name
+/// (`named`), so another deployment on the same stream neither reaches its hosts nor needs the
+/// right to; `dedup.control.reload.<source stream>` otherwise (a default name follows the
+/// routes' subjects, which a reload changes, so it cannot name the subject hosts subscribed to
+/// at start).
+pub fn reload_subject(source_stream: &str, named: Option<&str>) -> String {
+    match named {
+        Some(name) => format!("{CONTROL_PREFIX}reload.{source_stream}.{name}"),
+        None => format!("{CONTROL_PREFIX}reload.{source_stream}"),
+    }
 }
 
 /// The reserved prefix `subject` starts with (case-insensitively), if any.

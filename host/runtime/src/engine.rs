@@ -112,6 +112,11 @@ pub struct EngineSettings {
     /// version of a component compiles only the functions that changed. None: compile
     /// everything every time.
     pub function_cache: Option<std::path::PathBuf>,
+    /// Compile for this target triple (e.g. `x86_64-unknown-linux-gnu`) with its baseline
+    /// features instead of the features detected on this CPU. None (the host's choice):
+    /// detect. Exists for the instruction-count benches: code compiled outside valgrind
+    /// then loads under it (which reports other CPU features) from the same cache entry.
+    pub target: Option<String>,
 }
 
 /// The default [`EngineSettings::keep_resident_bytes`]: room for an interpreter's working
@@ -134,6 +139,7 @@ impl Default for EngineSettings {
             long_running_lanes: default_lanes(),
             keep_resident_bytes: DEFAULT_KEEP_RESIDENT_BYTES,
             function_cache: None,
+            target: None,
         }
     }
 }
@@ -190,6 +196,11 @@ pub fn build(settings: &EngineSettings) -> anyhow::Result<Engines> {
         // Trap reasons come from the trap code and the guest's stderr; backtraces of
         // untrusted, usually stripped guests only cost time.
         .wasm_backtrace_max_frames(None);
+    if let Some(target) = &settings.target {
+        config.target(target).map_err(|e| {
+            anyhow::anyhow!("cannot compile for target `{target}`: {e}; name a target triple wasmtime supports, such as x86_64-unknown-linux-gnu")
+        })?;
+    }
     if let Some(dir) = &settings.function_cache {
         let store = crate::function_cache::FunctionCache::open(dir).map_err(|e| {
             anyhow::anyhow!(

@@ -49,6 +49,7 @@ impl Handler {
                     instantiate: Duration::ZERO,
                     fuel: None,
                     memory_bytes: 0,
+                    calls: Vec::new(),
                 },
             },
         }
@@ -81,6 +82,7 @@ impl Handler {
                     instantiate: started.elapsed(),
                     fuel: None,
                     memory_bytes: 0,
+                    calls: Vec::new(),
                 };
             }
         };
@@ -133,6 +135,7 @@ impl Handler {
             Err(trap) => Outcome::Trap(trap),
         };
         let outcome = journal_verdict(store.data(), outcome);
+        let calls = (store.data().http.as_ref()).map_or_else(Vec::new, |h| h.requests());
         let logs = std::mem::take(&mut store.data_mut().logs);
         let fuel = match self.inner.metered {
             true => store
@@ -148,6 +151,7 @@ impl Handler {
             instantiate,
             fuel,
             memory_bytes: store.data().memory_peak,
+            calls,
         }
     }
 }

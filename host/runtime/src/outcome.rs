@@ -138,6 +138,9 @@ pub struct Invocation {
     pub fuel: Option<u64>,
     /// The largest linear memory the guest grew to, in bytes.
     pub memory_bytes: u64,
+    /// The outbound HTTP requests the guest made, in call order (empty without
+    /// `wasi:http`): what a shadow run's comparison shows.
+    pub calls: Vec<dedup_delivery::journal::CallRequest>,
 }
 
 /// The lowercase name of a log level.

@@ -1,4 +1,5 @@
-//! Comparing two runs of one event: outcome, then each output's subject, headers and payload.
+//! Comparing two runs of one event: outcome, then each output's subject, headers and payload,
+//! and the outbound HTTP requests each run made (method, URL, body digest).
 //! Payloads that both parse as JSON are compared value by value, leaving out `ignore` paths;
 //! others byte by byte. Each difference names its kind and where it is, so a difference seen
 //! between two live runs (noise) can be told apart from the candidate's own.
@@ -26,6 +27,10 @@ pub struct Summary {
     /// Fuel used, when metered.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fuel: Option<u64>,
+    /// The outbound HTTP requests it made, in call order: `POST http://h/p sha256:...` (no
+    /// digest when the call was refused before its body was read).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub calls: Vec<String>,
 }
 
 /// One output of a run.
@@ -74,7 +79,16 @@ impl Summary {
             outputs,
             time_us: invocation.elapsed.as_micros() as u64,
             fuel: invocation.fuel,
+            calls: invocation.calls.iter().map(call_text).collect(),
         }
+    }
+}
+
+/// One request as a summary shows it.
+fn call_text(call: &dedup_delivery::journal::CallRequest) -> String {
+    match call.body_digest.is_empty() {
+        true => format!("{} {}", call.method, call.url),
+        false => format!("{} {} {}", call.method, call.url, call.body_digest),
     }
 }
 
@@ -96,6 +110,8 @@ pub enum Kind {
     Headers,
     /// An output's payload.
     Payload,
+    /// The outbound HTTP requests made (their number, or one's method, URL or body).
+    Calls,
 }
 
 impl Kind {
@@ -107,6 +123,7 @@ impl Kind {
             Kind::Subject => "subject",
             Kind::Headers => "headers",
             Kind::Payload => "payload",
+            Kind::Calls => "calls",
         }
     }
 }
@@ -130,6 +147,11 @@ pub fn diff(a: &Summary, b: &Summary, ignore: &[String]) -> Vec<Difference> {
     }
     if a.outputs.len() != b.outputs.len() {
         add(Kind::OutputCount, "outputs".into());
+    }
+    for i in 0..a.calls.len().max(b.calls.len()) {
+        if a.calls.get(i) != b.calls.get(i) {
+            add(Kind::Calls, format!("calls[{i}]"));
+        }
     }
     for (i, (x, y)) in a.outputs.iter().zip(&b.outputs).enumerate() {
         if x.subject != y.subject {
@@ -229,6 +251,7 @@ mod tests {
                 .collect(),
             time_us: 10,
             fuel: None,
+            calls: Vec::new(),
         }
     }
 
@@ -264,5 +287,13 @@ mod tests {
             diff(&a, &success(&["z"]), &[])[0].path,
             "outputs[0].payload"
         );
+        let mut called = success(&["x"]);
+        called.calls = vec!["POST http://h/a sha256:1".into()];
+        let mut other = called.clone();
+        other.calls = vec!["POST http://h/a sha256:2".into(), "GET http://h/b".into()];
+        let found = diff(&called, &other, &[]);
+        let paths: Vec<&str> = found.iter().map(|d| d.path.as_str()).collect();
+        assert_eq!(paths, ["calls[0]", "calls[1]"]);
+        assert_eq!(found[0].kind, Kind::Calls);
     }
 }

@@ -3,7 +3,9 @@
 //! route has a spare guest slot and one of the candidate's shadow slots is free (else it is
 //! counted as skipped), and they run on their own thread at the lowest CPU priority, so the
 //! live version's guests and the host's I/O always come first. Their limits are the route's;
-//! a candidate's trap is a finding, never the live outcome.
+//! a candidate's trap is a finding, never the live outcome. A shadow never sends an outbound
+//! HTTP call: its calls are answered from the live run's journal or refused, and the
+//! comparison shows the requests each run made.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -109,6 +111,7 @@ impl Shadows {
         metrics: Arc<RouteMetrics>,
     ) {
         let live = Summary::of(live);
+        let options = never_sending(options);
         let findings = self.findings.clone();
         self.runtime.spawn(async move {
             let Pending {
@@ -136,6 +139,16 @@ impl Shadows {
             let _ = findings.try_send(finding);
         });
     }
+}
+
+/// The live run's options as a shadow run gets them: its outbound calls are answered from
+/// the live run's journal or refused, never sent, and nothing is recorded (issue 45).
+fn never_sending(mut options: InvokeOptions) -> InvokeOptions {
+    options.journal = options.journal.map(|j| j.replay_only());
+    if options.journal.is_none() {
+        options.http = None;
+    }
+    options
 }
 
 /// Counts a comparison: a match, noise (every difference also seen between two live runs) or

@@ -141,7 +141,7 @@ pub async fn test(args: TestArgs) -> anyhow::Result<ExitCode> {
     // The project's cache: `build` compiled it already, and `deploy` from here finds it.
     let runtime = super::compile::runtime(Some(&super::compile::project_cache(&base)))?;
     let handler = super::compile::load_file(&runtime, &component)?;
-    let results = cases::run(&handler, &options, &file.cases, &base).await?;
+    let results = cases::run(&handler, &options, &file.cases, &file.shared, &base).await?;
     let failed = results.iter().filter(|r| r.failure.is_some()).count();
     for r in &results {
         match &r.failure {

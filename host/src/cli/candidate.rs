@@ -323,6 +323,9 @@ fn print_sample(what: &str, s: &record::Sample) {
             run.outcome,
             outputs.join(" | ")
         );
+        for (i, call) in run.calls.iter().enumerate() {
+            println!("              call {i}: {call}");
+        }
     }
 }
 

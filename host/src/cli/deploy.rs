@@ -102,11 +102,7 @@ pub async fn deploy(args: DeployArgs) -> anyhow::Result<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     }
-    let bucket = store::open(&js, &config).await?;
-    let by = store::Deployer::of(&config, &args.route);
-    let digest = store::deploy_by(&bucket, &args.route, &bytes, &by).await?;
-    let result = "live version".to_string();
-    crate::activity::record_cli(&js, &config, "deploy", &args.route, &digest, result).await;
+    let digest = ship(&js, &config, &args.route, &bytes).await?;
     println!(
         "deployed {} to route `{}`: {digest}",
         file.display(),
@@ -120,6 +116,22 @@ pub async fn deploy(args: DeployArgs) -> anyhow::Result<ExitCode> {
         .await?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Uploads `bytes` as route `route`'s live version and records it in the activity log;
+/// returns its digest. The caller has checked the component and run [`refuse_others`].
+pub(super) async fn ship(
+    js: &async_nats::jetstream::Context,
+    config: &Config,
+    route: &str,
+    bytes: &[u8],
+) -> anyhow::Result<String> {
+    let bucket = store::open(js, config).await?;
+    let by = store::Deployer::of(config, route);
+    let digest = store::deploy_by(&bucket, route, bytes, &by).await?;
+    let result = "live version".to_string();
+    crate::activity::record_cli(js, config, "deploy", route, &digest, result).await;
+    Ok(digest)
 }
 
 /// Deletes a route's component from the object store.
@@ -325,7 +337,7 @@ fn candidate_line(spec: &crate::candidate::Spec) -> String {
 /// Refuses to touch `route`'s component when its consumer, contract or component object
 /// belongs to another deployment ([`crate::ownership`]): the component store is shared by
 /// name, so another config's deploy would replace what that deployment's hosts run.
-async fn refuse_others(
+pub(super) async fn refuse_others(
     js: &async_nats::jetstream::Context,
     config: &Config,
     route: &str,

@@ -1,6 +1,7 @@
-//! `dedup-host dev [--config FILE] [--demo]`: the embedded default. Starts a local nats-server
-//! when the config names none, and with `--demo` publishes a batch of example events, waits
-//! for them to settle, prints what happened and exits.
+//! `dedup-host dev [--config FILE] [--demo | --watch [DIR]]`: the embedded default. Starts a
+//! local nats-server when the config names none, and with `--demo` publishes a batch of
+//! example events, waits for them to settle, prints what happened and exits. With `--watch`
+//! it also rebuilds, tests and deploys a handler project on every save (`watch.rs`).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -41,6 +42,21 @@ pub struct DevArgs {
     /// beside it find it).
     #[arg(long)]
     any_port: bool,
+    /// Watch the handler project in DIR (default: this folder): every save builds it, runs
+    /// its `cases.toml` and, when every case passes, deploys it to `--route` and prints the
+    /// first outputs of live traffic. A failed build or case deploys nothing.
+    #[arg(
+        long,
+        value_name = "DIR",
+        num_args = 0..=1,
+        default_missing_value = ".",
+        conflicts_with = "demo"
+    )]
+    watch: Option<PathBuf>,
+    /// The route `--watch` deploys to, served from the object store (default: the route
+    /// named like the project, else the config's only route served from the object store).
+    #[arg(long, value_name = "NAME", requires = "watch")]
+    route: Option<String>,
     #[command(flatten)]
     serve: super::run::ServeFlags,
 }
@@ -48,6 +64,10 @@ pub struct DevArgs {
 /// Runs the host against a local server (started when the config names none).
 pub async fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
     let mut config = load(args.config.as_deref())?;
+    // Checked before anything starts: a project to watch and a route to deploy it to.
+    let watch = (args.watch.as_deref())
+        .map(|dir| super::watch::Watch::new(dir, args.route.as_deref(), &config))
+        .transpose()?;
     let _log = if args.demo {
         args.serve.apply(&mut config)
     } else {
@@ -85,13 +105,18 @@ pub async fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
         demo(config).await?;
     } else {
         let urls = config.nats.urls.clone();
-        super::run::serve(config, || {
+        let watching = watch.map(|w| w.start(urls.clone()));
+        let served = super::run::serve(config, || {
             let mut config = load(args.config.as_deref())?;
             config.nats.urls = urls.clone();
             args.serve.overrides(&mut config);
             Ok(config)
         })
-        .await?;
+        .await;
+        if let Some(task) = watching {
+            task.abort();
+        }
+        served?;
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -22,6 +22,7 @@ mod setup;
 mod subject_arg;
 mod tail;
 mod wait;
+mod watch;
 
 use clap::{Parser, Subcommand};
 
@@ -66,7 +67,8 @@ pub enum Command {
     /// Consume and process messages as configured, until SIGINT/SIGTERM.
     Run(run::RunArgs),
     /// Like `run`, but starts a local nats-server when the config names none; `--demo` runs
-    /// the end-to-end example and exits.
+    /// the end-to-end example and exits; `--watch` builds, tests and deploys a handler
+    /// project on every save.
     Dev(dev::DevArgs),
     /// Publish one event with a `Nats-Msg-Id`.
     Publish(publish::PublishArgs),

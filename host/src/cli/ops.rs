@@ -83,6 +83,21 @@ pub async fn inspect(args: InspectArgs) -> anyhow::Result<ExitCode> {
             o.id, o.stream, o.sequence
         );
     }
+    let now = crate::claim::record::now_ms();
+    for c in &s.calls {
+        let status = c
+            .status
+            .map_or("no answer recorded".into(), |s| s.to_string());
+        println!(
+            "call              {} {} {} -> {status}, {} {} (key {})",
+            c.index,
+            c.method,
+            c.url,
+            c.how,
+            times::when(c.at_ms, now),
+            c.idempotency_key
+        );
+    }
     for l in &s.dead_letters {
         println!(
             "dead letter       {} (attempt {}): {}",
@@ -175,6 +190,11 @@ pub enum LettersCommand {
         /// it: their window outputs may be stored, and the route is now fenced).
         #[arg(long)]
         force: bool,
+        /// Discard each key's journal of outbound HTTP calls first, so the new run sends
+        /// every call again (by default the calls whose answer was recorded are replayed,
+        /// not sent again: see docs/src/handler/http.md).
+        #[arg(long)]
+        fresh_effects: bool,
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
@@ -250,11 +270,19 @@ pub async fn dead_letters(args: LettersArgs) -> anyhow::Result<ExitCode> {
             which,
             dry_run,
             force,
+            fresh_effects,
             json,
         } => {
             let list = letters::list(&js, &config, &which.selection()).await?;
-            let actions =
-                crate::ops::replay::replay_with(&js, &config, list, dry_run, force).await?;
+            let actions = crate::ops::replay::replay_effects(
+                &js,
+                &config,
+                list,
+                dry_run,
+                force,
+                fresh_effects,
+            )
+            .await?;
             if !dry_run {
                 record(&js, &config, "replay", &which, &actions).await;
             }
@@ -394,6 +422,7 @@ pub async fn audit(args: AuditArgs) -> anyhow::Result<ExitCode> {
         println!("pending         {}", report.pending);
         println!("duplicates      {}", report.duplicates);
         println!("outputs         {}", report.outputs);
+        println!("pending calls   {}", report.pending_calls);
         println!("anomalies       {}", report.anomalies.len());
         for a in &report.anomalies {
             println!("  {:<34} {:<24} {}", a.class, a.key, a.detail);

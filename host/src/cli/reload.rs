@@ -42,7 +42,7 @@ pub async fn run(args: ReloadArgs) -> anyhow::Result<ExitCode> {
     };
     let inbox = client.new_inbox();
     let mut answers = client.subscribe(inbox.clone()).await?;
-    let subject = crate::subject::reload_subject(&config.source.stream);
+    let subject = config.reload_subject();
     client
         .publish_with_reply(subject, inbox, bytes::Bytes::new())
         .await?;

@@ -45,6 +45,15 @@ impl Config {
     }
 }
 
+impl Config {
+    /// The subject this deployment's hosts listen on for `dedup-host reload`: per deployment
+    /// when `[deployment] name` is set (another deployment on the source stream cannot reach
+    /// these hosts), per source stream otherwise ([`crate::subject::reload_subject`]).
+    pub fn reload_subject(&self) -> String {
+        crate::subject::reload_subject(&self.source.stream, self.deployment.name.as_deref())
+    }
+}
+
 /// The prefix of a default (`auto-`) deployment name.
 pub const AUTO_PREFIX: &str = "auto-";
 

@@ -19,7 +19,7 @@ pub use console::ConsoleConfig;
 pub use deployment::DeploymentConfig;
 pub use derived::{OUTAGE_BACKOFF_MAX, RERUN_GAP_TERMS};
 pub use modes::{AckMode, ClaimMode, DedupMode, EffectsMode};
-pub use nats::NatsConfig;
+pub use nats::{without_credentials, NatsConfig};
 pub use route::{
     KeySource, MissingKey, RouteConfig, DEFAULT_COMPILE_TIMEOUT, DEFAULT_MAX_COMPONENT_BYTES,
     DEFAULT_PARTITIONS,

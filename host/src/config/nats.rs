@@ -48,3 +48,17 @@ impl NatsConfig {
         self.inbox_prefix.as_deref().unwrap_or("_INBOX")
     }
 }
+
+/// `url` without the `user:password@` (or `token@`) it may carry, for messages and logs: the
+/// text up to the last `@` after the scheme goes, wherever it ends (a URL refused for its
+/// spaces or a stray `/` in a password still hides its credentials).
+pub fn without_credentials(url: &str) -> String {
+    let (scheme, rest) = match url.split_once("://") {
+        Some((scheme, rest)) => (format!("{scheme}://"), rest),
+        None => (String::new(), url),
+    };
+    match rest.rfind('@') {
+        Some(at) => format!("{scheme}{}", &rest[at + 1..]),
+        None => url.to_string(),
+    }
+}

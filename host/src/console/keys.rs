@@ -126,6 +126,17 @@ fn story_view(s: &Story) -> Markup {
                         td { @if o.present { span.ok { "present" } } @else { span.warn { "missing" } } }
                     } } } }
             }
+            h3 { "Outbound calls" }
+            @if s.calls.is_empty() { p { "None journaled." } } @else {
+                table.calls { thead { tr { th { "call" } th { "method" } th { "URL" } th { "status" } th { "when" } th { "how" } th { "idempotency key" } } }
+                    tbody { @for c in &s.calls { tr {
+                        td.num { (c.index) } td { (shown(&c.method)) } td { code { (shown(&c.url)) } }
+                        td.num { (c.status.map_or("—".into(), |s| s.to_string())) }
+                        td { (when(c.at_ms)) }
+                        td { @if c.how == "pending" { span.warn { "pending (outcome unknown)" } } @else { (c.how) } }
+                        td { code { (shown(&c.idempotency_key)) } }
+                    } } } }
+            }
             h3 { "Deliveries (source stream sequences)" }
             p { @if s.source_sequences.is_empty() { "none left in the source stream" } @else {
                 (s.source_sequences.iter().map(u64::to_string).collect::<Vec<_>>().join(", "))

@@ -280,15 +280,17 @@ pub async fn act(
     }
     let mut actions: Vec<Action> = Vec::with_capacity(matching.len());
     let named = !selection.sequences.is_empty();
+    // A write the console's NATS user may not make names the subject to grant.
+    let started = std::time::Instant::now();
     for batch in matching.chunks(BATCH) {
         let batch = batch.to_vec();
         let done = match action {
             "replay" => {
-                crate::ops::replay::replay(&console.js, &console.config, batch, false).await?
+                crate::ops::replay::replay(&console.js, &console.config, batch, false).await
             }
-            _ => letters::purge(&console.js, &console.config, batch, named, false).await?,
+            _ => letters::purge(&console.js, &console.config, batch, named, false).await,
         };
-        actions.extend(done);
+        actions.extend(done.map_err(|e| crate::refusals::explain(e, started))?);
     }
     let summary = letters::summary(&actions);
     let mut entry = Entry::now(

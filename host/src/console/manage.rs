@@ -75,6 +75,7 @@ fn audit_page(viewer: &Viewer, since: &str, report: Option<&crate::ops::audit::R
                 tr { th { "pending" } td.num { (r.pending) } }
                 tr { th { "duplicates" } td.num { (r.duplicates) } }
                 tr { th { "outputs" } td.num { (r.outputs) } }
+                tr { th { "pending calls" } td.num { (r.pending_calls) } }
                 tr { th { "anomalies" } td.num #anomaly-count { (r.anomalies.len()) } }
             } }
             @if r.anomalies.is_empty() { (html::notice("ok", "No anomaly: every key is completed with its outputs, dead-lettered, or legitimately pending.")) }
@@ -137,8 +138,8 @@ pub async fn deploys(
         sections.push(html! {
             section.candidate data-route=(r.name) {
                 h2 { (r.name) }
-                p { "candidate " code { (spec.digest) } " (" (spec.mode.label()) ") beside live " code { (live) } ", since " (when(spec.since_ms)) }
-                p { "state: " (format!("{:?}", spec.state)) }
+                p { "candidate " code { (spec.digest) } " beside live " code { (live) } }
+                p { (super::overview::candidate_words(&spec)) }
                 table { tbody {
                     tr { th { "compared" } td.num { (c.compared) } }
                     tr { th { "matches" } td.num { (c.matches) } }
@@ -243,6 +244,7 @@ pub async fn decide(
             body,
         )));
     }
+    let started = std::time::Instant::now();
     let result = match action {
         "promote" => store::promote(&bucket, &form.route, Some(&form.digest))
             .await
@@ -261,7 +263,9 @@ pub async fn decide(
             )),
         },
     };
-    let result = result.unwrap_or_else(|e| format!("failed: {e:#}"));
+    // A write the console's NATS user may not make names the subject to grant.
+    let result =
+        result.unwrap_or_else(|e| format!("failed: {:#}", crate::refusals::explain(e, started)));
     let mut entry = Entry::now(
         &format!("console {who}@{peer}"),
         action,

@@ -157,6 +157,7 @@ pub fn router(console: Shared) -> Router {
         .route("/", get(overview::page))
         .route("/api/overview", get(overview::api))
         .route("/routes/{name}", get(route_page::page))
+        .route("/routes/{name}/charts", get(route_page::live_charts))
         .route("/keys", get(keys::page))
         .route("/letters", get(letters::list))
         .route("/letters/{item}", get(letters::one).post(letters::act))

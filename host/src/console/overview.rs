@@ -14,7 +14,7 @@ use serde::Serialize;
 use super::html::{self, shown, when};
 use super::window::{HostView, RouteView};
 use super::{maud_response, Failure, Reader, Shared};
-use crate::candidate::spec::Spec;
+use crate::candidate::spec::{Mode, Spec, State as CandidateState};
 use crate::components::status::{self, HostStatus};
 use crate::config::RouteConfig;
 
@@ -190,7 +190,7 @@ pub(super) fn route_row(r: &RouteConfig, v: Option<&Versions>, n: Option<&RouteV
             }
             td {
                 @match v.and_then(|v| v.candidate.as_ref()) {
-                    Some(c) => { a href="/deploys" { code { (short(&c.digest)) } " " (c.mode.label()) } " " (format!("{:?}", c.state).to_lowercase()) }
+                    Some(c) => { a href="/deploys" { code title=(c.digest) { (short(&c.digest)) } } " " (candidate_words(c)) }
                     None => { "—" }
                 }
             }
@@ -200,6 +200,25 @@ pub(super) fn route_row(r: &RouteConfig, v: Option<&Versions>, n: Option<&RouteV
             (cell("gauge", "in_flight", n.in_flight))
             (cell("gauge", "pending", n.pending))
             td { @for o in CHARTED { div.spark { (chart(name, o, n.series.get(o))) span.meta { (o.replace('_', " ")) } } } }
+        }
+    }
+}
+
+/// A candidate in the words `deploy` takes (`shadow`, `canary 20% of keys`) and what became
+/// of it: running since when, or rolled back when, by which host and why.
+pub(super) fn candidate_words(c: &Spec) -> Markup {
+    let mode = match c.mode {
+        Mode::Shadow { secondary: false } => "shadow".to_string(),
+        Mode::Shadow { secondary: true } => "shadow, live version run twice".to_string(),
+        Mode::Canary { percent } => format!("canary {percent}% of keys"),
+    };
+    html! {
+        span.candidate-mode { (mode) } ", "
+        @match &c.state {
+            CandidateState::Running => { "running since " (when(c.since_ms)) }
+            CandidateState::RolledBack { reason, by, at_ms } => {
+                span.warn { "rolled back" } " " (when(*at_ms)) " by " (shown(by)) ": " (shown(reason))
+            }
         }
     }
 }
@@ -256,4 +275,63 @@ fn hosts_table(hosts: &[HostView]) -> Markup {
 fn short(digest: &str) -> String {
     let d = digest.strip_prefix("sha256:").unwrap_or(digest);
     d.chars().take(12).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The routes table's row of a route whose candidate is `mode`, in `state`.
+    fn row(mode: Mode, state: CandidateState) -> String {
+        let route: RouteConfig = toml::from_str("name = \"r\"\nsubject = \"in.>\"").unwrap();
+        let versions = Versions {
+            live: None,
+            file: None,
+            candidate: Some(Spec {
+                digest: "sha256:0123456789abcdef".into(),
+                mode,
+                ignore: Vec::new(),
+                margins: Default::default(),
+                auto_promote: None,
+                since_ms: 1,
+                state,
+            }),
+            hosts: Vec::new(),
+        };
+        route_row(&route, Some(&versions), None).into_string()
+    }
+
+    #[test]
+    fn a_candidate_is_shown_in_the_words_deploy_takes_and_its_texts_are_escaped() {
+        let canary = row(Mode::Canary { percent: 20 }, CandidateState::Running);
+        assert!(
+            canary.contains(">canary 20% of keys</span>, running since "),
+            "{canary}"
+        );
+        let shadow = row(Mode::Shadow { secondary: false }, CandidateState::Running);
+        assert!(
+            shadow.contains(">shadow</span>, running since "),
+            "{shadow}"
+        );
+
+        let rolled = row(
+            Mode::Canary { percent: 5 },
+            CandidateState::RolledBack {
+                reason: "<script>alert(1)</script> errors 3% over live".into(),
+                by: "host-<b>".into(),
+                at_ms: 2,
+            },
+        );
+        assert!(rolled.contains(">rolled back</span>"), "{rolled}");
+        assert!(
+            rolled.contains(
+                "by host-&lt;b&gt;: &lt;script&gt;alert(1)&lt;/script&gt; errors 3% over live"
+            ),
+            "{rolled}"
+        );
+        for debug in ["rolledback", "reason:", "at_ms"] {
+            assert!(!rolled.contains(debug), "Rust's Debug form: {rolled}");
+        }
+        assert!(!rolled.contains("<script>"), "{rolled}");
+    }
 }

@@ -156,8 +156,8 @@ pub async fn page(
             tbody { (overview::route_row(r, versions.get(&name), Some(&n))) }
         }
         h2 { "Last 15 minutes" }
-        p.meta { "Summed over every host; reload the page for newer points." }
-        (charts(&n))
+        p.meta { "Summed over every host; the charts redraw every few seconds (without JavaScript, reload the page for newer points)." }
+        div #live-charts data-src=(format!("/routes/{}/charts", html::encode(&name))) { (charts(&n)) }
         h2 { "Messages by outcome (15 min)" }
         table { tbody { @for (outcome, count) in &n.outcomes { tr { td { (outcome.replace('_', " ")) } td.num { (count) } } } } }
         h2 { "Dedup hits by layer (15 min)" }
@@ -194,6 +194,20 @@ pub async fn page(
         &viewer,
         body,
     )))
+}
+
+/// `GET /routes/{name}/charts`: the route's charts alone, drawn on the server as on its
+/// page; the page's script fetches them every few seconds to redraw them in place.
+pub async fn live_charts(
+    State(console): State<Shared>,
+    Path(name): Path<String>,
+    Reader(_viewer): Reader,
+) -> Result<Response, Failure> {
+    if !console.config.routes.iter().any(|r| r.name == name) {
+        return Err(anyhow::anyhow!("no route `{name}` in this console's config").into());
+    }
+    let n = console.window.routes().get(&name).cloned().unwrap_or_default();
+    Ok(maud_response(charts(&n)))
 }
 
 #[cfg(test)]

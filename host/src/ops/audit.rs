@@ -21,6 +21,7 @@ use crate::pipeline::effects::output_id;
 use crate::pipeline::replayed::key_of;
 use crate::scan;
 use crate::subject;
+use dedup_delivery::journal::{CallRecord, CallState};
 
 /// The audit's findings.
 #[derive(Debug, Default, Serialize)]
@@ -39,6 +40,10 @@ pub struct Report {
     pub duplicates: u64,
     /// Outputs read from the output streams.
     pub outputs: u64,
+    /// Outbound HTTP calls left PENDING for longer than the lease: the run that sent them
+    /// died (or lost its lease) before recording the answer, so nobody knows whether they took
+    /// effect until a re-run resends them or an operator settles the key's dead letter.
+    pub pending_calls: u64,
     /// Everything wrong, one entry each.
     pub anomalies: Vec<Anomaly>,
 }
@@ -268,6 +273,7 @@ pub async fn run(
         );
     }
 
+    report.pending_calls = pending_calls(js, config, now).await?;
     report.keys = keys.len() as u64;
     report.completed = completed;
     report.dead_lettered = dead_lettered;
@@ -277,6 +283,38 @@ pub async fn run(
         .anomalies
         .sort_by(|a, b| (a.class, &a.key).cmp(&(b.class, &b.key)));
     Ok(report)
+}
+
+/// Outbound calls journaled PENDING before the lease (plus the clock-skew margin) ago, in the
+/// claim bucket and the fenced streams: journal records sit beside the claims, under
+/// `<claim>.call.<index>`, and are no keys of their own.
+async fn pending_calls(js: &Context, config: &Config, now: u64) -> anyhow::Result<u64> {
+    let claims = &config.claims;
+    let before = now.saturating_sub((claims.lease + claims.clock_skew).as_millis() as u64);
+    let stale = |payload: &[u8]| {
+        CallRecord::from_bytes(payload)
+            .is_ok_and(|r| r.state == CallState::Pending && r.at_ms < before)
+    };
+    let mut count = 0;
+    for (key, m) in scan::kv_latest(js, &claims.bucket, ">").await? {
+        if key.contains(".call.") && stale(&m.payload) {
+            count += 1;
+        }
+    }
+    for s in &config.output_streams {
+        if s.effects != EffectsMode::Fenced {
+            continue;
+        }
+        let filter = crate::fenced::claim_subjects(&s.name);
+        let mut latest = HashMap::new();
+        for m in scan::stream(js, &s.name, &filter, None).await? {
+            if m.subject.contains(".call.") {
+                latest.insert(m.subject, m.payload);
+            }
+        }
+        count += latest.values().filter(|p| stale(p)).count() as u64;
+    }
+    Ok(count)
 }
 
 /// The output ids a completed record lists that no output stream holds. Outputs sent to a

@@ -7,6 +7,12 @@
 //! it was, so a key is never left reset with no message to run it, and the letter is reported
 //! `already replayed` with what became of the first replay.
 //!
+//! A key's journal of outbound HTTP calls (DESIGN.md rule 24) is kept: the calls whose answer
+//! was recorded are replayed to the new run, not sent again; a call left PENDING (outcome
+//! unknown, which is what the operator replays after checking with the provider) is cleared
+//! and sent again under the same idempotency key. With `fresh_effects`
+//! (`--fresh-effects`) the whole journal is discarded first and every call is sent again.
+//!
 //! A key the operator accepted as settled when its route changed to fenced effects
 //! or renamed (`setup --change-route R --accept-dead KEY`, `--rename-route`;
 //! [`ClaimRecord::is_accepted_dead`]) is refused unless forced: its window outputs may be
@@ -44,10 +50,28 @@ pub async fn replay_with(
     dry_run: bool,
     force: bool,
 ) -> anyhow::Result<Vec<Action>> {
+    let fresh_effects = false;
+    replay_effects(js, config, letters, dry_run, force, fresh_effects).await
+}
+
+/// [`replay_with`]; with `fresh_effects`, each key's journal of outbound calls is discarded
+/// before its letter is published, so the new run sends every call again
+/// (`--fresh-effects`).
+pub async fn replay_effects(
+    js: &Context,
+    config: &Config,
+    letters: Vec<Letter>,
+    dry_run: bool,
+    force: bool,
+    fresh_effects: bool,
+) -> anyhow::Result<Vec<Action>> {
     let mut claims = Claims::new(js, config).await?;
     super::letters::refuse_changing(&claims, &letters).await?;
     let mut actions = Vec::with_capacity(letters.len());
     for letter in letters {
+        // A write the server refuses is dropped and named on the connection: each letter's
+        // failure says which subject to grant ([`crate::refusals`]), not a timeout.
+        let started = std::time::Instant::now();
         let action = |action, detail: String| Action {
             sequence: letter.sequence,
             route: letter.route.clone(),
@@ -108,7 +132,11 @@ pub async fn replay_with(
                 .unwrap_or_default(),
         );
         if dry_run {
-            actions.push(action("would replay", detail));
+            let calls = match (&claim, fresh_effects) {
+                (Some(_), true) => "; its journaled calls would be discarded and sent again",
+                _ => "",
+            };
+            actions.push(action("would replay", format!("{detail}{calls}")));
             continue;
         }
         let mut h = original_headers;
@@ -124,9 +152,33 @@ pub async fn replay_with(
                     written = Some((previous, reset));
                 }
                 Err(e) => {
+                    let why = match crate::refusals::since(started) {
+                        Some(denied) => format!("key not reset: {denied} ({e})"),
+                        None => format!("key changed meanwhile, not reset: {e}"),
+                    };
+                    actions.push(action("skipped", why));
+                    continue;
+                }
+            }
+        }
+        let mut detail = detail;
+        if let Some(claim) = &claim {
+            // After the reset: no run holds the key until the letter is published.
+            match claim.calls(js).discard(fresh_effects).await {
+                Ok(0) => {}
+                Ok(n) if fresh_effects => detail.push_str(&format!(
+                    "; its journal discarded ({n} call record(s)): every call is sent again"
+                )),
+                Ok(n) => detail.push_str(&format!(
+                    "; {n} call(s) of unknown outcome cleared: sent again under the same idempotency key"
+                )),
+                Err(e) => {
+                    if let Some((previous, reset)) = written {
+                        let _ = claim.update(&previous, reset).await;
+                    }
                     actions.push(action(
                         "skipped",
-                        format!("key changed meanwhile, not reset: {e}"),
+                        format!("the key's call journal could not be cleared ({e}): the key was put back as it was; run the replay again"),
                     ));
                     continue;
                 }
@@ -156,8 +208,9 @@ pub async fn replay_with(
             Err(e) => actions.push(action(
                 "skipped",
                 format!(
-                    "publish on `{}` failed, run the replay again: {e}",
-                    letter.subject
+                    "publish on `{}` failed, run the replay again: {}",
+                    letter.subject,
+                    crate::refusals::or_refused(e, started)
                 ),
             )),
         }

@@ -1,6 +1,6 @@
 //! One key's whole story, for `dedup-host inspect`: its claim record, the outputs it
-//! published and whether each is still in its stream, its dead letters, and the source
-//! messages that carry it. It costs the same whatever the size of the claim store and the
+//! published and whether each is still in its stream, its outbound HTTP calls (the journal),
+//! its dead letters, and the source messages that carry it. It costs the same whatever the size of the claim store and the
 //! source stream: the source messages are found by sequence (the record's, the letters')
 //! and among those still waiting for the route, never by reading the route's whole subject.
 
@@ -17,6 +17,7 @@ use crate::config::{Config, RouteConfig};
 use crate::pipeline::effects::output_id;
 use crate::pipeline::replayed::key_of;
 use crate::scan;
+use dedup_delivery::journal::{CallRecord, CallState};
 
 /// Which key to tell about.
 #[derive(Debug, Clone)]
@@ -47,6 +48,8 @@ pub struct Story {
     pub revision: Option<u64>,
     /// The outputs the completed record lists.
     pub outputs: Vec<OutputState>,
+    /// Its outbound HTTP calls, as journaled, by index.
+    pub calls: Vec<CallView>,
     /// Dead letters of this key.
     pub dead_letters: Vec<Letter>,
     /// Sequences in the source stream whose message carries this key and is still stored:
@@ -67,6 +70,48 @@ pub struct OutputState {
     pub sequence: u64,
     /// Whether that sequence still holds it.
     pub present: bool,
+}
+
+/// One journaled outbound call of a key.
+#[derive(Debug, Serialize)]
+pub struct CallView {
+    /// Its index in the run.
+    pub index: u32,
+    /// The request's method.
+    pub method: String,
+    /// The request's URL.
+    pub url: String,
+    /// The answer's status, once recorded.
+    pub status: Option<u16>,
+    /// When the record was written (Unix milliseconds): the answer, or the intent.
+    pub at_ms: u64,
+    /// `sent` (by the key's latest run), `replayed` (sent by an earlier run; the latest run
+    /// got the recorded answer, nothing was sent), or `pending` (sent, answer never
+    /// recorded: outcome unknown).
+    pub how: &'static str,
+    /// The idempotency key it carried.
+    pub idempotency_key: String,
+}
+
+impl CallView {
+    /// The view of `record`, for a key whose latest run holds fencing token `latest`.
+    fn of(record: CallRecord, latest: Option<u64>) -> Self {
+        let earlier = matches!((record.token, latest), (Some(t), Some(l)) if t != l);
+        let how = match record.state {
+            CallState::Pending => "pending",
+            CallState::Sent if earlier => "replayed",
+            CallState::Sent => "sent",
+        };
+        Self {
+            index: record.index,
+            method: record.method,
+            url: record.url,
+            status: record.response.map(|r| r.status),
+            at_ms: record.at_ms,
+            how,
+            idempotency_key: record.idempotency_key,
+        }
+    }
 }
 
 /// Tells `target`'s story on `route`.
@@ -112,6 +157,7 @@ pub async fn tell(
         .get(route, &claim_key)
         .await?;
     let store_key = found.key.clone();
+    let journal = found.calls(js);
     let (claim, revision) = match found.record {
         Some((record, revision)) => (Some(record), Some(revision)),
         None => (None, None),
@@ -161,6 +207,18 @@ pub async fn tell(
             });
         }
     }
+    // The latest run's token: a completed or failed record names it; the winning write of a
+    // run in progress carries none yet, its revision is the token.
+    let latest = claim
+        .as_ref()
+        .and_then(|c| c.fencing_token)
+        .or(revision.filter(|_| claim.is_some()));
+    let calls = journal
+        .records()
+        .await?
+        .into_iter()
+        .map(|r| CallView::of(r, latest))
+        .collect();
     let selection = Selection {
         route: Some(route.to_string()),
         ..Selection::default()
@@ -197,6 +255,7 @@ pub async fn tell(
         claim,
         revision,
         outputs,
+        calls,
         dead_letters,
         source_sequences,
     };

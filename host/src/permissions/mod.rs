@@ -220,13 +220,21 @@ fn host(config: &Config, s: &Streams, lists: &mut Lists) {
         // A queued copy that is settled elsewhere is deleted: the queue keeps only work.
         lists.publish([format!("$JS.API.STREAM.MSG.DELETE.{queue}")]);
     }
-    for stream in [&s.dead, &s.claims, &s.contracts, &s.status, &s.diffs]
+    for stream in [&s.dead, &s.status, &s.diffs]
         .into_iter()
         .chain(&s.outputs)
-        .chain([&s.components, &s.feed])
+        .chain([&s.feed])
     {
         lists.stream(stream, &Access::Read);
     }
+    // Ephemeral consumers only where a host needs them: the markers of stranded messages
+    // among the claims, the component store's watch and object reads.
+    for stream in [&s.claims, &s.components] {
+        lists.stream(stream, &Access::Watch);
+    }
+    // The contracts bucket is one per source stream, shared by the deployments on it: a host
+    // reads and follows its own routes' records only.
+    lists.stream(&s.contracts, &Access::Keys(contract_keys(config)));
     lists.publish(host_data(config));
     lists.publish([
         format!("$KV.{}.>", config.claims.bucket),
@@ -242,7 +250,7 @@ fn host(config: &Config, s: &Streams, lists: &mut Lists) {
         ),
     ]);
     lists.subscribe.extend([
-        crate::subject::reload_subject(&config.source.stream),
+        config.reload_subject(),
         crate::presence::serving_subject(config, "*"),
     ]);
 }
@@ -256,7 +264,7 @@ fn operator(config: &Config, s: &Streams, lists: &mut Lists) {
     lists.publish(buckets(config));
     lists.publish([
         format!("$O.{}.>", config.components.bucket),
-        crate::subject::reload_subject(&config.source.stream),
+        config.reload_subject(),
         crate::presence::serving_subject(config, "*"),
         crate::presence::previous_serving_subject(config, "*"),
         activity_subject(config),
@@ -268,16 +276,28 @@ fn console(config: &Config, s: &Streams, lists: &mut Lists) {
     for stream in s.all() {
         lists.stream(stream, &Access::Scan);
     }
-    // Dead-letter replays republish to the source subjects and reset claims; purges delete
-    // letters; promote/abort/rollback rewrite the component store and log the activity.
+    // The writes its pages make and no other (the operator role holds the rest): dead-letter
+    // replays republish to the source subjects and reset claims (and their call journals) in
+    // the claim bucket; purges delete letters; promote and abort rewrite the component
+    // store; each is logged as activity. No page writes a contract, a host status or a
+    // finding, or sends a reload.
     lists.publish(config.source_subjects());
-    lists.publish(buckets(config));
     lists.publish([
+        format!("$KV.{}.>", config.claims.bucket),
         format!("$JS.API.STREAM.MSG.DELETE.{}", s.dead),
         format!("$O.{}.>", config.components.bucket),
-        crate::subject::reload_subject(&config.source.stream),
         activity_subject(config),
     ]);
+}
+
+/// The subjects of this deployment's routes' records in the contracts bucket.
+fn contract_keys(config: &Config) -> Vec<String> {
+    let bucket = crate::contract::bucket_name(config);
+    config
+        .routes
+        .iter()
+        .map(|r| format!("$KV.{bucket}.{}", r.name))
+        .collect()
 }
 
 /// Every KV bucket's write subjects.
@@ -346,6 +366,16 @@ allowed_outputs = ["out.a.>"]
             .any(|s| s == ">" || s.starts_with("_INBOX")));
         assert!(p.subscribe.contains(&"_INBOX.>".to_string()));
         assert!(p.allow_responses);
+        // Of the contracts bucket the stream's deployments share, its own route's key only.
+        let c = "dedup-contracts-EVENTS";
+        assert!(p
+            .publish
+            .contains(&format!("$JS.API.DIRECT.GET.KV_{c}.$KV.{c}.a")));
+        assert!(!p
+            .publish
+            .iter()
+            .any(|s| s == &format!("$JS.API.DIRECT.GET.KV_{c}.>")
+                || s == &format!("$JS.API.CONSUMER.CREATE.KV_{c}")));
     }
 
     #[test]
@@ -357,6 +387,12 @@ allowed_outputs = ["out.a.>"]
             .contains(&"$JS.API.STREAM.CREATE.KV_claims".to_string()));
         let console = Permissions::for_role(&c, Role::Console);
         assert!(!console.publish.iter().any(|s| s.contains("STREAM.CREATE")));
+        // It writes what its pages change (claims reset by a replay), not contracts.
+        assert!(console.publish.contains(&"$KV.claims.>".to_string()));
+        assert!(!console
+            .publish
+            .iter()
+            .any(|s| s.starts_with("$KV.dedup-contracts") || s.contains("reload")));
     }
 
     #[test]

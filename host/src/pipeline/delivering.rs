@@ -12,6 +12,7 @@ use dedup_delivery::before::{self, ClaimedDelivery, Handled, Unclaimed};
 use dedup_delivery::claim::{ClaimError, ClaimOutcome, ClaimStore, Lease};
 use dedup_delivery::clock::Tokio;
 use dedup_delivery::heartbeat::Progress;
+use dedup_delivery::partition::{Partition, Queued};
 use dedup_delivery::settle::{Retries, Settlement};
 use opentelemetry::trace::SpanKind;
 use opentelemetry::KeyValue;
@@ -212,18 +213,39 @@ impl<'a, 'c, S: ClaimStore> ClaimedDelivery for Run<'a, 'c, S> {
         self.c.route.metrics.hit(DedupLayer::Fence, 1);
     }
 
-    /// A queued message's last delivery, its ack wait spent (less the clock skew margin)
-    /// before the claim was answered.
-    fn late(&self) -> bool {
+    /// A queued message: its place in the work queue, and its consumer's bounds as this
+    /// host's config has them.
+    fn queued(&self) -> Option<Queued> {
         let d = self.c.d;
-        let source = &self.shared.config.source;
-        let last = crate::stranded::last_delivery(d.delivered, source.server_max_deliver);
-        dedup_delivery::ahead::late(
-            d.queued.is_some() && last,
-            d.received.elapsed(),
-            source.ack_wait,
-            self.shared.config.claims.clock_skew,
-        )
+        let (_, sequence) = d.queued.as_ref()?;
+        let config = &self.shared.config;
+        Some(Queued {
+            sequence: *sequence,
+            delivered: d.delivered,
+            since: d.received.elapsed(),
+            skew: config.claims.clock_skew,
+            configured: Partition {
+                handed_out: 0,
+                ack_wait: config.source.ack_wait,
+                max_deliver: config.source.server_max_deliver,
+            },
+        })
+    }
+
+    /// The partition consumer's info (one JetStream API request).
+    async fn partition(&self) -> Result<Partition, String> {
+        let name = (self.c.d.partition.as_deref())
+            .ok_or("the delivery carries no consumer name in its metadata")?;
+        let stream = crate::exclusive::stream_name(&self.shared.config);
+        let unread = |e: &dyn std::fmt::Display| format!("consumer `{name}` of `{stream}`: {e}");
+        let queue = (self.shared.js.get_stream_no_info(&stream).await)
+            .map_err(|e| unread(&e))?;
+        let info = queue.consumer_info(name).await.map_err(|e| unread(&e))?;
+        Ok(Partition {
+            handed_out: info.delivered.stream_sequence,
+            ack_wait: info.config.ack_wait,
+            max_deliver: info.config.max_deliver,
+        })
     }
 }
 

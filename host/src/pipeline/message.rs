@@ -49,6 +49,8 @@ pub(super) struct Delivery {
     pub(super) sequence: u64,
     /// For an exclusive route: where the message waited in the queue (subject, sequence).
     pub(super) queued: Option<(async_nats::Subject, u64)>,
+    /// For an exclusive route: the partition's consumer that handed it out.
+    pub(super) partition: Option<String>,
     /// How many times the server delivered it (this delivery included).
     pub(super) delivered: u64,
     /// When this host got it (the server's ack wait runs from about then).
@@ -80,9 +82,14 @@ impl<S: ClaimStore> Shared<S> {
         let metrics = self.metrics_of(route.as_ref());
         let in_flight = metrics.in_flight();
         let started = std::time::Instant::now();
+        let exclusive = route.as_ref().is_some_and(|r| r.exclusive.is_some());
+        let partition = exclusive
+            .then(|| message.info().ok().map(|i| i.consumer.to_string()))
+            .flatten();
         let mut d = Delivery::new(message, sequence, delivered);
+        d.partition = partition;
         let message = &mut d.message;
-        if route.as_ref().is_some_and(|r| r.exclusive.is_some()) {
+        if exclusive {
             // A queued copy: the guest, the key and the records see the original.
             let Some((subject, source_sequence, headers)) =
                 crate::exclusive::original(message.headers.as_ref())
@@ -370,6 +377,7 @@ impl Delivery {
             reply,
             sequence,
             queued: None,
+            partition: None,
             delivered,
             received: std::time::Instant::now(),
             ended: Default::default(),

@@ -1,6 +1,7 @@
 //! A handler project, as `dedup-host new` lays it out and `dedup-host build` builds it: its
 //! manifest (`dedup.toml`), its language, and the component it builds into.
 
+mod sources;
 mod templates;
 mod toolchain;
 
@@ -9,6 +10,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+pub use sources::Sources;
 pub use templates::create;
 pub use toolchain::{build, BuildError};
 

@@ -61,6 +61,8 @@ pub(crate) struct Live {
     /// the record is deleted (a host never records it again).
     held: Mutex<BTreeMap<String, crate::contract::RouteContract>>,
     served: tokio::sync::Mutex<BTreeMap<String, Served>>,
+    /// Told when a reload changed the route set: the contract watch follows the new routes.
+    routes_changed: tokio::sync::Notify,
     /// Routes replaced or removed by a reload, still draining.
     draining: Mutex<Vec<JoinHandle<()>>>,
     /// Woken by file events in `components.dir`, kept alive by `_dir_watcher`.
@@ -99,6 +101,7 @@ impl Live {
             contracts,
             held: Mutex::default(),
             served: tokio::sync::Mutex::default(),
+            routes_changed: tokio::sync::Notify::new(),
             draining: Mutex::default(),
             poke,
             _dir_watcher: Mutex::new(dir_watcher),
@@ -342,6 +345,7 @@ impl Live {
             return report;
         }
         *self.config.lock().expect("config lock") = running.clone();
+        self.routes_changed.notify_one();
         let mut routes = Vec::new();
         let mut start = Vec::new();
         for r in &running.routes {
@@ -455,9 +459,10 @@ fn unfenced(running: &Config) -> Vec<String> {
         .collect()
 }
 
-/// Follows the deployment's contract records: each one as it is when the watch starts (or
-/// starts again, so nothing changed meanwhile is missed), then every change, is checked by
-/// [`Live::recheck`].
+/// Follows the contract records of the deployment's routes (its own keys of the bucket the
+/// source stream's deployments share, [`crate::contract::watch`]): each one as it is when the
+/// watch starts (or starts again, after a reload changed the routes or the watch ended, so
+/// nothing changed meanwhile is missed), then every change, is checked by [`Live::recheck`].
 pub(crate) fn follow_contracts(
     live: Arc<Live>,
     mut stopped: watch::Receiver<bool>,
@@ -465,33 +470,49 @@ pub(crate) fn follow_contracts(
     use futures::StreamExt as _;
     tokio::spawn(async move {
         loop {
-            let mut updates = match live.contracts.watch_with_history(">").await {
-                Ok(updates) => updates,
-                Err(e) => {
-                    tracing::warn!("cannot follow route contracts, retrying: {e}");
-                    tokio::select! {
-                        _ = tokio::time::sleep(std::time::Duration::from_secs(5)) => continue,
-                        _ = stopped.wait_for(|s| *s) => return,
+            let routes: Vec<String> = live
+                .config()
+                .routes
+                .iter()
+                .map(|r| r.name.clone())
+                .collect();
+            let client = live.js.client();
+            let mut updates =
+                match crate::contract::watch::follow(&client, &live.contracts, &routes).await {
+                    Ok(updates) => updates,
+                    Err(e) => {
+                        tracing::warn!("cannot follow route contracts, retrying: {e}");
+                        tokio::select! {
+                            _ = tokio::time::sleep(std::time::Duration::from_secs(5)) => continue,
+                            _ = live.routes_changed.notified() => continue,
+                            _ = stopped.wait_for(|s| *s) => return,
+                        }
                     }
-                }
-            };
-            loop {
-                let entry = tokio::select! {
-                    e = updates.next() => e,
+                };
+            let mut ended = routes.is_empty();
+            while !ended {
+                let update = tokio::select! {
+                    u = updates.next() => u,
+                    _ = live.routes_changed.notified() => break,
                     _ = stopped.wait_for(|s| *s) => return,
                 };
-                match entry {
-                    Some(Ok(entry)) => {
-                        let marked = crate::contract::is_marked(&entry.value);
-                        live.recheck(&entry.key, marked).await
+                match update {
+                    Some(Ok(update)) => {
+                        let marked = crate::contract::is_marked(&update.value);
+                        live.recheck(&update.route, marked).await
                     }
                     Some(Err(e)) => tracing::warn!("route contract watch: {e}"),
-                    None => break,
+                    None => ended = true,
                 }
             }
-            // The watch ended (a server restart, say): follow again, without spinning.
+            if !ended {
+                continue;
+            }
+            // The watch ended (a server restart, say) or there is no route: follow again,
+            // without spinning.
             tokio::select! {
                 _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
+                _ = live.routes_changed.notified() => {}
                 _ = stopped.wait_for(|s| *s) => return,
             }
         }

@@ -37,6 +37,8 @@ impl GuestThreads {
             .worker_threads(threads)
             .thread_name("guest")
             .enable_time()
+            // A guest's outbound HTTP calls (`wasi:http`) connect from the thread it runs on.
+            .enable_io()
             .build()?;
         let shadow = crate::candidate::shadow::low_priority_runtime()?;
         Ok(Self([Some(rt), Some(shadow)]))
@@ -328,7 +330,7 @@ async fn follow_reload_requests(
     mut stopped: watch::Receiver<bool>,
 ) -> anyhow::Result<JoinHandle<()>> {
     use futures::StreamExt as _;
-    let subject = crate::subject::reload_subject(&config.source.stream);
+    let subject = config.reload_subject();
     let mut subscription = client.subscribe(subject).await?;
     // Or on this deployment's own inbox prefix (`nats.inbox_prefix`), which its CLI uses.
     let inbox = format!("{}.", config.nats.inbox());

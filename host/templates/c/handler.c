@@ -4,6 +4,10 @@
 // `handler_guest.h` is generated from wit/ by `dedup-host build` (wit-bindgen c). Everything
 // returned is allocated with malloc: the generated bindings free it after the host has copied
 // it out.
+//
+// Outbound HTTP (a route granting `[routes.http]`) needs bindings for a world that also
+// imports `wasi:http/outgoing-handler`, which this project's build does not generate; the
+// Rust, Python and JavaScript templates end with an example call.
 
 #include <ctype.h>
 #include <stdio.h>

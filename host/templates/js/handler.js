@@ -30,3 +30,14 @@ function handle(event) {
 }
 
 export const handler = { handle };
+
+// Calling another system over HTTP (a notification, a payment API): the route must grant it
+// (`[routes.http] allow = ["http://api.example.com/v1/"]`; without the grant a component that
+// imports `wasi:http` is refused). Set `"dedup": { "http": true }` in package.json (build.mjs
+// then keeps `fetch`), make `handle` async (componentize-js waits for its promise) and call:
+//
+//   const answer = await fetch('http://api.example.com/v1/send', { method: 'POST', body: payload });
+//   if (!answer.ok) throw { tag: 'retry', val: { reason: `notify: ${answer.status}`, delayMs: 1000n } };
+//
+// The host journals each call under the message's claim and sets its `Idempotency-Key`: a
+// re-run of the key gets the recorded answer instead of calling again.

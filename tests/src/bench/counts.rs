@@ -16,10 +16,10 @@ use std::time::Duration;
 use async_nats::jetstream::{self, Context};
 use dedup_host::routes::{Guest, Routes};
 use dedup_host::runtime::engine::PoolTotals;
-use dedup_host::runtime::{EngineSettings, Handler, InvokeOptions, Outcome, Runtime};
+use dedup_host::runtime::{CompileCache, EngineSettings, Handler, InvokeOptions, Outcome, Runtime};
 use dedup_host::serve;
 
-use super::callgrind::dump;
+use super::callgrind::{dump, running_on_valgrind};
 use super::floor::{event, Floor, FloorCode};
 use super::handguard::{self, Ack, Guard};
 use super::pipeline::{guarded_config, Effects};
@@ -28,12 +28,14 @@ use crate::guests::guest;
 use crate::nats::NatsServer;
 
 /// Every bench, with its default unit count under callgrind (kept small: callgrind runs
-/// code about 50 times slower). No Python or JavaScript: the compile cache is keyed by the
-/// CPU features the engine detects, which differ under valgrind, so their components would
-/// be compiled under callgrind (more than ten minutes).
+/// code about 50 times slower; an interpreter's invocation is a few million instructions).
+/// Python and JavaScript compile for a named target ([`PORTABLE_TARGET`]), so
+/// `tests/instructions.sh` compiles them outside valgrind first ([`PRECOMPILED`]).
 pub const BENCHES: &[(&str, usize)] = &[
     ("invoke-rust", 200),
     ("invoke-c", 200),
+    ("invoke-python", 20),
+    ("invoke-js", 20),
     ("invoke-uppercase", 200),
     ("floor-rust", 200),
     ("floor-c", 200),
@@ -67,6 +69,16 @@ fn engine_settings() -> EngineSettings {
     }
 }
 
+/// The benches whose guests are too big to compile under callgrind (18 MB of Python, 9 MB of
+/// JavaScript: over ten minutes). Their engine compiles for [`PORTABLE_TARGET`], whose
+/// features do not depend on what the CPU reports (valgrind reports fewer than the CPU has),
+/// so a run outside valgrind (`dedup-bench counts invoke-python 1`) leaves the compile-cache
+/// entry that the run under callgrind loads.
+pub const PRECOMPILED: &[&str] = &["invoke-python", "invoke-js"];
+
+/// The target the [`PRECOMPILED`] benches compile for: x86-64 with its baseline features.
+const PORTABLE_TARGET: &str = "x86_64-unknown-linux-gnu";
+
 /// Runs bench `which` with `units` units of work (its default when `None`), printing
 /// `counts: BENCH UNITS` for the script.
 pub async fn run(which: &str, units: Option<usize>) -> anyhow::Result<()> {
@@ -88,8 +100,19 @@ pub async fn run(which: &str, units: Option<usize>) -> anyhow::Result<()> {
         "fenced" => host(Hosted::Wasm(Effects::Fenced), n).await?,
         "hand-2b" => hand(Guard::Record, n).await?,
         "hand-2c" => hand(Guard::Output, n).await?,
-        "invoke-uppercase" => invoke("uppercase", n, as_routed()).await?,
-        _ => invoke(&which.replace("invoke", "conformance"), n, upper()).await?,
+        "invoke-uppercase" => invoke("uppercase", n, as_routed(), engine_settings()).await?,
+        "invoke-python" | "invoke-js" => {
+            let name = which.replace("invoke-js", "invoke-javascript");
+            let settings = EngineSettings {
+                target: Some(PORTABLE_TARGET.to_string()),
+                ..engine_settings()
+            };
+            invoke(&name.replace("invoke", "conformance"), n, upper(), settings).await?
+        }
+        _ => {
+            let name = which.replace("invoke", "conformance");
+            invoke(&name, n, upper(), engine_settings()).await?
+        }
     }
     println!("counts: {which} {n}");
     Ok(())
@@ -105,13 +128,29 @@ fn as_routed() -> InvokeOptions {
 }
 
 /// `n` host invocations of guest `name` with `options` (limits armed, as the host runs
-/// them). Compiled components are cached in the temp dir, so only the first run of a
-/// language compiles.
-async fn invoke(name: &str, n: usize, options: InvokeOptions) -> anyhow::Result<()> {
+/// them) on an engine built with `settings`. Compiled components are cached in the temp dir,
+/// so only the first run of a language compiles. Under valgrind, a component of a
+/// [`PRECOMPILED`] bench must already be in that cache.
+async fn invoke(
+    name: &str,
+    n: usize,
+    options: InvokeOptions,
+    settings: EngineSettings,
+) -> anyhow::Result<()> {
     let cache = std::env::temp_dir().join("dedup-counts-cache");
     std::fs::create_dir_all(&cache)?;
-    let runtime = Runtime::new(&engine_settings())?.with_cache(&cache)?;
-    let handler = runtime.load_file(&guest(name))?;
+    let runtime = Runtime::new(&settings)?.with_cache(&cache)?;
+    let path = guest(name);
+    if settings.target.is_some() && running_on_valgrind() {
+        let digest = dedup_host::runtime::digest(&std::fs::read(&path)?);
+        let entry = CompileCache::open(&cache, runtime.engine())?.entry(&digest);
+        anyhow::ensure!(
+            entry.exists(),
+            "`{name}` is not compiled yet (no `{}`), and compiling it under valgrind takes over ten minutes: run `dedup-bench counts` of this bench once outside valgrind first (tests/instructions.sh does)",
+            entry.display()
+        );
+    }
+    let handler = runtime.load_file(&path)?;
     for i in 0..WARM_UP.min(n) {
         invoke_once(&handler, &options, i).await?;
     }

@@ -1,28 +1,49 @@
 //! What `exclusive_by` costs: throughput of an exclusive `uppercase` route with 1, 10 and
 //! 1,000 distinct entities, against the same route without `exclusive_by`, each in rounds
-//! alternating in one run on one nats-server (an in-process host, 16 guest slots: 16
-//! partitions).
+//! alternating in one run on one nats-server (an in-process host, 16 guest slots, 16
+//! partitions unless told otherwise). Two more settings publish the messages straight onto the route's partitions
+//! of the work queue, as the queueing step would copy them: what the partitions run when
+//! queueing costs nothing, the ceiling of any faster queueing step.
 
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, Context};
+use async_nats::HeaderMap;
 use dedup_host::config::Config;
-use dedup_host::serve;
+use dedup_host::{exclusive, serve};
 
 use super::{bench_config_text, publish_spread};
 use crate::guests::guest;
 use crate::nats::NatsServer;
 
-/// The settings compared: a label, and the entities (`None`: not exclusive, 1,000 entities).
-const SETTINGS: [(&str, Option<usize>); 4] = [
-    ("not exclusive (1,000 entities)", None),
-    ("exclusive, 1,000 entities", Some(1000)),
-    ("exclusive, 10 entities", Some(10)),
-    ("exclusive, 1 entity", Some(1)),
+/// The settings compared: a label, the entities (`None`: not exclusive, 1,000 entities),
+/// and how the messages arrive.
+const SETTINGS: [(&str, Option<usize>, Arrival); 6] = [
+    ("not exclusive (1,000 entities)", None, Arrival::Source),
+    ("exclusive, 1,000 entities", Some(1000), Arrival::Source),
+    ("exclusive, 10 entities", Some(10), Arrival::Source),
+    ("exclusive, 1 entity", Some(1), Arrival::Source),
+    (
+        "partitions alone, 1,000 entities",
+        Some(1000),
+        Arrival::Queued,
+    ),
+    ("partitions alone, 10 entities", Some(10), Arrival::Queued),
 ];
 
-/// Runs `rounds` rounds of every setting with `messages` messages each.
-pub async fn run(messages: usize, rounds: usize) -> anyhow::Result<()> {
+/// Where a setting's messages are published.
+#[derive(Clone, Copy)]
+enum Arrival {
+    /// On the route's subject in the source stream (what producers do).
+    Source,
+    /// Straight onto the route's partitions of the work queue, with the headers the queueing
+    /// step gives its copies (the queueing step then has nothing to do).
+    Queued,
+}
+
+/// Runs `rounds` rounds of every setting with `messages` messages each, exclusive routes with
+/// `partitions` partitions.
+pub async fn run(messages: usize, rounds: usize, partitions: usize) -> anyhow::Result<()> {
     let server = NatsServer::start();
     let js = jetstream::new(server.connect().await);
     let mut rates = vec![Vec::new(); SETTINGS.len()];
@@ -36,19 +57,28 @@ pub async fn run(messages: usize, rounds: usize) -> anyhow::Result<()> {
         };
         for i in order {
             let name = format!("x{round}s{i}");
-            let (rate, queued) = throughput(&server, &js, &name, SETTINGS[i].1, messages).await?;
+            let (_, entities, arrival) = SETTINGS[i];
+            let (rate, queued) = throughput(
+                &server,
+                &js,
+                &name,
+                (entities, partitions),
+                arrival,
+                messages,
+            )
+            .await?;
             rates[i].push(rate);
             queueing[i].extend(queued);
         }
     }
-    println!("exclusive routes (uppercase, {messages} messages per round, {rounds} rounds, 16 guest slots = 16 partitions, in-process host):");
+    println!("exclusive routes (uppercase, {messages} messages per round, {rounds} rounds, 16 guest slots, {partitions} partitions, in-process host):");
     let median = |v: &Vec<f64>| {
         let mut v = v.clone();
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]
     };
     let base = median(&rates[0]);
-    for (i, (label, _)) in SETTINGS.iter().enumerate() {
+    for (i, (label, _, _)) in SETTINGS.iter().enumerate() {
         let rate = median(&rates[i]);
         let queue = match queueing[i].is_empty() {
             true => String::new(),
@@ -76,14 +106,14 @@ async fn throughput(
     server: &NatsServer,
     js: &Context,
     name: &str,
-    entities: Option<usize>,
+    (entities, partitions): (Option<usize>, usize),
+    arrival: Arrival,
     n: usize,
 ) -> anyhow::Result<(f64, Option<f64>)> {
     let exclusive_stream = entities.map(|_| format!("S_{name}_EXCLUSIVE"));
-    let exclusive = if entities.is_some() {
-        "exclusive_by = { subject_token = 2 }"
-    } else {
-        ""
+    let exclusive = match entities {
+        Some(_) => format!("exclusive_by = {{ subject_token = 2 }}\npartitions = {partitions}"),
+        None => String::new(),
     };
     let routes = format!(
         "[[routes]]\nname = \"bench\"\nsubject = \"{name}.in.*\"\ncomponent = \"{}\"\nallowed_outputs = [\"{name}.in.*.done\"]\nconcurrency = 16\n{exclusive}\n",
@@ -102,6 +132,7 @@ async fn throughput(
         std::path::Path::new("bench.toml"),
         std::env::temp_dir(),
     )?;
+    let config_copy = config.clone();
     let host = serve::start(config).await?;
     let outputs = format!("OUT_{name}");
     let stored = |js: Context, stream: String| async move {
@@ -111,7 +142,13 @@ async fn throughput(
     let entities = entities.unwrap_or(1000);
     let publish = |count: usize, prefix: &'static str| {
         let spread = move |i: usize| format!("{name}.in.e{}", i % entities);
-        publish_spread(js, spread, prefix, count, &[b'a'; 1024])
+        let config = &config_copy;
+        async move {
+            match arrival {
+                Arrival::Source => publish_spread(js, spread, prefix, count, &[b'a'; 1024]).await,
+                Arrival::Queued => publish_queued(js, config, prefix, count, spread).await,
+            }
+        }
     };
     // When the queue's last sequence (every copy ever stored) reached `target`, if it did.
     let queued = |js: Context, target: u64| {
@@ -146,4 +183,46 @@ async fn throughput(
     host.shutdown().await?;
     let queueing = all_queued.map(|t| n as f64 / (t - started).as_secs_f64());
     Ok((rate, queueing))
+}
+
+/// Publishes `n` messages onto route `bench`'s partitions of the work queue, each as the
+/// queueing step would copy the `i`-th message on subject `subject(i)` (its entity the
+/// subject's last token, its source sequence made up: no source stream holds it).
+async fn publish_queued(
+    js: &Context,
+    config: &Config,
+    prefix: &str,
+    n: usize,
+    subject: impl Fn(usize) -> String,
+) -> anyhow::Result<()> {
+    let offset = if prefix == "warm" {
+        1_000_000
+    } else {
+        2_000_000
+    };
+    let route = config.routes.iter().find(|r| r.name == "bench");
+    let partitions = route.map_or(1, exclusive::partitions);
+    let mut acks = Vec::with_capacity(1024);
+    for i in 0..n {
+        let original = subject(i);
+        let entity = original.rsplit('.').next().unwrap_or_default();
+        let mut h = HeaderMap::new();
+        h.insert("Nats-Msg-Id", format!("{prefix}-{i}").as_str());
+        let sequence = (offset + i) as u64;
+        let headers = exclusive::queued_headers(Some(&h), "bench", &original, sequence);
+        let work = exclusive::work_subject(config, "bench", partitions, entity);
+        acks.push(
+            js.publish_with_headers(work, headers, vec![b'a'; 1024].into())
+                .await?,
+        );
+        if acks.len() == 1024 {
+            for a in acks.drain(..) {
+                a.await?;
+            }
+        }
+    }
+    for a in acks {
+        a.await?;
+    }
+    Ok(())
 }

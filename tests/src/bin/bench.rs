@@ -2,7 +2,7 @@
 //! `dedup-bench invoke [ITERATIONS]`, `dedup-bench floor [ITERATIONS]`, `dedup-bench counts BENCH [UNITS]`, `dedup-bench pipeline [MESSAGES] [LATENCY_SAMPLES]`, `dedup-bench fairness [MESSAGES]`,
 //! `dedup-bench deploy [DEPLOYS]`, `dedup-bench load [GUEST...]`,
 //! `dedup-bench languages [ITERATIONS] [LANGUAGE...]`, `dedup-bench ops [MESSAGES] [ROUNDS] [AUDITED]`,
-//! `dedup-bench exclusive [MESSAGES] [ROUNDS]`, `dedup-bench scale [MESSAGES]`,
+//! `dedup-bench exclusive [MESSAGES] [ROUNDS] [PARTITIONS]`, `dedup-bench scale [MESSAGES]`,
 //! `dedup-bench growth routes|inflight|claims [MESSAGES]`,
 //! `dedup-bench tracing|shadow|console [MESSAGES] [ROUNDS]`.
 
@@ -26,7 +26,7 @@ Usage: dedup-bench BENCHMARK [ARGUMENTS...]
   load [GUEST...]                          component load times
   languages [ITERATIONS] [LANGUAGE...]     one guest per language
   ops [MESSAGES] [ROUNDS] [AUDITED]        inspect, audit and dead-letter commands
-  exclusive [MESSAGES] [ROUNDS]            exclusive routes
+  exclusive [MESSAGES] [ROUNDS] [PARTITIONS]  exclusive routes
   scale [MESSAGES]                         many routes
   growth routes|inflight|claims [MESSAGES] how cost grows
   tracing|shadow|console [MESSAGES] [ROUNDS]
@@ -81,7 +81,7 @@ async fn run(args: &[String]) -> anyhow::Result<()> {
         "fenced" => bench::fenced::run(number(1, 10_000)?, number(2, 300)?).await,
         "fairness" => bench::fairness::run(number(1, 20_000)?).await,
         "languages" => bench::languages::run(number(1, 1_000)?, args.get(2..).unwrap_or(&[])).await,
-        "exclusive" => bench::exclusive::run(number(1, 5_000)?, number(2, 3)?).await,
+        "exclusive" => bench::exclusive::run(number(1, 5_000)?, number(2, 3)?, number(3, 16)?).await,
         "ops" => bench::ops::run(number(1, 20_000)?, number(2, 3)?, number(3, 100_000)?).await,
         "scale" => bench::scale::run(number(1, 20_000)?).await,
         "growth" => {

@@ -270,6 +270,22 @@ impl Streams {
             .any(|n| n.entity == m.entity && n.partition == m.partition)
     }
 
+    /// What the consumer of queued message `sequence`'s partition says of itself (its
+    /// info): the latest message of the partition it handed out, its ack wait and bound.
+    pub fn partition(&self, sequence: u64) -> dedup_delivery::partition::Partition {
+        let partition = self.message(Lane::Queue, sequence).partition;
+        let handed_out = (self.queue.iter())
+            .filter(|m| m.partition == partition && m.deliveries > 0)
+            .map(|m| m.sequence)
+            .max()
+            .unwrap_or(0);
+        dedup_delivery::partition::Partition {
+            handed_out,
+            ack_wait: std::time::Duration::from_millis(self.ack_wait_ms),
+            max_deliver: self.server_max_deliver as i64,
+        }
+    }
+
     /// Deletes a message (dead-lettered by a host).
     pub fn delete(&mut self, lane: Lane, sequence: u64) {
         self.lane_mut(lane)[sequence as usize - 1].delivery = Delivery::Done;

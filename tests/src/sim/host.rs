@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::task::Context;
 use std::time::Duration;
 
+use dedup_delivery::clock::Clock;
 use dedup_delivery::undeliverable::{self, GivenUp};
 use dedup_host::claim::record::virtual_clock;
 use dedup_host::stranded;
@@ -83,6 +84,11 @@ pub struct Hosts {
     hosts: Vec<Host>,
     /// When host 0 reloads a changed config of the route, if it does.
     reload_at: Option<u64>,
+    /// How often (thousandths) a queued delivery waits in the host's buffer, behind the
+    /// partition's permit, before the host takes it up; drawn apart from the other draws, so
+    /// that seeds without it run as they did before it was modelled.
+    buffered: u64,
+    buffer: Rng,
 }
 
 impl Hosts {
@@ -111,6 +117,13 @@ impl Hosts {
             host.configure(&world, *config, i);
             hosts.push(host);
         }
+        // One run in four: a queued delivery now and then waits in its host's buffer for half
+        // to two ack waits, and the server may give up on it meanwhile.
+        let mut buffer = Rng::new(seed.rotate_left(29) ^ 0xB0FF);
+        let buffered = match buffer.chance(250) {
+            true => buffer.range(50, 300),
+            false => 0,
+        };
         Self {
             world,
             settings,
@@ -118,6 +131,8 @@ impl Hosts {
             rng,
             hosts,
             reload_at,
+            buffered,
+            buffer,
         }
     }
 
@@ -285,9 +300,21 @@ impl Hosts {
             let ctx = host.ctx.clone();
             let served = host.served.clone().expect("serving");
             let key = offer.message.key.clone();
+            let faulty = self.world.lock().expect("one thread").faulty;
+            let ack_wait = self.settings.ack_wait_ms;
+            let wait = (offer.lane == Lane::Queue && faulty && self.buffer.chance(self.buffered))
+                .then(|| self.buffer.range(ack_wait / 2, ack_wait * 2));
+            if let Some(ms) = wait {
+                log(&self.world, || format!("  waits {ms} ms in h{i}'s buffer"));
+            }
             host.work.push((
                 key,
-                Box::pin(async move { ctx.handle(offer, served).await }),
+                Box::pin(async move {
+                    if let Some(ms) = wait {
+                        ctx.sleep(Duration::from_millis(ms)).await;
+                    }
+                    ctx.handle(offer, served).await
+                }),
             ));
         }
     }

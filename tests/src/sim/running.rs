@@ -10,14 +10,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use dedup_delivery::ahead;
 use dedup_delivery::before::{ClaimedDelivery, Handled, Unclaimed};
 use dedup_delivery::claim::{ClaimError, Lease};
 use dedup_delivery::heartbeat::Progress;
 use dedup_delivery::outcome::MessageOutcome;
+use dedup_delivery::partition::{Partition, Queued};
 use dedup_delivery::settle::{Retries, Settlement};
 use dedup_host::pipeline::busy_delay;
-use dedup_host::stranded;
 
 use super::consumer::Lane;
 use super::ctx::{At, Ctx, NakMs, Running};
@@ -212,16 +211,30 @@ impl<'a> ClaimedDelivery for SimRun<'a> {
         self.ctx
     }
 
-    /// The host's own test ([`ahead::late`]) on the model's time.
-    fn late(&self) -> bool {
+    /// A queued delivery, timed from when the host took it up (after any wait in its
+    /// buffer), as on the host.
+    fn queued(&self) -> Option<Queued> {
+        if self.at.lane != Lane::Queue {
+            return None;
+        }
         let s = self.ctx.settings;
-        let last = stranded::last_delivery(self.at.number, s.server_max_deliver as i64);
         let since = self.ctx.world().now.saturating_sub(self.at.received);
-        ahead::late(
-            self.at.lane == Lane::Queue && last,
-            Duration::from_millis(since),
-            Duration::from_millis(s.ack_wait_ms),
-            Duration::from_millis(s.skew_ms),
-        )
+        Some(Queued {
+            sequence: self.at.sequence,
+            delivered: self.at.number,
+            since: Duration::from_millis(since),
+            skew: Duration::from_millis(s.skew_ms),
+            configured: Partition {
+                handed_out: 0,
+                ack_wait: Duration::from_millis(s.ack_wait_ms),
+                max_deliver: s.server_max_deliver as i64,
+            },
+        })
+    }
+
+    /// The model's partition consumer, answered at once (no round trip: the seeds' runs
+    /// stay as they were before the host asked).
+    async fn partition(&self) -> Result<Partition, String> {
+        Ok(self.ctx.world().streams.partition(self.at.sequence))
     }
 }

@@ -313,6 +313,37 @@ subject = "in.stored.*"
         .await
         .unwrap();
     browser.screenshot(&shots().join("route-charts.png")).await;
+    // Live: under load the charts are redrawn from the server in place, the page not reloaded
+    // (a mark set on this page's window survives).
+    let rate_line = || async {
+        b.client
+            .execute(
+                "const l = document.querySelector('#chart-rate [data-label=\"processed\"]'); return l ? l.getAttribute('d') : '';",
+                vec![],
+            )
+            .await
+            .expect("execute")
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+    b.client
+        .execute("window.__samePage = 'yes'; return null;", vec![])
+        .await
+        .expect("execute");
+    let drawn = rate_line().await;
+    wait_for(
+        Duration::from_secs(180),
+        "the rate chart redrawn without reloading the page",
+        || async { (rate_line().await != drawn).then_some(()) },
+    )
+    .await;
+    let same = b
+        .client
+        .execute("return window.__samePage || 'reloaded';", vec![])
+        .await
+        .expect("execute");
+    assert_eq!(same.as_str(), Some("yes"), "the page was reloaded");
     b.client
         .execute(
             "document.getElementById('config').scrollIntoView();",

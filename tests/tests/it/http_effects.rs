@@ -409,13 +409,22 @@ async fn a_stale_owner_cannot_write_the_journal() {
         idempotency_key: format!("http.k.k9.call.{index}"),
         at_ms: 1,
         response: None,
+        token: None,
     };
     let owner = journal(lease.fencing_token());
     owner
         .write(record(0))
         .await
         .expect("the owner records its call");
-    assert_eq!(owner.read(0).await.unwrap(), Some(record(0)));
+    let stamped = CallRecord {
+        token: Some(lease.fencing_token()),
+        ..record(0)
+    };
+    assert_eq!(
+        owner.read(0).await.unwrap(),
+        Some(stamped),
+        "stored with the writer's token"
+    );
     assert_eq!(
         journal(lease.fencing_token() + 1000).write(record(1)).await,
         Err(JournalError::Fenced),

@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+mod console_writes;
+mod ephemeral;
 mod isolation;
 
 use dedup_host::claim::ClaimState;
@@ -78,16 +80,21 @@ fn as_user(text: &str, user: &str) -> String {
 /// prints for it (the host's set without `missing`), an unrestricted `admin` for the test's
 /// own reads, and a log file in the server's directory.
 fn server_conf(deployment: &Path, missing: Option<&str>) -> String {
+    server_conf_without(deployment, "host", missing)
+}
+
+/// [`server_conf`], with `missing` taken out of the set of role `without`.
+fn server_conf_without(deployment: &Path, without: &str, missing: Option<&str>) -> String {
     let mut conf = String::from("log_file: \"{dir}/nats.log\"\n");
     for (role, _) in ROLES {
         let printed = cli(deployment, &["permissions", "--role", role]);
         assert_eq!(printed.code, 0, "{printed:?}");
         let mut text = printed.stdout;
-        if let (Some(subject), "host") = (missing, role) {
+        if let (Some(subject), true) = (missing, role == without) {
             let line = format!("      \"{subject}\"\n");
             assert!(
                 text.contains(&line),
-                "`{subject}` is not in the host's set: {text}"
+                "`{subject}` is not in the {role}'s set: {text}"
             );
             text = text.replace(&line, "");
         }

@@ -34,8 +34,11 @@ fn a_window_shorter_than_the_readme_bound_is_caught_storing_outputs_twice() {
 /// The seeds that found the given-up partition bugs (`dedup_delivery::ahead`), replayed in
 /// the modes that found them: 2403, a partition handing out an entity's next message while a
 /// paused owner's lease on the given-up one lived (`ahead::clear`); 16083, a paused last
-/// delivery claiming its key after the next message had gone ahead (`ahead::late`, which the
-/// CI budget of seeds does not reach otherwise).
+/// delivery claiming its key after the next message had gone ahead (its ack wait spent:
+/// `partition::late`, which the CI budget of seeds does not reach otherwise); 1644, a last
+/// delivery that waited in its host's buffer while the server gave up on it and the partition
+/// handed out the next message, claimed with its host's clock showing no time spent
+/// (`partition::late` reading the partition's consumer).
 #[test]
 fn the_seeds_that_found_a_partition_moving_past_a_running_message_pass() {
     let exclusive = |fenced| Mode {
@@ -48,6 +51,8 @@ fn the_seeds_that_found_a_partition_moving_past_a_running_message_pass() {
         (2403, exclusive(true)),
         (16083, exclusive(false)),
         (16083, exclusive(true)),
+        (1644, exclusive(false)),
+        (1644, exclusive(true)),
     ] {
         let settings = Settings {
             mode,

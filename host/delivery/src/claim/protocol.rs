@@ -280,6 +280,9 @@ enum WriteError {
 const ADOPTED: &str =
     "an earlier write of this claim landed late; its revision is adopted, write again";
 
+/// Why a renewing write was not made, or not trusted: the lease lapsed by this host's clock.
+const LAPSED: &str = "the lease lapsed by this host's clock (no write landed in time); the work stops, and another host may run the key";
+
 /// Why a lease can no longer be used.
 #[derive(Debug, Error)]
 pub enum LeaseLost {
@@ -425,6 +428,12 @@ impl<S: ClaimStore> Lease<S> {
         if state.settled {
             return Ok(());
         }
+        // A renewing write (not the outcome) sent once the lease lapsed by this host's clock
+        // could land after another host, seeing the lapse, went ahead: not sent.
+        let lapses_at = self.lapses_at_ms.load(Ordering::Acquire);
+        if !last && monotonic_ms() >= lapses_at {
+            return Err(WriteError::Lost(self.lapsed(&mut state).await));
+        }
         let mut next = state.record.clone();
         change(&mut next);
         next.fencing_token = Some(self.fencing_token);
@@ -478,6 +487,11 @@ impl<S: ClaimStore> Lease<S> {
         let revision = written?;
         state.record = next;
         state.revision = revision;
+        if !last && monotonic_ms() >= lapses_at {
+            // Landed, but answered only after the lease lapsed by this host's clock: another
+            // host may have gone ahead meanwhile, so the lease counts as lapsed all the same.
+            return Err(WriteError::Lost(LeaseLost::Unavailable(LAPSED.into())));
+        }
         state.written_at_ms = started;
         state.settled = last;
         let lapses_at = match last {
@@ -486,6 +500,21 @@ impl<S: ClaimStore> Lease<S> {
         };
         self.lapses_at_ms.store(lapses_at, Ordering::Release);
         Ok(())
+    }
+
+    /// Why a renewing write is refused once the lease lapsed locally: taken over, if a read
+    /// shows another owner's later record; otherwise [`LAPSED`].
+    async fn lapsed(&self, state: &mut LeaseState) -> LeaseLost {
+        if let Ok(Some((current, revision))) = self.store.get(&self.key).await {
+            let ours = current.owner == state.record.owner
+                && current.fencing_token == Some(self.fencing_token);
+            if revision > state.revision && !ours {
+                state.lost = true;
+                self.lapses_at_ms.store(LOST, Ordering::Release);
+                return LeaseLost::Reclaimed;
+            }
+        }
+        LeaseLost::Unavailable(LAPSED.into())
     }
 
     /// Extends the lease (a heartbeat).

@@ -354,3 +354,71 @@ async fn a_replay_read_from_a_lagging_replica_is_read_again_then_busy() {
         ClaimOutcome::Busy { .. }
     ));
 }
+
+/// A store whose updates land at once but are answered only at `answer_at` (virtual ms): the
+/// writer's clock jumps meanwhile, as over a connection the network held back.
+struct LateAnswers {
+    inner: MemoryClaimStore,
+    answer_at: u64,
+}
+
+impl ClaimStore for LateAnswers {
+    async fn get(&self, key: &str) -> Result<Option<(ClaimRecord, u64)>, ClaimError> {
+        self.inner.get(key).await
+    }
+    async fn create(&self, key: &str, record: &ClaimRecord) -> Result<u64, ClaimError> {
+        self.inner.create(key, record).await
+    }
+    async fn update(
+        &self,
+        key: &str,
+        record: &ClaimRecord,
+        revision: u64,
+    ) -> Result<u64, ClaimError> {
+        let r = self.inner.update(key, record, revision).await;
+        crate::claim::record::virtual_clock::set(Some(self.answer_at));
+        r
+    }
+}
+
+/// A lease that lapsed by its owner's clock is not renewed, although nobody took the key over
+/// yet: a host that saw the lapse (an exclusive partition's next message) may have gone ahead.
+/// A renewal answered only after the lapse does not revive it either.
+#[tokio::test]
+async fn a_lease_lapsed_by_its_owners_clock_is_neither_renewed_nor_revived() {
+    use crate::claim::record::virtual_clock;
+    const T0: u64 = 1_000_000;
+    virtual_clock::set(Some(T0));
+    let store = Arc::new(LateAnswers {
+        inner: MemoryClaimStore::new(),
+        answer_at: T0 + 10_001,
+    });
+    let a = Claimer::new(store.clone(), "a", Duration::from_secs(10), Duration::ZERO);
+    let ClaimOutcome::Acquired(lease) = a.claim("k", "d").await.unwrap() else {
+        panic!("a claims")
+    };
+    // Sent at 5 s, answered after the lease (10 s) ran out by the owner's clock.
+    virtual_clock::set(Some(T0 + 5_000));
+    let renewed = lease.renew().await;
+    assert!(
+        matches!(renewed, Err(LeaseLost::Unavailable(_))),
+        "{renewed:?}"
+    );
+    assert_eq!(lease.left_locally(), Duration::ZERO);
+    // Past the lapse, nothing renewing is sent at all.
+    let before = store.get("k").await.unwrap();
+    let renewed = lease.renew().await;
+    assert!(
+        matches!(renewed, Err(LeaseLost::Unavailable(_))),
+        "{renewed:?}"
+    );
+    let marked = lease.begin_effects().await;
+    assert!(
+        matches!(marked, Err(LeaseLost::Unavailable(_))),
+        "{marked:?}"
+    );
+    assert_eq!(store.get("k").await.unwrap(), before, "nothing was written");
+    // The outcome may still be recorded (nothing else holds the key).
+    lease.release("lapsed", Duration::ZERO).await.unwrap();
+    virtual_clock::set(None);
+}

@@ -4,6 +4,7 @@
 //! never a trap; what the journal stops (outcome unknown, non-determinism, a lost claim)
 //! also decides the run's outcome ([`Verdict`]).
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -47,8 +48,16 @@ impl HttpState {
                 claim_key,
                 next_index: 0,
                 verdict: Arc::default(),
+                requests: Arc::default(),
             },
         }
+    }
+
+    /// The requests the guest made, in call order (method and URL; the body digest once the
+    /// body was read): what a shadow run's comparison shows.
+    pub fn requests(&self) -> Vec<CallRequest> {
+        let requests = self.hooks.requests.lock().expect("requests");
+        requests.values().cloned().collect()
     }
 
     /// What the journal decided about the run, if anything.
@@ -67,7 +76,11 @@ pub struct CallHooks {
     /// guest makes the same calls in the same order).
     next_index: u32,
     verdict: Arc<Mutex<Option<Verdict>>>,
+    requests: Requests,
 }
+
+/// The requests of one invocation, by call index.
+type Requests = Arc<Mutex<BTreeMap<u32, CallRequest>>>;
 
 type ResponseFuture = Box<dyn Future<Output = Result<(), Error>> + Send>;
 
@@ -95,6 +108,7 @@ impl WasiHttpHooks for CallHooks {
             route: self.route.clone(),
             claim_key: self.claim_key.clone(),
             verdict: self.verdict.clone(),
+            requests: self.requests.clone(),
         };
         self.next_index += 1;
         Box::new(async move {
@@ -112,6 +126,7 @@ struct Call {
     route: String,
     claim_key: String,
     verdict: Arc<Mutex<Option<Verdict>>>,
+    requests: Requests,
 }
 
 /// A refusal or failure: what the guest sees, and how it is counted.
@@ -124,6 +139,11 @@ impl Call {
         request: http::Request<WasiBody>,
     ) -> Result<http::Response<WasiBody>, Error> {
         let (method, url) = (request.method().to_string(), request.uri().to_string());
+        self.seen(CallRequest {
+            method: method.to_ascii_uppercase(),
+            url: url.clone(),
+            body_digest: String::new(),
+        });
         let started = Instant::now();
         let result = self.answer(request).await;
         let (outcome, status) = match &result {
@@ -182,8 +202,10 @@ impl Call {
         let rule = grant
             .rules
             .iter()
-            .find(|r| r.allows(method, &scheme, &host, port, path))
-            .ok_or((Error::HttpRequestDenied, CallResult::Denied))?;
+            .find(|r| r.allows(method, &scheme, &host, port, path));
+        if rule.is_none() && !grant.allow_any {
+            return Err((Error::HttpRequestDenied, CallResult::Denied));
+        }
         let deadline = tokio::time::Instant::now() + grant.timeout;
         let timed_out = || (Error::ConnectionTimeout, CallResult::Failed);
         let body = Limited::new(body, grant.max_request_bytes as usize).collect();
@@ -196,11 +218,21 @@ impl Call {
             })?
             .to_bytes();
         let call = CallRequest::new(method, &uri.to_string(), &body);
+        self.seen(call.clone());
+        if let Some(responder) = &grant.responder {
+            let answered = responder(&call).map(|response| (response, false));
+            return answered.map_err(|why| (Error::InternalError(Some(why)), CallResult::Denied));
+        }
+        let rule = rule.ok_or((Error::HttpRequestDenied, CallResult::Denied))?;
         if let Some(journal) = &self.journal {
             match journal.begin(self.index, &call).await {
                 Ok(Begin::Send) => {}
                 Ok(Begin::Replay(response)) => return Ok((response, true)),
                 Ok(Begin::Stop(reason)) => return Err(self.stop(Verdict::DeadLetter(reason))),
+                Ok(Begin::Refuse(reason)) => {
+                    tracing::debug!(route = %self.route, call = self.index, "{reason}");
+                    return Err((Error::HttpRequestDenied, CallResult::Denied));
+                }
                 Err(e) => return Err(self.journal_failed(e)),
             }
         }
@@ -235,6 +267,12 @@ impl Call {
             }
         }
         Ok((response, false))
+    }
+
+    /// Notes the request the guest made at this call's index.
+    fn seen(&self, request: CallRequest) {
+        let mut requests = self.requests.lock().expect("requests");
+        requests.insert(self.index, request);
     }
 
     /// Records `verdict` (the first one stands) and refuses the call.

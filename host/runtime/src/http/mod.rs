@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use dedup_delivery::journal::OnUnknown;
+use dedup_delivery::journal::{CallRequest, OnUnknown, RecordedResponse};
 
 /// Default bound on one call, connect to last byte of the answer.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -200,6 +200,10 @@ impl CallResult {
 /// Counts each call's result (the host's metrics).
 pub type CallObserver = Arc<dyn Fn(CallResult) + Send + Sync>;
 
+/// Answers calls instead of the network (`dedup-host test`'s canned responses): the answer
+/// to a request, or why there is none (the guest sees it as an internal error).
+pub type Responder = Arc<dyn Fn(&CallRequest) -> Result<RecordedResponse, String> + Send + Sync>;
+
 /// A route's HTTP grant, checked once: its rules, limits and journal policy.
 #[derive(Clone)]
 pub struct HttpGrant {
@@ -211,6 +215,10 @@ pub struct HttpGrant {
     pub(crate) header: http::HeaderName,
     pub(crate) on_unknown: OnUnknown,
     pub(crate) observer: Option<CallObserver>,
+    /// Answers calls instead of the network: nothing is resolved, sent or journaled.
+    pub(crate) responder: Option<Responder>,
+    /// Every URL passes the allowlist (a grant made only for a responder).
+    pub(crate) allow_any: bool,
 }
 
 impl HttpGrant {
@@ -233,7 +241,33 @@ impl HttpGrant {
                 UnknownPolicy::Fail => OnUnknown::Fail,
             },
             observer: None,
+            responder: None,
+            allow_any: false,
         })
+    }
+
+    /// A grant that answers every call with `responder`, whatever its URL (no allowlist;
+    /// the default limits): for testing a handler with no route to test it as.
+    pub fn answered_only(responder: Responder) -> Self {
+        Self {
+            rules: Arc::new([]),
+            timeout: DEFAULT_TIMEOUT,
+            max_calls: DEFAULT_MAX_CALLS,
+            max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
+            max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
+            header: http::HeaderName::from_static("idempotency-key"),
+            on_unknown: OnUnknown::Resend,
+            observer: None,
+            responder: Some(responder),
+            allow_any: true,
+        }
+    }
+
+    /// The same grant (allowlist and limits still apply), its calls answered by `responder`
+    /// instead of the network.
+    pub fn answered_by(mut self, responder: Responder) -> Self {
+        self.responder = Some(responder);
+        self
     }
 
     /// Counts every call's result with `observer`.

@@ -1,5 +1,7 @@
 // dedup-host console: updates the overview's numbers and charts in place every few seconds
-// from /api/overview. Text goes in with textContent only, never as HTML.
+// from /api/overview, and a route page's charts from their fragment (#live-charts). Text goes
+// in with textContent only; the charts are the server's own SVG (escaped where it renders
+// them, as on the page), parsed inert and swapped in whole.
 "use strict";
 
 const EVERY_MS = 3000;
@@ -44,6 +46,28 @@ async function refresh() {
   const hosts = document.getElementById("host-count");
   if (hosts) hosts.textContent = String(data.hosts.filter((h) => !h.gone).length);
   document.body.dataset.refreshed = String(Date.now());
+}
+
+// A route page's charts, redrawn on the server: the fragment replaces the charts in place.
+async function refreshCharts(box) {
+  let text;
+  try {
+    const response = await fetch(box.dataset.src, { credentials: "same-origin" });
+    if (!response.ok) return;
+    text = await response.text();
+  } catch (e) {
+    return;
+  }
+  const parsed = new DOMParser().parseFromString(text, "text/html");
+  const charts = parsed.body.querySelector("div.charts");
+  if (!charts) return;
+  box.replaceChildren(document.importNode(charts, true));
+  document.body.dataset.chartsRefreshed = String(Date.now());
+}
+
+const liveCharts = document.getElementById("live-charts");
+if (liveCharts && liveCharts.dataset.src) {
+  setInterval(() => refreshCharts(liveCharts), EVERY_MS);
 }
 
 if (document.getElementById("routes")) {

@@ -35,3 +35,28 @@ impl Guest for Handler {
 }
 
 export!(Handler);
+
+// Calling another system over HTTP (a notification, a payment API): the route must grant it
+// (`[routes.http] allow = ["http://api.example.com/v1/"]`; without the grant a component
+// that imports `wasi:http` is refused). Add `wasip2 = "1.0.4"` to Cargo.toml and uncomment.
+// The host journals each call under the message's claim and sets its `Idempotency-Key`: a
+// re-run of the key gets the recorded answer instead of calling again.
+//
+// /// POSTs `body` to `http://<authority><path>`; the answer's status.
+// fn notify(authority: &str, path: &str, body: &[u8]) -> Result<u16, String> {
+//     use wasip2::http::outgoing_handler;
+//     use wasip2::http::types::{Fields, Method, OutgoingBody, OutgoingRequest, Scheme};
+//     let request = OutgoingRequest::new(Fields::new());
+//     request.set_method(&Method::Post).map_err(|_| "method")?;
+//     request.set_scheme(Some(&Scheme::Http)).map_err(|_| "scheme")?;
+//     request.set_authority(Some(authority)).map_err(|_| "authority")?;
+//     request.set_path_with_query(Some(path)).map_err(|_| "path")?;
+//     let outgoing = request.body().map_err(|_| "body")?;
+//     let answer = outgoing_handler::handle(request, None).map_err(|e| format!("{e:?}"))?;
+//     outgoing.write().map_err(|_| "body stream")?.blocking_write_and_flush(body)
+//         .map_err(|e| format!("{e:?}"))?; // (bodies over 4 KiB: write in chunks)
+//     OutgoingBody::finish(outgoing, None).map_err(|e| format!("{e:?}"))?;
+//     answer.subscribe().block();
+//     let response = answer.get().ok_or("no answer")?.map_err(|_| "taken")?;
+//     Ok(response.map_err(|e| format!("{e:?}"))?.status()) // an error code: denied, timeout, ...
+// }

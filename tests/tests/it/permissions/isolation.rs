@@ -1,6 +1,7 @@
 //! Two deployments on one server and one source stream (issue 47), each with the host and
 //! operator sets `dedup-host permissions` prints for it: B's host user is refused A's route
-//! consumer, A's inbox and A's buckets, and both deployments run, each within its own set.
+//! consumer, A's inbox, A's buckets and A's route contracts, B's `reload` does not reach A's
+//! hosts, and both deployments run, each within its own set.
 //!
 //! The two cannot share a route name: the route contracts of a stream are one bucket, and a
 //! second consumer of a route name on the stream would share its claim keys, which `setup`
@@ -160,16 +161,72 @@ async fn two_deployments_on_one_stream_stay_apart_within_their_printed_sets() {
     let _spy = host_b.subscribe("_INBOX_a.>").await.unwrap();
     host_b.flush().await.unwrap();
     refused(&env, "Subscription", "_INBOX_a.>").await;
+    // The contracts bucket is the stream's, shared: B's host reads and follows only its own
+    // route's record, neither by a direct get nor by a consumer of its own making.
+    let contracts = "dedup-contracts-EVENTS";
     for subject in [
         format!("$KV.{BUCKET}.u1"),
         "$JS.API.DIRECT.GET.KV_claims".to_string(),
         "$KV.dedup-hosts-EVENTS.host-a".to_string(),
         "$JS.API.CONSUMER.CREATE.EVENTS.hosts-upper".to_string(),
+        format!("$JS.API.DIRECT.GET.KV_{contracts}.$KV.{contracts}.upper"),
+        format!("$JS.API.DIRECT.GET.KV_{contracts}"),
+        format!("$JS.API.CONSUMER.CREATE.KV_{contracts}"),
+        format!("$JS.API.CONSUMER.CREATE.KV_{contracts}.spy.$KV.{contracts}.upper"),
     ] {
         publish(&host_b, &subject).await;
         refused(&env, "Publish", &subject).await;
     }
+    let b_reaches_a = b_reload_reaches_a(&env, &hosts, &a, &b).await;
+    assert!(
+        !b_reaches_a,
+        "B's `dedup-host reload` reached the subject A's hosts follow"
+    );
     for host in hosts {
         host.shutdown().await.unwrap();
     }
+}
+
+/// Runs `dedup-host reload` as B's operator (B's host answers it), then has A's operator
+/// publish a marker on A's reload subject: whether the first thing A's hosts' subscription
+/// (A's host user, A's subject) receives is B's request rather than the marker. B's request
+/// was flushed before the marker was sent, so it would have come first.
+async fn b_reload_reaches_a(
+    env: &TestEnv,
+    hosts: &[dedup_host::serve::RunningHost],
+    a: &str,
+    b: &str,
+) -> bool {
+    use futures::StreamExt as _;
+    let parse = |text: &str| {
+        Config::parse(text, Path::new("host.toml"), env.dir.path().into()).expect("config")
+    };
+    let (config_a, config_b) = (
+        parse(&deployment(a, "a", "host-a")),
+        parse(&deployment(b, "b", "host-b")),
+    );
+    let host_a = connect_as(env, "host-a", "_INBOX_a").await;
+    let mut a_follows = host_a.subscribe(config_a.reload_subject()).await.unwrap();
+    host_a.flush().await.unwrap();
+    let op_b = env.path("op-b.toml");
+    let reload = tokio::task::spawn_blocking(move || cli(&op_b, &["reload", "--json"]));
+    let request = tokio::time::timeout(Duration::from_secs(60), hosts[1].reload_requested())
+        .await
+        .expect("B's host got B's reload")
+        .expect("B's host follows reloads");
+    let report = hosts[1].reload(Ok(config_b)).await;
+    hosts[1].answer(request, &report).await;
+    let reload = reload.await.unwrap();
+    assert_eq!(reload.code, 0, "B's reload: {reload:?}");
+    assert!(reload.stdout.contains("host-b"), "{reload:?}");
+    let op_a = connect_as(env, "op-a", "_INBOX_a").await;
+    op_a.publish(config_a.reload_subject(), "marker".into())
+        .await
+        .unwrap();
+    op_a.flush().await.unwrap();
+    let first = tokio::time::timeout(Duration::from_secs(60), a_follows.next())
+        .await
+        .expect("the marker arrives")
+        .expect("subscribed");
+    &first.payload[..] != b"marker"
 }

@@ -1,0 +1,278 @@
+//! `dedup-host dev --watch [DIR]`: the author's loop while a host runs. The project's sources
+//! are scanned every few hundred milliseconds; on a save the project is built, its cases
+//! (`cases.toml`) run, and when they pass the component is deployed to the route as its live
+//! version. Once every live host serves it, the first outputs of live traffic are printed.
+//! A failed build or case prints why and deploys nothing: the hosts keep the version they
+//! serve, and the watch goes on.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use futures::StreamExt as _;
+use tokio::task::JoinHandle;
+
+use crate::cases::CaseFile;
+use crate::config::Config;
+use crate::project::{self, Sources};
+use crate::routes::Routes;
+use crate::runtime::{InvokeOptions, Runtime};
+
+/// How often the sources are scanned.
+const POLL: Duration = Duration::from_millis(300);
+/// How long a deployed version may take to reach every live host before the watch says so.
+const SWITCH_WITHIN: Duration = Duration::from_secs(60);
+/// How many outputs of live traffic are printed after a deploy.
+const OUTPUTS_SHOWN: usize = 3;
+/// The case file, in the project's root.
+const CASES: &str = "cases.toml";
+
+/// A project watched for one route, checked before anything starts.
+pub(super) struct Watch {
+    dir: PathBuf,
+    route: String,
+    options: InvokeOptions,
+    outputs: Vec<String>,
+    config: Config,
+}
+
+impl Watch {
+    /// Checks that `dir` holds a handler project and that the route (`route`, else the one
+    /// named like the project, else the config's only route served from the object store)
+    /// takes its versions from the object store.
+    pub(super) fn new(dir: &Path, route: Option<&str>, config: &Config) -> anyhow::Result<Self> {
+        let manifest = project::detect(dir)?;
+        let from_store: Vec<&str> = (config.routes.iter())
+            .filter(|r| super::store_route(config, &r.name).is_ok())
+            .map(|r| r.name.as_str())
+            .collect();
+        let route = match route {
+            Some(route) => route.to_string(),
+            None if from_store.contains(&manifest.name.as_str()) => manifest.name.clone(),
+            None if from_store.len() == 1 => from_store[0].to_string(),
+            None if from_store.is_empty() => anyhow::bail!(
+                "--watch deploys to a route served from the object store, and this config has none: give --config FILE with a [[routes]] entry without `component` (and no `components.dir`)"
+            ),
+            None => anyhow::bail!(
+                "--watch: which route should `{}` be deployed to? Give --route NAME (routes served from the object store: {from_store:?})",
+                manifest.name
+            ),
+        };
+        super::store_route(config, &route).context("--watch deploys through the object store")?;
+        let routes = Routes::unloaded(config);
+        let options = (routes.get(&route).map(|r| r.options.clone())).unwrap_or_default();
+        let r = (config.routes.iter())
+            .find(|r| r.name == route)
+            .expect("checked by store_route");
+        let outputs = if r.allowed_outputs.is_empty() {
+            (config.output_streams.iter())
+                .flat_map(|s| s.subjects.clone())
+                .collect()
+        } else {
+            r.allowed_outputs.clone()
+        };
+        Ok(Watch {
+            dir: dir.to_path_buf(),
+            route,
+            options,
+            outputs,
+            config: config.clone(),
+        })
+    }
+
+    /// Starts watching against the servers `urls` (the config's, or the local one `dev`
+    /// started); abort the task to stop.
+    pub(super) fn start(mut self, urls: Vec<String>) -> JoinHandle<()> {
+        self.config.nats.urls = urls;
+        tokio::spawn(async move {
+            if let Err(e) = self.run().await {
+                println!(
+                    "watch: stopped: {}; the host goes on serving",
+                    crate::text::error_chain(&e)
+                );
+            }
+        })
+    }
+
+    /// A first build, test and deploy, then one per save, until aborted.
+    async fn run(self) -> anyhow::Result<()> {
+        let client = crate::connect::connect(&self.config, "dedup-host dev --watch").await?;
+        let js = async_nats::jetstream::new(client.clone());
+        // The authoring commands' engine and cache: the host in this folder loads from it.
+        let runtime = super::compile::runtime(Some(&super::compile::project_cache(&self.dir)))?;
+        let mut built = Sources::scan(&self.dir);
+        println!(
+            "watch: {} ({} files) for route `{}`: a save builds, runs {CASES} and deploys when every case passes; Ctrl-C to stop",
+            self.dir.display(),
+            built.len(),
+            self.route
+        );
+        let mut live = None;
+        let mut shown: Option<JoinHandle<()>> = None;
+        let mut changed = vec![];
+        loop {
+            if let Some(task) = shown.take() {
+                task.abort();
+            }
+            let deployed = self.cycle(&changed, &js, &runtime, &mut live).await;
+            if deployed {
+                shown = Some(tokio::spawn(self.show_outputs(
+                    js.clone(),
+                    client.clone(),
+                    live.clone().unwrap_or_default(),
+                )));
+            }
+            // A save is acted on once two scans agree (an editor may write several files).
+            let mut last = built.clone();
+            loop {
+                tokio::time::sleep(POLL).await;
+                let now = Sources::scan(&self.dir);
+                if now != built && now == last {
+                    changed = now.changed_since(&built);
+                    built = now;
+                    break;
+                }
+                last = now;
+            }
+        }
+    }
+
+    /// Builds, tests and deploys once; `live` is the digest deployed last. Returns whether a
+    /// new version was deployed; every failure is printed.
+    async fn cycle(
+        &self,
+        changed: &[PathBuf],
+        js: &async_nats::jetstream::Context,
+        runtime: &Runtime,
+        live: &mut Option<String>,
+    ) -> bool {
+        let names: Vec<String> = (changed.iter())
+            .map(|p| p.strip_prefix(&self.dir).unwrap_or(p).display().to_string())
+            .collect();
+        if names.is_empty() {
+            println!("\nwatch: building");
+        } else {
+            println!("\nwatch: {} changed: building", names.join(", "));
+        }
+        let serving = match live {
+            Some(digest) => format!("route `{}` still serves {digest}", self.route),
+            None => format!("route `{}` serves what it served", self.route),
+        };
+        match self.build_and_test(runtime).await {
+            Err(e) => {
+                println!(
+                    "watch: {}; not deployed, {serving}",
+                    crate::text::error_chain(&e)
+                );
+                false
+            }
+            Ok((file, bytes)) => {
+                let digest = crate::runtime::digest(&bytes);
+                if live.as_deref() == Some(digest.as_str()) {
+                    println!("watch: the component did not change: {serving}");
+                    return false;
+                }
+                match self.deploy(js, &bytes).await {
+                    Err(e) => {
+                        let e = crate::text::error_chain(&e);
+                        println!("watch: deploying failed: {e}; {serving}");
+                        false
+                    }
+                    Ok(digest) => {
+                        let route = &self.route;
+                        println!(
+                            "watch: deployed {} to route `{route}`: {digest}",
+                            file.display()
+                        );
+                        *live = Some(digest);
+                        true
+                    }
+                }
+            }
+        }
+    }
+
+    /// Builds the project and runs its cases; the component's path and bytes when all pass.
+    async fn build_and_test(&self, runtime: &Runtime) -> anyhow::Result<(PathBuf, Vec<u8>)> {
+        let dir = self.dir.clone();
+        let file = tokio::task::spawn_blocking(move || project::build(&dir, None, false))
+            .await?
+            .context("the build failed")?;
+        let bytes = std::fs::read(&file)
+            .with_context(|| format!("cannot read the component `{}`", file.display()))?;
+        let (runtime, path, loaded) = (runtime.clone(), file.clone(), bytes.clone());
+        let handler =
+            tokio::task::spawn_blocking(move || super::compile::load(&runtime, &path, &loaded))
+                .await??;
+        let cases = self.dir.join(CASES);
+        let cases = CaseFile::load(&cases)?;
+        let results = crate::cases::run(
+            &handler,
+            &self.options,
+            &cases.cases,
+            &cases.shared,
+            &self.dir,
+        )
+        .await?;
+        for r in &results {
+            match &r.failure {
+                None => println!("PASS  {}  ({:.1?})", r.name, r.elapsed),
+                Some(why) => println!("FAIL  {}\n  {why}", r.name),
+            }
+        }
+        let failed = results.iter().filter(|r| r.failure.is_some()).count();
+        println!("{} passed, {failed} failed", results.len() - failed);
+        anyhow::ensure!(failed == 0, "{failed} case(s) failed");
+        Ok((file, bytes))
+    }
+
+    /// Uploads `bytes` as the route's live version, with `deploy`'s ownership checks.
+    async fn deploy(
+        &self,
+        js: &async_nats::jetstream::Context,
+        bytes: &[u8],
+    ) -> anyhow::Result<String> {
+        super::deploy::refuse_others(js, &self.config, &self.route).await?;
+        super::deploy::ship(js, &self.config, &self.route, bytes).await
+    }
+
+    /// Waits until every live host serves `digest`, then prints the first outputs of live
+    /// traffic on the route's output subjects.
+    fn show_outputs(
+        &self,
+        js: async_nats::jetstream::Context,
+        client: async_nats::Client,
+        digest: String,
+    ) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let (config, route, subjects) = (
+            self.config.clone(),
+            self.route.clone(),
+            self.outputs.clone(),
+        );
+        async move {
+            let what = format!("version {digest}");
+            let switched =
+                super::wait::every_host(&js, &config, &route, SWITCH_WITHIN, &what, |s| {
+                    s.digest.as_deref() == Some(digest.as_str())
+                })
+                .await;
+            if let Err(e) = switched {
+                println!("watch: {}", crate::text::error_chain(&e));
+                return;
+            }
+            let mut subscriptions = Vec::new();
+            for subject in &subjects {
+                match client.subscribe(subject.clone()).await {
+                    Ok(s) => subscriptions.push(s),
+                    Err(e) => println!("watch: cannot watch outputs on `{subject}`: {e}"),
+                }
+            }
+            println!("watch: the first {OUTPUTS_SHOWN} outputs of live traffic on {subjects:?}:");
+            let mut outputs = futures::stream::select_all(subscriptions).take(OUTPUTS_SHOWN);
+            while let Some(m) = outputs.next().await {
+                let payload = crate::text::reason(&String::from_utf8_lossy(&m.payload));
+                println!("output  {}  {payload}", m.subject);
+            }
+        }
+    }
+}
