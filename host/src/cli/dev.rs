@@ -54,7 +54,7 @@ pub struct DevArgs {
     )]
     watch: Option<PathBuf>,
     /// The route `--watch` deploys to, served from the object store (default: the route
-    /// named like the project, else the config's only route served from the object store).
+    /// named like the project; any other route must be named).
     #[arg(long, value_name = "NAME", requires = "watch")]
     route: Option<String>,
     #[command(flatten)]
@@ -115,6 +115,19 @@ pub async fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
         .await;
         if let Some(task) = watching {
             task.abort();
+            // A build in progress runs on a blocking thread that abort cannot stop, and the
+            // runtime would wait for it on return: with the host stopped, the local server is
+            // stopped and the process ends at once.
+            drop(_server);
+            let code = match served {
+                Ok(()) => 0,
+                Err(e) => {
+                    eprintln!("dedup-host: error: {}", crate::text::error_chain(&e));
+                    2
+                }
+            };
+            drop(_log);
+            std::process::exit(code);
         }
         served?;
     }

@@ -1,5 +1,6 @@
 //! `dedup-host run --config FILE`: consume until SIGINT/SIGTERM, then shut down gracefully.
 
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -142,7 +143,8 @@ pub async fn serve(
     }
     eprintln!("dedup-host: shutting down");
     let stats = host.shutdown().await?;
-    println!("{}", serde_json::to_string(&stats)?);
+    // The stats line; a reader gone by now (`dev --watch | head`) is not an error of the host.
+    let _ = writeln!(std::io::stdout(), "{}", serde_json::to_string(&stats)?);
     Ok(())
 }
 

@@ -18,6 +18,30 @@ use crate::project::{self, Sources};
 use crate::routes::Routes;
 use crate::runtime::{InvokeOptions, Runtime};
 
+/// Prints one line on stdout. When the reader has gone (`dev --watch | head -5`), the watch
+/// ends as a printing command does in a pipe, but cleanly: the first refused write asks the
+/// process to stop (SIGTERM, as `kill` would), so the host drains and the local server stops,
+/// instead of a panic that would leave the host serving and the watch dead.
+macro_rules! say {
+    ($($arg:tt)*) => { say_line(format_args!($($arg)*)) };
+}
+
+/// See [`say!`].
+fn say_line(line: std::fmt::Arguments<'_>) {
+    use std::io::Write as _;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    static STOPPING: AtomicBool = AtomicBool::new(false);
+    let mut out = std::io::stdout().lock();
+    let written = writeln!(out, "{line}").and_then(|()| out.flush());
+    if written.is_err() && !STOPPING.swap(true, Ordering::SeqCst) {
+        eprintln!("dedup-host dev: stdout was closed: stopping the watch and the host");
+        // SAFETY: sends a signal to this process; the serving loop handles SIGTERM.
+        unsafe {
+            libc::kill(libc::getpid(), libc::SIGTERM);
+        }
+    }
+}
+
 /// How often the sources are scanned.
 const POLL: Duration = Duration::from_millis(300);
 /// How long a deployed version may take to reach every live host before the watch says so.
@@ -33,13 +57,15 @@ pub(super) struct Watch {
     route: String,
     options: InvokeOptions,
     outputs: Vec<String>,
+    /// Whether `outputs` are the route's `allowed_outputs`, not every output stream's.
+    outputs_of_route: bool,
     config: Config,
 }
 
 impl Watch {
     /// Checks that `dir` holds a handler project and that the route (`route`, else the one
-    /// named like the project, else the config's only route served from the object store)
-    /// takes its versions from the object store.
+    /// named like the project) takes its versions from the object store. Any other route
+    /// must be named: what it serves is replaced.
     pub(super) fn new(dir: &Path, route: Option<&str>, config: &Config) -> anyhow::Result<Self> {
         let manifest = project::detect(dir)?;
         let from_store: Vec<&str> = (config.routes.iter())
@@ -49,12 +75,11 @@ impl Watch {
         let route = match route {
             Some(route) => route.to_string(),
             None if from_store.contains(&manifest.name.as_str()) => manifest.name.clone(),
-            None if from_store.len() == 1 => from_store[0].to_string(),
             None if from_store.is_empty() => anyhow::bail!(
                 "--watch deploys to a route served from the object store, and this config has none: give --config FILE with a [[routes]] entry without `component` (and no `components.dir`)"
             ),
             None => anyhow::bail!(
-                "--watch: which route should `{}` be deployed to? Give --route NAME (routes served from the object store: {from_store:?})",
+                "--watch: no route is named like the project `{}`, and the watch replaces what its route serves: give --route NAME (routes served from the object store: {from_store:?})",
                 manifest.name
             ),
         };
@@ -64,7 +89,8 @@ impl Watch {
         let r = (config.routes.iter())
             .find(|r| r.name == route)
             .expect("checked by store_route");
-        let outputs = if r.allowed_outputs.is_empty() {
+        let outputs_of_route = !r.allowed_outputs.is_empty();
+        let outputs = if !outputs_of_route {
             (config.output_streams.iter())
                 .flat_map(|s| s.subjects.clone())
                 .collect()
@@ -76,6 +102,7 @@ impl Watch {
             route,
             options,
             outputs,
+            outputs_of_route,
             config: config.clone(),
         })
     }
@@ -86,7 +113,7 @@ impl Watch {
         self.config.nats.urls = urls;
         tokio::spawn(async move {
             if let Err(e) = self.run().await {
-                println!(
+                say!(
                     "watch: stopped: {}; the host goes on serving",
                     crate::text::error_chain(&e)
                 );
@@ -94,27 +121,35 @@ impl Watch {
         })
     }
 
-    /// A first build, test and deploy, then one per save, until aborted.
+    /// A first build, test and deploy (none when the route already serves the build), then
+    /// one per save, until aborted.
     async fn run(self) -> anyhow::Result<()> {
         let client = crate::connect::connect(&self.config, "dedup-host dev --watch").await?;
         let js = async_nats::jetstream::new(client.clone());
         // The authoring commands' engine and cache: the host in this folder loads from it.
         let runtime = super::compile::runtime(Some(&super::compile::project_cache(&self.dir)))?;
+        // The hosts' engine, as `deploy` checks with: what it refuses is not deployed.
+        let hosts = crate::components::check::runtime(&self.config)?;
         let mut built = Sources::scan(&self.dir);
-        println!(
+        say!(
             "watch: {} ({} files) for route `{}`: a save builds, runs {CASES} and deploys when every case passes; Ctrl-C to stop",
             self.dir.display(),
             built.len(),
             self.route
         );
-        let mut live = None;
+        say!("watch: the config file is read once, at start: after editing it, restart `dev --watch` (SIGHUP reloads the host's routes, not the cases' options)");
+        // What the route serves now: a first build that matches it is not deployed again.
+        let bucket = crate::components::store::open(&js, &self.config).await?;
+        let mut live = crate::components::store::deployed(&bucket, &self.route).await;
         let mut shown: Option<JoinHandle<()>> = None;
         let mut changed = vec![];
         loop {
             if let Some(task) = shown.take() {
                 task.abort();
             }
-            let deployed = self.cycle(&changed, &js, &runtime, &mut live).await;
+            let deployed = self
+                .cycle(&changed, &js, [&runtime, &hosts], &mut live)
+                .await;
             if deployed {
                 shown = Some(tokio::spawn(self.show_outputs(
                     js.clone(),
@@ -137,22 +172,23 @@ impl Watch {
         }
     }
 
-    /// Builds, tests and deploys once; `live` is the digest deployed last. Returns whether a
-    /// new version was deployed; every failure is printed.
+    /// Builds, tests and deploys once; `live` is the digest the route serves. `runtimes` are
+    /// the authoring engine (the cases run on it) and the hosts' (it must load the component
+    /// too). Returns whether a new version was deployed; every failure is printed.
     async fn cycle(
         &self,
         changed: &[PathBuf],
         js: &async_nats::jetstream::Context,
-        runtime: &Runtime,
+        [runtime, hosts]: [&Runtime; 2],
         live: &mut Option<String>,
     ) -> bool {
         let names: Vec<String> = (changed.iter())
             .map(|p| p.strip_prefix(&self.dir).unwrap_or(p).display().to_string())
             .collect();
         if names.is_empty() {
-            println!("\nwatch: building");
+            say!("\nwatch: building");
         } else {
-            println!("\nwatch: {} changed: building", names.join(", "));
+            say!("\nwatch: {} changed: building", names.join(", "));
         }
         let serving = match live {
             Some(digest) => format!("route `{}` still serves {digest}", self.route),
@@ -160,7 +196,7 @@ impl Watch {
         };
         match self.build_and_test(runtime).await {
             Err(e) => {
-                println!(
+                say!(
                     "watch: {}; not deployed, {serving}",
                     crate::text::error_chain(&e)
                 );
@@ -169,18 +205,30 @@ impl Watch {
             Ok((file, bytes)) => {
                 let digest = crate::runtime::digest(&bytes);
                 if live.as_deref() == Some(digest.as_str()) {
-                    println!("watch: the component did not change: {serving}");
+                    say!("watch: the component did not change: {serving}");
+                    return false;
+                }
+                let (hosts, path, loaded) = (hosts.clone(), file.clone(), bytes.clone());
+                let checked = tokio::task::spawn_blocking(move || {
+                    super::compile::load(&hosts, &path, &loaded)
+                })
+                .await
+                .map_err(anyhow::Error::from)
+                .and_then(|loaded| loaded.map(drop).map_err(anyhow::Error::from));
+                if let Err(e) = checked {
+                    let e = crate::text::error_chain(&e);
+                    say!("watch: the hosts' engine refuses the component: {e}; not deployed, {serving}");
                     return false;
                 }
                 match self.deploy(js, &bytes).await {
                     Err(e) => {
                         let e = crate::text::error_chain(&e);
-                        println!("watch: deploying failed: {e}; {serving}");
+                        say!("watch: deploying failed: {e}; {serving}");
                         false
                     }
                     Ok(digest) => {
                         let route = &self.route;
-                        println!(
+                        say!(
                             "watch: deployed {} to route `{route}`: {digest}",
                             file.display()
                         );
@@ -216,12 +264,12 @@ impl Watch {
         .await?;
         for r in &results {
             match &r.failure {
-                None => println!("PASS  {}  ({:.1?})", r.name, r.elapsed),
-                Some(why) => println!("FAIL  {}\n  {why}", r.name),
+                None => say!("PASS  {}  ({:.1?})", r.name, r.elapsed),
+                Some(why) => say!("FAIL  {}\n  {why}", r.name),
             }
         }
         let failed = results.iter().filter(|r| r.failure.is_some()).count();
-        println!("{} passed, {failed} failed", results.len() - failed);
+        say!("{} passed, {failed} failed", results.len() - failed);
         anyhow::ensure!(failed == 0, "{failed} case(s) failed");
         Ok((file, bytes))
     }
@@ -249,6 +297,17 @@ impl Watch {
             self.route.clone(),
             self.outputs.clone(),
         );
+        // Without `allowed_outputs` the subjects are every output stream's: other routes'
+        // outputs may show, so the lines say so.
+        let (whose, label) = if self.outputs_of_route {
+            (format!("route `{route}`'s outputs"), "output")
+        } else {
+            (
+                "outputs of any route on the output streams (the route sets no `allowed_outputs`)"
+                    .to_string(),
+                "stream output",
+            )
+        };
         async move {
             let what = format!("version {digest}");
             let switched =
@@ -257,21 +316,21 @@ impl Watch {
                 })
                 .await;
             if let Err(e) = switched {
-                println!("watch: {}", crate::text::error_chain(&e));
+                say!("watch: {}", crate::text::error_chain(&e));
                 return;
             }
             let mut subscriptions = Vec::new();
             for subject in &subjects {
                 match client.subscribe(subject.clone()).await {
                     Ok(s) => subscriptions.push(s),
-                    Err(e) => println!("watch: cannot watch outputs on `{subject}`: {e}"),
+                    Err(e) => say!("watch: cannot watch outputs on `{subject}`: {e}"),
                 }
             }
-            println!("watch: the first {OUTPUTS_SHOWN} outputs of live traffic on {subjects:?}:");
+            say!("watch: the first {OUTPUTS_SHOWN} {whose} of live traffic on {subjects:?}:");
             let mut outputs = futures::stream::select_all(subscriptions).take(OUTPUTS_SHOWN);
             while let Some(m) = outputs.next().await {
                 let payload = crate::text::reason(&String::from_utf8_lossy(&m.payload));
-                println!("output  {}  {payload}", m.subject);
+                say!("{label}  {}  {payload}", m.subject);
             }
         }
     }

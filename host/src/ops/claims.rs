@@ -280,12 +280,12 @@ pub struct Claim {
 
 impl Claim {
     /// The key's journaled outbound calls, beside its claim.
-    pub fn calls(&self, js: &Context) -> crate::claim::journal::KeyCalls {
+    pub fn calls(&self, js: &Context) -> super::calls::KeyCalls {
         let bucket = match &self.claims.place {
             Place::Bucket(b) => b.as_str(),
             Place::Stream(_) => "", // the key is a fenced claim subject: its stream holds them
         };
-        crate::claim::journal::KeyCalls::of(js, bucket, &self.key)
+        super::calls::KeyCalls::of(js, bucket, &self.key)
     }
 
     /// Writes `record` over revision `revision` (revision-checked); the new revision.

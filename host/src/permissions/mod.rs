@@ -287,7 +287,23 @@ fn console(config: &Config, s: &Streams, lists: &mut Lists) {
         format!("$JS.API.STREAM.MSG.DELETE.{}", s.dead),
         format!("$O.{}.>", config.components.bucket),
         activity_subject(config),
+        // A replay discards the key's PENDING call records by a filtered purge of the
+        // store that holds the claim (`KeyCalls::discard`).
+        format!("$JS.API.STREAM.PURGE.{}", s.claims),
+        // Promote and abort replace or delete a component object: the object store purges
+        // the old chunks.
+        format!("$JS.API.STREAM.PURGE.{}", s.components),
     ]);
+    // A fenced route's claims (and call records) live in its fenced output stream: a replay
+    // resets the claim there and purges the key's PENDING call records from it.
+    for o in &config.output_streams {
+        if o.effects == EffectsMode::Fenced {
+            lists.publish([
+                crate::fenced::claim_subjects(&o.name),
+                format!("$JS.API.STREAM.PURGE.{}", o.name),
+            ]);
+        }
+    }
 }
 
 /// The subjects of this deployment's routes' records in the contracts bucket.
@@ -393,6 +409,42 @@ allowed_outputs = ["out.a.>"]
             .publish
             .iter()
             .any(|s| s.starts_with("$KV.dedup-contracts") || s.contains("reload")));
+        // A replay discards a key's PENDING call records (a purge of the claim bucket);
+        // promote and abort purge the old chunks of a component object.
+        for purge in [
+            "KV_claims".to_string(),
+            format!("OBJ_{}", c.components.bucket),
+        ] {
+            let subject = format!("$JS.API.STREAM.PURGE.{purge}");
+            assert!(console.publish.contains(&subject), "{subject}");
+        }
+        // No purge of a stream that holds no claim: an output stream stays whole.
+        assert!(!console.publish.iter().any(|s| s.ends_with("PURGE.OUT")));
+    }
+
+    #[test]
+    fn the_console_resets_fenced_claims_and_their_calls() {
+        let c = config(
+            r#"
+[[routes]]
+name = "f"
+subject = "in.f"
+allowed_outputs = ["fout.f"]
+effects = "fenced"
+[[output_streams]]
+name = "FOUT"
+subjects = ["fout.>"]
+duplicate_window = "1h"
+effects = "fenced"
+"#,
+        );
+        let console = Permissions::for_role(&c, Role::Console);
+        for subject in [
+            crate::fenced::claim_subjects("FOUT"),
+            "$JS.API.STREAM.PURGE.FOUT".to_string(),
+        ] {
+            assert!(console.publish.contains(&subject), "{subject}");
+        }
     }
 
     #[test]

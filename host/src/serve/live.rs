@@ -20,6 +20,7 @@ use tokio::task::JoinHandle;
 use crate::claim::host::HostClaimStore;
 use crate::config::diff::ConfigDiff;
 use crate::config::{Config, ConfigError, EffectsMode};
+use crate::contract::watch::{Following, Update, WatchError};
 use crate::contract::ContractError;
 use crate::pipeline::{self, Role, Shared};
 use crate::routes::{Route, Routes};
@@ -459,6 +460,17 @@ fn unfenced(running: &Config) -> Vec<String> {
         .collect()
 }
 
+/// How long a route whose contract the server refused to follow waits to be tried again.
+const CONTRACT_RETRY: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// What following the routes' contracts brought.
+enum Followed {
+    /// A route's record or change (`None`: every followed route's watch ended).
+    Update(Option<Result<Update, WatchError>>),
+    /// Time to try the refused routes again.
+    Retry,
+}
+
 /// Follows the contract records of the deployment's routes (its own keys of the bucket the
 /// source stream's deployments share, [`crate::contract::watch`]): each one as it is when the
 /// watch starts (or starts again, after a reload changed the routes or the watch ended, so
@@ -467,7 +479,6 @@ pub(crate) fn follow_contracts(
     live: Arc<Live>,
     mut stopped: watch::Receiver<bool>,
 ) -> JoinHandle<()> {
-    use futures::StreamExt as _;
     tokio::spawn(async move {
         loop {
             let routes: Vec<String> = live
@@ -477,32 +488,31 @@ pub(crate) fn follow_contracts(
                 .map(|r| r.name.clone())
                 .collect();
             let client = live.js.client();
-            let mut updates =
-                match crate::contract::watch::follow(&client, &live.contracts, &routes).await {
-                    Ok(updates) => updates,
-                    Err(e) => {
-                        tracing::warn!("cannot follow route contracts, retrying: {e}");
-                        tokio::select! {
-                            _ = tokio::time::sleep(std::time::Duration::from_secs(5)) => continue,
-                            _ = live.routes_changed.notified() => continue,
-                            _ = stopped.wait_for(|s| *s) => return,
-                        }
-                    }
-                };
+            // Each route on its own: one the server refuses leaves the others followed.
+            let mut following = Following::default();
+            for e in following.add(&client, &live.contracts, &routes).await {
+                tracing::warn!("{e}; the other routes' contracts are followed meanwhile, and this one is tried again every {CONTRACT_RETRY:?}");
+            }
             let mut ended = routes.is_empty();
             while !ended {
-                let update = tokio::select! {
-                    u = updates.next() => u,
+                let event = tokio::select! {
+                    u = following.next(), if !following.is_empty() => Followed::Update(u),
+                    _ = tokio::time::sleep(CONTRACT_RETRY), if following.has_refused() => Followed::Retry,
                     _ = live.routes_changed.notified() => break,
                     _ = stopped.wait_for(|s| *s) => return,
                 };
-                match update {
-                    Some(Ok(update)) => {
+                match event {
+                    Followed::Update(Some(Ok(update))) => {
                         let marked = crate::contract::is_marked(&update.value);
                         live.recheck(&update.route, marked).await
                     }
-                    Some(Err(e)) => tracing::warn!("route contract watch: {e}"),
-                    None => ended = true,
+                    Followed::Update(Some(Err(e))) => tracing::warn!("route contract watch: {e}"),
+                    Followed::Update(None) => ended = true,
+                    Followed::Retry => {
+                        for e in following.retry(&client, &live.contracts).await {
+                            tracing::debug!("still refused: {e}");
+                        }
+                    }
                 }
             }
             if !ended {

@@ -1,10 +1,12 @@
 //! `dedup-host dev --watch` (issue 46): a Rust project made by `dedup-host new`, watched while
 //! its host serves live traffic. A save builds, tests and deploys it, and the new version's
 //! outputs are printed; a failing case or a broken build deploys nothing, and the version
-//! that passed keeps serving.
+//! that passed keeps serving. A watch restarted on the version the route serves deploys
+//! nothing; Ctrl-C during a build ends it at once; a route not named like the project must
+//! be named with `--route`; a reader that goes away (`| head -1`) stops it cleanly.
 
 use std::path::Path;
-use std::process::{Child, Command};
+use std::process::{Child, Command, ExitStatus};
 use std::time::{Duration, Instant};
 
 use dedup_host_tests::guests::{cli, host_binary, workspace_root};
@@ -34,6 +36,71 @@ impl Drop for Watching {
             child.wait().ok();
         }
     }
+}
+
+/// A build script that holds the build until the file `release` exists (15 minutes at most):
+/// a build still running when Ctrl-C comes.
+const HELD_BUILD: &str = r#"
+fn main() {
+    let started = std::time::Instant::now();
+    while !std::path::Path::new(RELEASE).exists() && started.elapsed().as_secs() < 900 {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
+"#;
+
+/// Creates the file that releases [`HELD_BUILD`] when dropped, so no build outlives the test.
+struct Release(std::path::PathBuf);
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        std::fs::write(&self.0, "").ok();
+    }
+}
+
+/// Starts `dedup-host dev --config host.toml --watch` in `dir` with `args` after it; what it
+/// prints goes to `out`.
+fn start_watch(dir: &Path, out: &Path, args: &[&str]) -> Watching {
+    let child = Command::new(host_binary())
+        .current_dir(dir)
+        // Kept between runs: the template's first build compiles Rust's std.
+        .env(
+            "CARGO_TARGET_DIR",
+            workspace_root().join("target/dev-watch-guest"),
+        )
+        .args(["dev", "--config", "host.toml", "--watch"])
+        .args(args)
+        .stdout(std::fs::File::create(out).unwrap())
+        .stderr(std::fs::File::create(out.with_extension("err")).unwrap())
+        .spawn()
+        .expect("start dedup-host dev --watch");
+    Watching(Some(child))
+}
+
+/// Waits until the watch exits on its own; its status.
+async fn exited(watching: &mut Watching, within: Duration, what: &str) -> ExitStatus {
+    let child = watching.0.as_mut().unwrap();
+    let status = wait_for(within, what, || {
+        let status = child.try_wait().unwrap();
+        async move { status }
+    })
+    .await;
+    watching.0 = None;
+    status
+}
+
+/// Makes the template project `watched` in `dir`, with cases on the route's subjects.
+fn new_project(dir: &Path) {
+    let new = Command::new(host_binary())
+        .args(["new", "--lang", "rust", "watched", "--dir"])
+        .arg(dir)
+        .output()
+        .unwrap();
+    assert!(new.status.success(), "{new:?}");
+    // The cases run under the route's allowed outputs: they use its subjects.
+    let cases = dir.join("cases.toml");
+    let template = std::fs::read_to_string(&cases).unwrap();
+    std::fs::write(&cases, template.replace("orders.created.", "in.watched.")).unwrap();
 }
 
 /// What the watch printed so far.
@@ -84,42 +151,15 @@ async fn output_printed(env: &TestEnv, out: &Path, want: &str, first: u32) {
 async fn a_save_is_built_tested_and_deployed_and_a_broken_build_keeps_the_old_version() {
     let env = TestEnv::start().await;
     let dir = env.path("watched");
-    let new = Command::new(host_binary())
-        .args(["new", "--lang", "rust", "watched", "--dir"])
-        .arg(&dir)
-        .output()
-        .unwrap();
-    assert!(new.status.success(), "{new:?}");
-    // The cases run under the route's allowed outputs: they use its subjects.
+    new_project(&dir);
     let cases = dir.join("cases.toml");
-    let template = std::fs::read_to_string(&cases).unwrap();
-    std::fs::write(&cases, template.replace("orders.created.", "in.watched.")).unwrap();
     let config = dir.join("host.toml");
     std::fs::write(&config, env.config_text(&Timing::default(), ROUTE)).unwrap();
     let setup = cli(&config, &["setup"]);
     assert_eq!(setup.code, 0, "{setup:?}");
 
     let out = env.path("watch.out");
-    let child = Command::new(host_binary())
-        .current_dir(&dir)
-        // Kept between runs: the template's first build compiles Rust's std.
-        .env(
-            "CARGO_TARGET_DIR",
-            workspace_root().join("target/dev-watch-guest"),
-        )
-        .args([
-            "dev",
-            "--config",
-            "host.toml",
-            "--watch",
-            "--route",
-            "watched",
-        ])
-        .stdout(std::fs::File::create(&out).unwrap())
-        .stderr(std::fs::File::create(env.path("watch.err")).unwrap())
-        .spawn()
-        .expect("start dedup-host dev --watch");
-    let mut watching = Watching(Some(child));
+    let mut watching = start_watch(&dir, &out, &["--route", "watched"]);
 
     // The first cycle deploys the template; live traffic shows its greeting.
     printed_times(&out, "watch: deployed ", 1, FIRST_BUILD).await;
@@ -170,4 +210,95 @@ async fn a_save_is_built_tested_and_deployed_and_a_broken_build_keeps_the_old_ve
     signal(&child, "-INT");
     let status = child.wait().unwrap();
     assert!(status.success(), "dev --watch after Ctrl-C: {status}");
+
+    // Restarted on the source the route serves: its first build is not deployed again.
+    std::fs::write(&lib, &edited).unwrap();
+    let out = env.path("rewatch.out");
+    let mut watching = start_watch(&dir, &out, &[]);
+    let text = printed_times(&out, "the component did not change", 1, SAVE).await;
+    assert!(!text.contains("watch: deployed "), "{text}");
+
+    // Ctrl-C while a build runs (held by a build script) ends `dev` without waiting for it.
+    let release = Release(env.path("release-build"));
+    let script = HELD_BUILD.replace("RELEASE", &format!("{:?}", release.0));
+    std::fs::write(dir.join("build.rs"), script).unwrap();
+    printed_times(&out, "build.rs changed: building", 1, SAVE).await;
+    signal(watching.0.as_ref().unwrap(), "-INT");
+    let status = exited(
+        &mut watching,
+        SAVE,
+        "dev --watch to exit on Ctrl-C during a build",
+    )
+    .await;
+    assert!(status.success(), "dev --watch after Ctrl-C: {status}");
+    drop(release);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_route_not_named_like_the_project_must_be_given_with_route() {
+    let env = TestEnv::start().await;
+    let dir = env.path("watched");
+    new_project(&dir);
+    let shared = r#"
+[[routes]]
+name = "shared"
+subject = "in.watched.*"
+"#;
+    std::fs::write(
+        dir.join("host.toml"),
+        env.config_text(&Timing::default(), shared),
+    )
+    .unwrap();
+    let out = env.path("watch.out");
+    let mut watching = start_watch(&dir, &out, &[]);
+    let what = "dev --watch to refuse a route not named like the project";
+    let status = exited(&mut watching, Duration::from_secs(120), what).await;
+    let err = printed(&out.with_extension("err"));
+    assert!(!status.success(), "{status}: {err}");
+    assert!(err.contains("--route NAME"), "{err}");
+    assert!(err.contains("[\"shared\"]"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_whose_reader_goes_away_stops_cleanly_instead_of_panicking() {
+    use std::io::BufRead as _;
+    let env = TestEnv::start().await;
+    let dir = env.path("watched");
+    new_project(&dir);
+    let config = dir.join("host.toml");
+    std::fs::write(&config, env.config_text(&Timing::default(), ROUTE)).unwrap();
+    let setup = cli(&config, &["setup"]);
+    assert_eq!(setup.code, 0, "{setup:?}");
+    let err = env.path("piped.err");
+    let mut child = Command::new(host_binary())
+        .current_dir(&dir)
+        .env(
+            "CARGO_TARGET_DIR",
+            workspace_root().join("target/dev-watch-guest"),
+        )
+        .args([
+            "dev",
+            "--config",
+            "host.toml",
+            "--watch",
+            "--route",
+            "watched",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .spawn()
+        .expect("start dedup-host dev --watch");
+    // `dev --watch | head -1`: one line read, then the reader is gone.
+    let mut first = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    assert!(first.starts_with("watch: "), "{first}");
+    let mut watching = Watching(Some(child));
+    let what = "dev --watch to stop once its reader has gone";
+    let status = exited(&mut watching, FIRST_BUILD, what).await;
+    let err = printed(&err);
+    assert!(status.success(), "{status}: {err}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(err.contains("stdout was closed"), "{err}");
 }

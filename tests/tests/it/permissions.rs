@@ -8,6 +8,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 mod console_writes;
+mod contract_follow;
 mod ephemeral;
 mod isolation;
 
