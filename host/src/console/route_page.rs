@@ -206,7 +206,12 @@ pub async fn live_charts(
     if !console.config.routes.iter().any(|r| r.name == name) {
         return Err(anyhow::anyhow!("no route `{name}` in this console's config").into());
     }
-    let n = console.window.routes().get(&name).cloned().unwrap_or_default();
+    let n = console
+        .window
+        .routes()
+        .get(&name)
+        .cloned()
+        .unwrap_or_default();
     Ok(maud_response(charts(&n)))
 }
 

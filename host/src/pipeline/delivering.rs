@@ -238,8 +238,7 @@ impl<'a, 'c, S: ClaimStore> ClaimedDelivery for Run<'a, 'c, S> {
             .ok_or("the delivery carries no consumer name in its metadata")?;
         let stream = crate::exclusive::stream_name(&self.shared.config);
         let unread = |e: &dyn std::fmt::Display| format!("consumer `{name}` of `{stream}`: {e}");
-        let queue = (self.shared.js.get_stream_no_info(&stream).await)
-            .map_err(|e| unread(&e))?;
+        let queue = (self.shared.js.get_stream_no_info(&stream).await).map_err(|e| unread(&e))?;
         let info = queue.consumer_info(name).await.map_err(|e| unread(&e))?;
         Ok(Partition {
             handed_out: info.delivered.stream_sequence,
