@@ -75,11 +75,28 @@ pub const ACTIVITY_PREFIX: &str = "_dedup.activity.";
 /// right to; `dedup.control.reload.<source stream>` otherwise (a default name follows the
 /// routes' subjects, which a reload changes, so it cannot name the subject hosts subscribed to
 /// at start).
+///
+/// A name is free text (names set before the reload subject carried them keep working): one
+/// made of letters, digits, `_` and `-` is the last token as it is; any other is written as
+/// `x` and its UTF-8 bytes in hex, one token that no other name maps to.
 pub fn reload_subject(source_stream: &str, named: Option<&str>) -> String {
     match named {
-        Some(name) => format!("{CONTROL_PREFIX}reload.{source_stream}.{name}"),
+        Some(name) => format!(
+            "{CONTROL_PREFIX}reload.{source_stream}.{}",
+            name_token(name)
+        ),
         None => format!("{CONTROL_PREFIX}reload.{source_stream}"),
     }
+}
+
+/// `name` as one subject token (see [`reload_subject`]).
+fn name_token(name: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
+    if !name.is_empty() && !name.starts_with('x') && name.chars().all(plain) {
+        return name.to_string();
+    }
+    let hex: String = name.bytes().map(|b| format!("{b:02x}")).collect();
+    format!("x{hex}")
 }
 
 /// The reserved prefix `subject` starts with (case-insensitively), if any.

@@ -131,7 +131,8 @@ impl Config {
         );
         p.check(c.lease > c.heartbeat * 3, "claims.lease", format!("must exceed 3 x claims.heartbeat ({:?}), so a live owner renews it at least twice before it lapses", c.heartbeat * 3));
         p.check(s.ack_wait > c.heartbeat * 3, "source.ack_wait", format!("must exceed 3 x claims.heartbeat ({:?}), so progress acks keep the message from being redelivered", c.heartbeat * 3));
-        p.check(c.clock_skew < s.ack_wait, "claims.clock_skew", format!("{:?} must be below source.ack_wait ({:?}): a queued last delivery claimed later than the ack wait less the skew is released unrun, so every one would be; lower claims.clock_skew or raise source.ack_wait", c.clock_skew, s.ack_wait));
+        let exclusive = self.routes.iter().any(|r| r.exclusive_by.is_some());
+        p.check(!exclusive || c.clock_skew < s.ack_wait, "claims.clock_skew", format!("{:?} must be below source.ack_wait ({:?}) with an exclusive route: a queued last delivery claimed later than the ack wait less the skew is released unrun, so every one would be; lower claims.clock_skew or raise source.ack_wait", c.clock_skew, s.ack_wait));
         p.check(
             c.max_age > c.lease * 2,
             "claims.max_age",
@@ -222,13 +223,6 @@ impl Config {
     }
 
     fn validate_names(&self, p: &mut Problems) {
-        if let Some(name) = &self.deployment.name {
-            p.check(
-                subject::literal_problem(name).is_none(),
-                "deployment.name",
-                format!("`{name}` cannot end the subject its hosts follow for reloads (`{}`): use letters, digits, `_`, `-` and single dots", self.reload_subject()),
-            );
-        }
         p.check(
             is_name(&self.source.stream),
             "source.stream",
