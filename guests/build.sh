@@ -21,7 +21,7 @@ export CARGO_TARGET_DIR="$here/target" DEDUP_CACHE="$here/target" DEDUP_INSTALL=
 # shellcheck source=toolchain.sh
 source "$here/toolchain.sh" --lib
 
-rust_guests=(uppercase ledger ledger-next flaky hostile conformance http-call)
+rust_guests=(uppercase ledger ledger-next flaky hostile conformance http-call notify)
 
 # True when $1 is missing or older than any file under the other arguments.
 stale() {

@@ -9,6 +9,16 @@ use crate::config::Config;
 
 /// Connects to the configured servers as `name` (shown in the server's connection list).
 pub async fn connect(config: &Config, name: &str) -> anyhow::Result<async_nats::Client> {
+    connect_observed(config, name, crate::refusals::Refusals::process()).await
+}
+
+/// [`connect`], keeping what the server refuses this connection in `refusals` (besides the
+/// process-wide list): an action on its own connection reports its own refusals only.
+pub async fn connect_observed(
+    config: &Config,
+    name: &str,
+    refusals: crate::refusals::Refusals,
+) -> anyhow::Result<async_nats::Client> {
     let n = &config.nats;
     anyhow::ensure!(
         !n.urls.is_empty(),
@@ -52,11 +62,15 @@ pub async fn connect(config: &Config, name: &str) -> anyhow::Result<async_nats::
     }
     options = liveness(options, config.claims.heartbeat)
         .custom_inbox_prefix(n.inbox())
-        .event_callback(|event| async move {
-            // A refused subject is named at once and kept for the error of whatever waits
-            // on it (`crate::refusals`).
-            if let async_nats::Event::ServerError(async_nats::ServerError::Other(text)) = &event {
-                crate::refusals::observe(text);
+        .event_callback(move |event| {
+            let refusals = refusals.clone();
+            async move {
+                // A refused subject is named at once and kept for the error of whatever
+                // waits on it (`crate::refusals`).
+                if let async_nats::Event::ServerError(async_nats::ServerError::Other(text)) = &event
+                {
+                    refusals.observe(text);
+                }
             }
         });
     // Every URL is handed over as its own server, so the client fails over among them.

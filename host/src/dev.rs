@@ -59,18 +59,7 @@ impl LocalServer {
             .arg(store_dir)
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        // It ends with this process however that ends: a `dev --demo | head` ended by
-        // SIGPIPE, or a `kill -9`, runs no destructor.
-        // SAFETY: the closure only calls prctl, which is async-signal-safe.
-        unsafe {
-            use std::os::unix::process::CommandExt as _;
-            command.pre_exec(|| {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == -1 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
+        dies_with_this_process(&mut command);
         let child = command
             .spawn()
             .map_err(|e| match e.kind() {
@@ -111,6 +100,22 @@ impl Drop for LocalServer {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// Makes the process `command` starts end with this process however that ends (SIGKILL on
+/// this process's death): a `dev --demo | head` ended by SIGPIPE, or a `kill -9`, runs no
+/// destructor.
+pub fn dies_with_this_process(command: &mut Command) {
+    // SAFETY: the closure only calls prctl, which is async-signal-safe.
+    unsafe {
+        use std::os::unix::process::CommandExt as _;
+        command.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
     }
 }
 

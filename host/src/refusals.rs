@@ -6,8 +6,13 @@
 //! callback ([`crate::connect`]) records each refusal here and logs it at once; set-up stops
 //! retrying when one was seen, and a failed start names the refused subject and the fix
 //! instead of a timeout.
+//!
+//! The process-wide list serves a process that does one thing at a time (a CLI command, a
+//! host's start). Where several actions run at once (the console's writes), each action
+//! connects with its own [`Refusals`], so a refusal is reported by the action whose request
+//! it was, never by another that failed meanwhile.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use thiserror::Error;
@@ -45,28 +50,95 @@ impl PermissionDenied {
     }
 }
 
-static SEEN: Mutex<Vec<(Instant, PermissionDenied)>> = Mutex::new(Vec::new());
+/// Refusals with the time each was seen, the newest [`KEEP`].
+type Seen = Mutex<Vec<(Instant, PermissionDenied)>>;
 
-/// Records and logs a server error when it is a refusal; returns whether it was one.
-pub fn observe(server_error: &str) -> bool {
-    let Some(denied) = PermissionDenied::parse(server_error) else {
-        return false;
-    };
-    tracing::error!("{denied}");
-    let mut seen = SEEN.lock().unwrap_or_else(|p| p.into_inner());
+static SEEN: Seen = Mutex::new(Vec::new());
+
+fn push(seen: &Seen, denied: PermissionDenied) {
+    let mut seen = seen.lock().unwrap_or_else(|p| p.into_inner());
     if seen.len() == KEEP {
         seen.remove(0);
     }
     seen.push((Instant::now(), denied));
-    true
 }
 
-/// The first refusal seen since `start`, if any.
-pub fn since(start: Instant) -> Option<PermissionDenied> {
-    let seen = SEEN.lock().unwrap_or_else(|p| p.into_inner());
+fn first_since(seen: &Seen, start: Instant) -> Option<PermissionDenied> {
+    let seen = seen.lock().unwrap_or_else(|p| p.into_inner());
     seen.iter()
         .find(|(at, _)| *at >= start)
         .map(|(_, d)| d.clone())
+}
+
+/// Records and logs a server error when it is a refusal; returns whether it was one.
+pub fn observe(server_error: &str) -> bool {
+    Refusals::process().observe(server_error)
+}
+
+/// The first refusal any connection of this process saw since `start`, if any.
+pub fn since(start: Instant) -> Option<PermissionDenied> {
+    Refusals::process().since(start)
+}
+
+/// The refusals one action reads: those of every connection of the process, or those of
+/// the action's own connection ([`Refusals::own`], given to
+/// [`crate::connect::connect_observed`]).
+#[derive(Debug, Clone, Default)]
+pub struct Refusals {
+    own: Option<Arc<Seen>>,
+}
+
+impl Refusals {
+    /// Every connection's refusals: for a process that does one thing at a time.
+    pub fn process() -> Self {
+        Self { own: None }
+    }
+
+    /// An empty list for one connection: what the server refused that connection only.
+    pub fn own() -> Self {
+        Self {
+            own: Some(Arc::default()),
+        }
+    }
+
+    /// Records and logs a server error of the connection when it is a refusal (in the
+    /// process-wide list too); returns whether it was one.
+    pub fn observe(&self, server_error: &str) -> bool {
+        let Some(denied) = PermissionDenied::parse(server_error) else {
+            return false;
+        };
+        tracing::error!("{denied}");
+        if let Some(own) = &self.own {
+            push(own, denied.clone());
+        }
+        push(&SEEN, denied);
+        true
+    }
+
+    /// The first refusal seen since `start`, if any.
+    pub fn since(&self, start: Instant) -> Option<PermissionDenied> {
+        first_since(self.own.as_deref().unwrap_or(&SEEN), start)
+    }
+
+    /// The refusal seen since `start` when there is one, else `error`'s text (see
+    /// [`or_refused`]).
+    pub fn or_refused(&self, error: impl std::fmt::Display, start: Instant) -> String {
+        match self.since(start) {
+            Some(denied) => format!("{denied} ({error})"),
+            None => error.to_string(),
+        }
+    }
+
+    /// `error`, named for the refusal behind it when one was seen since `start` (see
+    /// [`explain`]).
+    pub fn explain(&self, error: anyhow::Error, start: Instant) -> anyhow::Error {
+        match self.since(start) {
+            Some(denied) if error.downcast_ref::<PermissionDenied>().is_none() => {
+                error.context(denied)
+            }
+            _ => error,
+        }
+    }
 }
 
 /// A route's output the server refused for lack of permission: no retry stores it until the
@@ -112,19 +184,13 @@ impl OutputRefused {
 /// item of a batch (a letter replayed, say) whose write failed or timed out because the
 /// server dropped it, so the operator reads the subject to grant rather than a timeout.
 pub fn or_refused(error: impl std::fmt::Display, start: Instant) -> String {
-    match since(start) {
-        Some(denied) => format!("{denied} ({error})"),
-        None => error.to_string(),
-    }
+    Refusals::process().or_refused(error, start)
 }
 
 /// `error`, named for the refusal behind it when one was seen since `start` (a request that
 /// timed out because its subject was refused, say).
 pub fn explain(error: anyhow::Error, start: Instant) -> anyhow::Error {
-    match since(start) {
-        Some(denied) if error.downcast_ref::<PermissionDenied>().is_none() => error.context(denied),
-        _ => error,
-    }
+    Refusals::process().explain(error, start)
 }
 
 #[cfg(test)]
@@ -145,6 +211,23 @@ mod tests {
             .unwrap();
         assert_eq!(s.operation, "subscribe to");
         assert!(PermissionDenied::parse("Authorization Violation").is_none());
+    }
+
+    /// Two actions at once, each on its own connection: the refusal of one is not blamed
+    /// for the other's failure (the console's writes).
+    #[test]
+    fn a_refusal_is_reported_by_its_own_connections_action_only() {
+        let start = Instant::now();
+        let (refused, other) = (Refusals::own(), Refusals::own());
+        assert!(refused.observe("Permissions Violation for Publish to \"in.fixme.k1\""));
+        let denied = refused.since(start).expect("its own refusal");
+        assert_eq!(denied.subject, "in.fixme.k1");
+        assert_eq!(other.since(start), None);
+        let failed = other.explain(anyhow::anyhow!("the candidate changed meanwhile"), start);
+        assert_eq!(format!("{failed:#}"), "the candidate changed meanwhile");
+        assert_eq!(other.or_refused("timed out", start), "timed out");
+        // The process-wide list still holds it (a CLI command's failure names it).
+        assert!(since(start).is_some_and(|d| d.subject == "in.fixme.k1"));
     }
 
     #[test]

@@ -340,7 +340,9 @@ impl Routes {
                 route_lanes: Some(Arc::new(Semaphore::new(config.route_lanes()))),
                 // Validated with the config: a grant that does not parse is no grant.
                 http: r.http.as_ref().and_then(|h| {
-                    let grant = crate::runtime::http::HttpGrant::new(h).ok()?;
+                    let mut h = h.clone();
+                    h.ca_file = h.ca_file.map(|f| config.resolve(&f));
+                    let grant = crate::runtime::http::HttpGrant::new(&h).ok()?;
                     Some(grant.observed(metrics.http_calls(&r.name)))
                 }),
                 journal: None,

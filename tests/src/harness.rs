@@ -293,8 +293,10 @@ replicas = {replicas}
             .stderr(Stdio::inherit())
             .spawn()
             .expect("start dedup-host run");
+        // Its routes are compiled first: a cold compile of a 10-20 MB Python or JavaScript
+        // component takes a minute on a busy machine.
         wait_for(
-            Duration::from_secs(30),
+            Duration::from_secs(120),
             "the host process's consumer",
             || async {
                 let stream = self.js.get_stream(SOURCE).await.ok()?;

@@ -13,6 +13,8 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::redact::mask_url;
+
 /// What becomes of a call left PENDING by an earlier run (the host died, or lost its lease,
 /// between sending it and recording the answer): nobody knows whether it took effect.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -138,9 +140,15 @@ pub fn decide(
         && recorded.url == request.url
         && recorded.body_digest == request.body_digest;
     if !same {
+        // The URLs as shown, secrets masked: say so when only a masked part differs.
+        let (now, then) = (mask_url(&request.url), mask_url(&recorded.url));
+        let masked = match now == then && request.url != recorded.url {
+            true => " (the URLs differ in a masked secret)",
+            false => "",
+        };
         return Decision::Mismatch(format!(
-            "the handler is not deterministic: outbound call {index} is {} {} (body {}), but an earlier run of this key sent {} {} (body {}) at that index; fix the handler so a re-run makes the same calls, then replay the dead letter",
-            request.method, request.url, request.body_digest, recorded.method, recorded.url, recorded.body_digest
+            "the handler is not deterministic: outbound call {index} is {} {now} (body {}), but an earlier run of this key sent {} {then} (body {}) at that index{masked}; fix the handler so a re-run makes the same calls, then replay the dead letter",
+            request.method, request.body_digest, recorded.method, recorded.body_digest
         ));
     }
     match (recorded.state, &recorded.response, on_unknown) {
@@ -148,7 +156,7 @@ pub fn decide(
         (_, _, OnUnknown::Resend) => Decision::Resend,
         (_, _, OnUnknown::Fail) => Decision::Unknown(format!(
             "outcome unknown: outbound call {index} ({} {}, idempotency key `{}`) was sent by an earlier run whose answer was never recorded, and the route's http.on_unknown is \"fail\": check with the provider whether it took effect, then replay or drop this dead letter",
-            recorded.method, recorded.url, recorded.idempotency_key
+            recorded.method, mask_url(&recorded.url), mask_url(&recorded.idempotency_key)
         )),
     }
 }

@@ -29,7 +29,8 @@
 //!   seam.
 //! - [`outcome`]: how a delivery ended and where a repeat was caught.
 //! - [`subject`]: NATS subject grammar (filters, literals, the server's and the host's reserved
-//!   namespaces); [`text`]: reasons and header values made safe to store and show.
+//!   namespaces); [`text`]: reasons and header values made safe to store and show;
+//!   [`redact`]: secrets in outbound call URLs masked where people read them.
 
 #![warn(missing_docs)]
 
@@ -46,6 +47,7 @@ pub mod outage;
 pub mod outcome;
 pub mod partition;
 pub mod queue;
+pub mod redact;
 pub mod settle;
 pub mod subject;
 pub mod text;

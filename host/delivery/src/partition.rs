@@ -38,6 +38,9 @@ pub struct Queued {
     pub since: Duration,
     /// The claims' clock skew margin.
     pub skew: Duration,
+    /// Whether its route coalesces: one that does acks the updates it skips while an earlier
+    /// one runs, so its partition moves past messages the server did not give up on.
+    pub coalescing: bool,
     /// The partition's consumer as this host's config describes it (`handed_out` unknown: 0),
     /// judged by when its info cannot be read.
     pub configured: Partition,
@@ -75,10 +78,14 @@ pub fn late(q: &Queued, read: Option<&Partition>) -> Option<Late> {
     }
     let bounds = read.unwrap_or(&q.configured);
     let last = bounds.max_deliver > 0 && q.delivered >= bounds.max_deliver as u64;
-    // The server moves past a message only once it is acked or out of deliveries: a later
-    // message handed out while this one has deliveries left was let through by this host (a
-    // coalescing route acks the updates it coalesces while the first one runs), not given up.
-    if last && read.is_some_and(|p| p.handed_out > q.sequence) {
+    // The server moves past a message only once it is acked or out of deliveries. A claim
+    // won by a copy of an acked message is never won (its key settled), so on a route that
+    // does not coalesce a later message handed out means this copy is stale: the server
+    // redelivered the message since, up to its last delivery, and gave up (a copy that
+    // waited in a paused host's buffer, its delivery not the last). A coalescing route acks
+    // the updates it skips while the first one runs, so there only a last delivery says so.
+    let moved_past = read.is_some_and(|p| p.handed_out > q.sequence);
+    if moved_past && (last || !q.coalescing) {
         return Some(Late::MovedPast);
     }
     (last && q.since + q.skew >= bounds.ack_wait).then_some(Late::AckWaitSpent)
@@ -102,6 +109,7 @@ mod tests {
             delivered,
             since: Duration::from_secs(since_s),
             skew: Duration::from_secs(2),
+            coalescing: false,
             configured: partition(0, 30, 4),
         }
     }
@@ -111,9 +119,16 @@ mod tests {
         // Its last delivery, taken up just now (it waited in the client's buffer).
         let moved = partition(8, 30, 100);
         assert_eq!(late(&queued(100, 0), Some(&moved)), Some(Late::MovedPast));
-        // Deliveries left: the server did not give up on it (a coalescing route let the
-        // next through), so it runs.
-        assert_eq!(late(&queued(1, 0), Some(&moved)), None);
+        // Deliveries left, on a route that does not coalesce: a stale copy (the server
+        // redelivered it since, and gave up on it), so it does not run.
+        assert_eq!(late(&queued(1, 0), Some(&moved)), Some(Late::MovedPast));
+        // On a coalescing route the next was let through by a skipped update's ack, not
+        // given up on: it runs.
+        let coalescing = Queued {
+            coalescing: true,
+            ..queued(1, 0)
+        };
+        assert_eq!(late(&coalescing, Some(&moved)), None);
         // Still the partition's latest: it runs.
         assert_eq!(late(&queued(1, 0), Some(&partition(7, 30, 100))), None);
     }

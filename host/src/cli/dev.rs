@@ -21,6 +21,8 @@ use crate::serve;
 
 /// The configuration used when `--config` is not given.
 const DEMO_CONFIG: &str = include_str!("../../demo.toml");
+/// Its file, which the demo's host processes read.
+const DEMO_CONFIG_FILE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/demo.toml");
 /// How long the demo waits for its events to settle.
 const DEMO_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -66,7 +68,10 @@ pub async fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
     let mut config = load(args.config.as_deref())?;
     // Checked before anything starts: a project to watch and a route to deploy it to.
     let watch = (args.watch.as_deref())
-        .map(|dir| super::watch::Watch::new(dir, args.route.as_deref(), &config))
+        .map(|dir| {
+            let (route, file) = (args.route.as_deref(), args.config.as_deref());
+            super::watch::Watch::new(dir, route, &config, file)
+        })
         .transpose()?;
     let _log = if args.demo {
         args.serve.apply(&mut config)
@@ -102,7 +107,9 @@ pub async fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
         None
     };
     if args.demo {
-        demo(config).await?;
+        let file =
+            (args.config.clone()).unwrap_or_else(|| Path::new(DEMO_CONFIG_FILE).to_path_buf());
+        demo(config, &file).await?;
     } else {
         let urls = config.nats.urls.clone();
         let watching = watch.map(|w| w.start(urls.clone()));
@@ -268,7 +275,8 @@ const EVENTS: &[DemoEvent] = &[
     ),
 ];
 
-async fn demo(mut config: Config) -> anyhow::Result<()> {
+/// The demo on `config`, read from `config_file`.
+async fn demo(mut config: Config, config_file: &Path) -> anyhow::Result<()> {
     let outputs_streams: Vec<String> = config
         .output_streams
         .iter()
@@ -318,11 +326,11 @@ async fn demo(mut config: Config) -> anyhow::Result<()> {
     let scrape = host.metrics().encode();
     let (hits, batches) = (dedup_hits(&scrape), fenced_batches(&scrape));
     let stats = host.shutdown().await?;
+    let settled = started.elapsed();
+    let urls = audit_config.nats.urls.join(",");
+    let calls = super::demo_calls::run(&js, &audit_config, config_file, &urls).await?;
 
-    println!(
-        "\nWhat happened ({:.1} s):",
-        started.elapsed().as_secs_f64()
-    );
+    println!("\nWhat happened ({:.1} s):", settled.as_secs_f64());
     println!("  processed            {}", stats.processed);
     println!(
         "  duplicates skipped   {} by the stream (same Nats-Msg-Id), {} by the claim (same key)",
@@ -346,6 +354,12 @@ async fn demo(mut config: Config) -> anyhow::Result<()> {
     super::demo_modes::print_contract(&js, &audit_config).await?;
     super::demo_shadow::print(&js, &audit_config).await?;
     println!("\nForever deduplication: {late}");
+    if !calls.is_empty() {
+        println!("\nOutbound calls through kill -9:");
+        for line in &calls {
+            println!("  {line}");
+        }
+    }
     println!("\nDead letters in stream {dead_stream}:");
     print_stream(&js, &dead_stream, |m| {
         let reason = m

@@ -4,6 +4,7 @@ mod author;
 mod candidate;
 mod compile;
 mod console;
+mod demo_calls;
 mod demo_console;
 mod demo_modes;
 mod demo_shadow;

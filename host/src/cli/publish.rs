@@ -31,15 +31,16 @@ pub struct PublishArgs {
     #[arg(long, value_name = "S", value_parser = super::subject_arg::publishable)]
     subject: String,
     /// The message id (`Nats-Msg-Id`): the stream drops a repeat of it, and a route with
-    /// the default key (`key = { header = "Nats-Msg-Id" }`) takes it as the idempotency key. (`--key` is an older
-    /// spelling.)
+    /// the default key (`key = { header = "Nats-Msg-Id" }`) takes it as the idempotency key.
+    /// Default: a fresh unique id, printed, so the same message can be sent again on purpose
+    /// with `--msg-id`. (`--key` is an older spelling.)
     #[arg(
         long = "msg-id",
         visible_alias = "id",
         alias = "key",
         value_name = "ID"
     )]
-    msg_id: String,
+    msg_id: Option<String>,
     /// The message body.
     #[command(flatten)]
     payload: super::payload::PayloadArgs,
@@ -91,7 +92,9 @@ pub async fn run(args: PublishArgs) -> anyhow::Result<ExitCode> {
         }
     };
     let js = async_nats::jetstream::new(client);
-    let key = HeaderValue::from_str(&args.msg_id)
+    let fresh = args.msg_id.is_none();
+    let msg_id = args.msg_id.clone().unwrap_or_else(fresh_id);
+    let key = HeaderValue::from_str(&msg_id)
         .map_err(|_| anyhow::anyhow!("--msg-id cannot hold line breaks"))?;
     headers.insert("Nats-Msg-Id", key);
     let ack = js
@@ -130,14 +133,16 @@ pub async fn run(args: PublishArgs) -> anyhow::Result<ExitCode> {
     if args.json {
         println!(
             "{}",
-            serde_json::json!({"outcome": outcome, "stream": stream, "sequence": sequence})
+            serde_json::json!({"outcome": outcome, "stream": stream, "sequence": sequence, "msg_id": msg_id})
         );
     } else {
         match code {
+            0 if fresh => println!(
+                "stored as sequence {sequence} of stream `{stream}`, message id `{msg_id}` (a fresh one; `--msg-id {msg_id}` sends this message again, as a duplicate)"
+            ),
             0 => println!("stored as sequence {sequence} of stream `{stream}`"),
             EXIT_DUPLICATE_WINDOW => println!(
-                "duplicate (window): stream `{stream}` already holds message id `{}` as sequence {sequence}; not stored again",
-                args.msg_id
+                "duplicate (window): stream `{stream}` already holds message id `{msg_id}` as sequence {sequence}; not stored again"
             ),
             _ => println!(
                 "duplicate (forever: subject already holds a message): stream `{stream}` keeps `{}` as sequence {sequence}; not stored again",
@@ -146,4 +151,9 @@ pub async fn run(args: PublishArgs) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::from(code))
+}
+
+/// A message id no other publish has: 128 random bits, in hex.
+fn fresh_id() -> String {
+    format!("msg-{:032x}", rand::random::<u128>())
 }

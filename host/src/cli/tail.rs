@@ -41,7 +41,8 @@ pub struct TailArgs {
     /// Exit after N messages.
     #[arg(long, short = 'n', value_name = "N")]
     count: Option<usize>,
-    /// Exit after this long (1 if `--count` messages did not arrive by then), e.g. `30s`.
+    /// Exit after this long, e.g. `30s` (exit 1 if `--count` messages did not arrive by
+    /// then, saying on stderr how many did).
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     wait: Option<Duration>,
     /// One JSON object per message instead of a line.
@@ -118,9 +119,24 @@ pub async fn run(args: TailArgs) -> anyhow::Result<ExitCode> {
     }
     client.flush().await?;
     Ok(match args.count {
-        Some(n) if shown < n => ExitCode::from(1),
+        Some(n) if shown < n => {
+            eprintln!("dedup-host tail: {}", short_of(shown, n, args.wait));
+            ExitCode::from(1)
+        }
         _ => ExitCode::SUCCESS,
     })
+}
+
+/// Why `tail --count N` exits 1: `shown` of `n` messages arrived within `wait` (none: the
+/// streams' consumers ended first).
+fn short_of(shown: usize, n: usize, wait: Option<Duration>) -> String {
+    match wait {
+        Some(wait) => format!(
+            "{shown} of {n} message(s) arrived within {}; wait longer with --wait DURATION",
+            humantime::format_duration(wait)
+        ),
+        None => format!("{shown} of {n} message(s) arrived before the streams stopped delivering"),
+    }
 }
 
 impl TailArgs {

@@ -60,13 +60,32 @@ pub(super) struct Watch {
     /// Whether `outputs` are the route's `allowed_outputs`, not every output stream's.
     outputs_of_route: bool,
     config: Config,
+    /// The config file, when it is a file: a save of it is not a source change.
+    config_file: Option<PathBuf>,
 }
 
 impl Watch {
     /// Checks that `dir` holds a handler project and that the route (`route`, else the one
     /// named like the project) takes its versions from the object store. Any other route
-    /// must be named: what it serves is replaced.
-    pub(super) fn new(dir: &Path, route: Option<&str>, config: &Config) -> anyhow::Result<Self> {
+    /// must be named: what it serves is replaced. `config_file` is the file `config` was read
+    /// from (none for the built-in config).
+    pub(super) fn new(
+        dir: &Path,
+        route: Option<&str>,
+        config: &Config,
+        config_file: Option<&Path>,
+    ) -> anyhow::Result<Self> {
+        if !dir.is_dir() {
+            let what = if dir.exists() {
+                "is not a folder"
+            } else {
+                "does not exist"
+            };
+            anyhow::bail!(
+                "--watch: no such folder: `{}` {what}; give the folder of a handler project (`dedup-host new NAME` makes one), or run `dev --watch` inside it",
+                dir.display()
+            );
+        }
         let manifest = project::detect(dir)?;
         let from_store: Vec<&str> = (config.routes.iter())
             .filter(|r| super::store_route(config, &r.name).is_ok())
@@ -104,6 +123,7 @@ impl Watch {
             outputs,
             outputs_of_route,
             config: config.clone(),
+            config_file: config_file.map(Path::to_path_buf),
         })
     }
 
@@ -147,6 +167,10 @@ impl Watch {
             if let Some(task) = shown.take() {
                 task.abort();
             }
+            if live.is_none() {
+                // Read again: a server that has just started may not have answered at first.
+                live = crate::components::store::deployed(&bucket, &self.route).await;
+            }
             let deployed = self
                 .cycle(&changed, &js, [&runtime, &hosts], &mut live)
                 .await;
@@ -158,14 +182,25 @@ impl Watch {
                 )));
             }
             // A save is acted on once two scans agree (an editor may write several files).
+            // The config is read once, at start: a save of it alone rebuilds nothing.
             let mut last = built.clone();
             loop {
                 tokio::time::sleep(POLL).await;
                 let now = Sources::scan(&self.dir);
                 if now != built && now == last {
                     changed = now.changed_since(&built);
-                    built = now;
-                    break;
+                    built = now.clone();
+                    let config = (self.config_file.as_deref())
+                        .filter(|file| Sources::take_file(&mut changed, file));
+                    if let Some(file) = config {
+                        say!(
+                            "\nwatch: {} changed: the config is read once, at start, and a save of it rebuilds nothing; restart `dedup-host dev` to apply it",
+                            file.display()
+                        );
+                    }
+                    if !changed.is_empty() {
+                        break;
+                    }
                 }
                 last = now;
             }
@@ -190,10 +225,7 @@ impl Watch {
         } else {
             say!("\nwatch: {} changed: building", names.join(", "));
         }
-        let serving = match live {
-            Some(digest) => format!("route `{}` still serves {digest}", self.route),
-            None => format!("route `{}` serves what it served", self.route),
-        };
+        let serving = serving(&self.route, live.as_deref());
         match self.build_and_test(runtime).await {
             Err(e) => {
                 say!(
@@ -243,7 +275,10 @@ impl Watch {
     /// Builds the project and runs its cases; the component's path and bytes when all pass.
     async fn build_and_test(&self, runtime: &Runtime) -> anyhow::Result<(PathBuf, Vec<u8>)> {
         let dir = self.dir.clone();
-        let file = tokio::task::spawn_blocking(move || project::build(&dir, None, false))
+        // The toolchain's output goes where the watch prints, so an error comes before the
+        // line that says the build failed.
+        let build = move || project::build_on_stdout(&dir, None, false);
+        let file = tokio::task::spawn_blocking(build)
             .await?
             .context("the build failed")?;
         let bytes = std::fs::read(&file)
@@ -333,5 +368,34 @@ impl Watch {
                 say!("{label}  {}  {payload}", m.subject);
             }
         }
+    }
+}
+
+/// What a watch line says the route serves when nothing new is deployed: the digest `live`
+/// (short, as the console shows it), or that no version is deployed.
+fn serving(route: &str, live: Option<&str>) -> String {
+    match live {
+        Some(digest) => format!("route `{route}` still serves version {}", short(digest)),
+        None => format!("route `{route}` has no deployed version (its messages wait for one)"),
+    }
+}
+
+/// A digest's short form: its first 12 hex digits.
+fn short(digest: &str) -> String {
+    let hex = digest.strip_prefix("sha256:").unwrap_or(digest);
+    hex.chars().take(12).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_line_that_deploys_nothing_names_the_version_served() {
+        let digest = format!("sha256:{}", "0123456789ab".repeat(5));
+        let line = serving("orders", Some(&digest));
+        assert_eq!(line, "route `orders` still serves version 0123456789ab");
+        let none = serving("orders", None);
+        assert!(none.contains("no deployed version"), "{none}");
     }
 }

@@ -464,6 +464,17 @@ impl Config {
                 for problem in http.problems() {
                     p.check(false, at("http"), problem);
                 }
+                if let Some(file) = &http.ca_file {
+                    let read = crate::runtime::http::tls::read_ca_file(&self.resolve(file));
+                    p.check(
+                        read.is_ok(),
+                        at("http.ca_file"),
+                        format!(
+                            "{}: point `ca_file` at a PEM file of CA certificates, or remove it to trust only the system's roots",
+                            read.err().unwrap_or_default()
+                        ),
+                    );
+                }
                 p.check(
                     r.claim != super::ClaimMode::After,
                     at("http"),

@@ -280,17 +280,30 @@ pub async fn act(
     }
     let mut actions: Vec<Action> = Vec::with_capacity(matching.len());
     let named = !selection.sequences.is_empty();
-    // A write the console's NATS user may not make names the subject to grant.
+    // A write the console's NATS user may not make names the subject to grant: refusals
+    // of this write's own connection only.
+    let (js, refusals) = console.writer().await?;
     let started = std::time::Instant::now();
     for batch in matching.chunks(BATCH) {
         let batch = batch.to_vec();
+        let config = &console.config;
         let done = match action {
             "replay" => {
-                crate::ops::replay::replay(&console.js, &console.config, batch, false).await
+                let (dry_run, force, fresh_effects) = (false, false, false);
+                crate::ops::replay::replay_observed(
+                    &js,
+                    config,
+                    batch,
+                    dry_run,
+                    force,
+                    fresh_effects,
+                    &refusals,
+                )
+                .await
             }
-            _ => letters::purge(&console.js, &console.config, batch, named, false).await,
+            _ => letters::purge(&js, config, batch, named, false).await,
         };
-        actions.extend(done.map_err(|e| crate::refusals::explain(e, started))?);
+        actions.extend(done.map_err(|e| refusals.explain(e, started))?);
     }
     let summary = letters::summary(&actions);
     let mut entry = Entry::now(

@@ -225,7 +225,9 @@ pub async fn decide(
         let e = anyhow::anyhow!("no route `{}` in this console's config", form.route);
         return Err(e.into());
     }
-    let bucket = store::open(&console.js, &console.config).await?;
+    // The write's own connection: its refusals are this write's alone.
+    let (js, refusals) = console.writer().await?;
+    let bucket = store::open(&js, &console.config).await?;
     if form.confirmed != "yes" {
         let body = html! {
             p #confirm data-count="1" { (action) " the candidate " code { (form.digest) } " of route " strong { (form.route) } " on every host that serves it?" }
@@ -264,8 +266,7 @@ pub async fn decide(
         },
     };
     // A write the console's NATS user may not make names the subject to grant.
-    let result =
-        result.unwrap_or_else(|e| format!("failed: {:#}", crate::refusals::explain(e, started)));
+    let result = result.unwrap_or_else(|e| format!("failed: {:#}", refusals.explain(e, started)));
     let mut entry = Entry::now(
         &format!("console {who}@{peer}"),
         action,

@@ -55,6 +55,22 @@ pub struct Console {
 pub type Shared = Arc<Console>;
 
 impl Console {
+    /// A connection of the console's user for one write (a replay, a purge, a promote):
+    /// what the server refuses it is that write's alone, so the page names the refusal of
+    /// its own request, never one of a write another person made meanwhile.
+    pub async fn writer(
+        &self,
+    ) -> anyhow::Result<(async_nats::jetstream::Context, crate::refusals::Refusals)> {
+        let refusals = crate::refusals::Refusals::own();
+        let client = crate::connect::connect_observed(
+            &self.config,
+            "dedup-host console write",
+            refusals.clone(),
+        )
+        .await?;
+        Ok((async_nats::jetstream::new(client), refusals))
+    }
+
     /// Who is logged in (from the request's cookie or bearer token).
     pub fn who(&self, headers: &HeaderMap) -> Option<String> {
         self.access.who(headers)

@@ -11,6 +11,7 @@ use crate::claim::kv::KvClaimStore;
 use crate::claim::record::ClaimRecord;
 use crate::claim::{ClaimError, ClaimState, ClaimStore};
 use crate::config::Config;
+use dedup_delivery::claim::key::is_claim_key;
 
 /// Keys the operator accepted as settled though they failed for good after their window
 /// outputs may have been stored (`--accept-dead KEY`): they can never complete, so they move
@@ -160,7 +161,8 @@ pub(crate) async fn claim_store(
     Ok(HostClaimStore::new(KvClaimStore::new(kv), js.clone()))
 }
 
-/// The claim keys of `route` in a claim store (`bucket <name>` or `stream <name>`), listed by
+/// The claim keys of `route` in a claim store (not its calls' journal entries, which are not
+/// claim records; they stay where they are when the claims move) (`bucket <name>` or `stream <name>`), listed by
 /// the stream's leader (STREAM.INFO with a subjects filter): a bucket's `keys()` reads through
 /// an ordered consumer, which a lagging replica may serve without a key written just before.
 async fn claim_keys(js: &Context, claims: &str, route: &str) -> anyhow::Result<Vec<String>> {
@@ -170,6 +172,7 @@ async fn claim_keys(js: &Context, claims: &str, route: &str) -> anyhow::Result<V
         return Ok(subjects
             .iter()
             .filter_map(|s| crate::fenced::claim_key_of(stream, s))
+            .filter(|k| is_claim_key(k))
             .map(str::to_string)
             .collect());
     }
@@ -181,6 +184,7 @@ async fn claim_keys(js: &Context, claims: &str, route: &str) -> anyhow::Result<V
     Ok(subjects
         .iter()
         .filter_map(|s| s.strip_prefix(&prefix))
+        .filter(|k| is_claim_key(k))
         .map(str::to_string)
         .collect())
 }

@@ -5,6 +5,8 @@
 use async_nats::jetstream::Context;
 use dedup_delivery::journal::{CallRecord, CallState, JournalError};
 
+use crate::subject::FENCED_CLAIMS_PREFIX;
+
 /// A key's call records, as the operator commands read and discard them (`inspect`,
 /// `audit`, `dead-letters replay`): unfenced, never written through.
 #[derive(Clone)]
@@ -54,24 +56,53 @@ impl KeyCalls {
     /// Removes the key's call records: every one (`all`), or only those left PENDING.
     /// Returns how many were removed. Only while no run holds the key (a replay resets it
     /// first): a run's records are its own.
+    ///
+    /// In the claim bucket a record is purged (its subject's messages removed). In a fenced
+    /// output stream it is cleared by a marker on its own subject instead (a message with
+    /// the `KV-Operation` header, which every reader of a journal takes for no record): a
+    /// publish on the claim subjects is all the console needs, where a purge would take a
+    /// grant on the whole stream, outputs included (a purge grant cannot be limited to one
+    /// subject).
     pub async fn discard(&self, all: bool) -> Result<usize, JournalError> {
-        let unavailable = |e: &dyn std::fmt::Display| JournalError::Unavailable(e.to_string());
-        let stream = (self.js)
-            .get_stream_no_info(&self.stream)
-            .await
-            .map_err(|e| unavailable(&e))?;
         let mut removed = 0;
         for record in self.records().await? {
             if all || record.state == CallState::Pending {
-                let subject = self.subject_of(record.index);
-                stream
-                    .purge()
-                    .filter(subject)
-                    .await
-                    .map_err(|e| unavailable(&e))?;
+                self.clear(&self.subject_of(record.index)).await?;
                 removed += 1;
             }
         }
         Ok(removed)
     }
+
+    /// Removes the record on `subject` (see [`KeyCalls::discard`]).
+    async fn clear(&self, subject: &str) -> Result<(), JournalError> {
+        let unavailable = |e: &dyn std::fmt::Display| JournalError::Unavailable(e.to_string());
+        if self.claim_subject.starts_with(FENCED_CLAIMS_PREFIX) {
+            let mut headers = async_nats::HeaderMap::new();
+            headers.insert(CLEARED_HEADER, CLEARED_VALUE);
+            let ack = (self.js)
+                .publish_with_headers(subject.to_string(), headers, bytes::Bytes::new())
+                .await
+                .map_err(|e| unavailable(&e))?;
+            ack.await.map_err(|e| unavailable(&e))?;
+            return Ok(());
+        }
+        let stream = (self.js)
+            .get_stream_no_info(&self.stream)
+            .await
+            .map_err(|e| unavailable(&e))?;
+        stream
+            .purge()
+            .filter(subject)
+            .await
+            .map_err(|e| unavailable(&e))?;
+        Ok(())
+    }
 }
+
+/// The header of a cleared call record's marker: a KV deletion marker's, which the journal's
+/// readers ([`crate::claim::journal`], [`KeyCalls::records`]) take for no record.
+const CLEARED_HEADER: &str = "KV-Operation";
+
+/// [`CLEARED_HEADER`]'s value: the key deleted.
+const CLEARED_VALUE: &str = "DEL";

@@ -65,6 +65,30 @@ pub async fn replay_effects(
     force: bool,
     fresh_effects: bool,
 ) -> anyhow::Result<Vec<Action>> {
+    let refusals = crate::refusals::Refusals::process();
+    replay_observed(
+        js,
+        config,
+        letters,
+        dry_run,
+        force,
+        fresh_effects,
+        &refusals,
+    )
+    .await
+}
+
+/// [`replay_effects`], naming in each letter's failure the refusal `refusals` saw (the
+/// console's own connection for this replay: never another action's refusal).
+pub async fn replay_observed(
+    js: &Context,
+    config: &Config,
+    letters: Vec<Letter>,
+    dry_run: bool,
+    force: bool,
+    fresh_effects: bool,
+    refusals: &crate::refusals::Refusals,
+) -> anyhow::Result<Vec<Action>> {
     let mut claims = Claims::new(js, config).await?;
     super::letters::refuse_changing(&claims, &letters).await?;
     let mut actions = Vec::with_capacity(letters.len());
@@ -152,7 +176,7 @@ pub async fn replay_effects(
                     written = Some((previous, reset));
                 }
                 Err(e) => {
-                    let why = match crate::refusals::since(started) {
+                    let why = match refusals.since(started) {
                         Some(denied) => format!("key not reset: {denied} ({e})"),
                         None => format!("key changed meanwhile, not reset: {e}"),
                     };
@@ -178,7 +202,10 @@ pub async fn replay_effects(
                     }
                     actions.push(action(
                         "skipped",
-                        format!("the key's call journal could not be cleared ({e}): the key was put back as it was; run the replay again"),
+                        format!(
+                            "the key's call journal could not be cleared ({}): the key was put back as it was; run the replay again",
+                            refusals.or_refused(e, started)
+                        ),
                     ));
                     continue;
                 }
@@ -210,7 +237,7 @@ pub async fn replay_effects(
                 format!(
                     "publish on `{}` failed, run the replay again: {}",
                     letter.subject,
-                    crate::refusals::or_refused(e, started)
+                    refusals.or_refused(e, started)
                 ),
             )),
         }

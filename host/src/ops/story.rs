@@ -18,6 +18,7 @@ use crate::pipeline::effects::output_id;
 use crate::pipeline::replayed::key_of;
 use crate::scan;
 use dedup_delivery::journal::{CallRecord, CallState};
+use dedup_delivery::redact::mask_url;
 
 /// Which key to tell about.
 #[derive(Debug, Clone)]
@@ -79,7 +80,8 @@ pub struct CallView {
     pub index: u32,
     /// The request's method.
     pub method: String,
-    /// The request's URL.
+    /// The request's URL, its credentials and secret parameters masked
+    /// ([`dedup_delivery::redact::mask_url`]).
     pub url: String,
     /// The answer's status, once recorded.
     pub status: Option<u16>,
@@ -102,14 +104,16 @@ impl CallView {
             CallState::Sent if earlier => "replayed",
             CallState::Sent => "sent",
         };
+        // Shown to whoever reads the story: a URL's credentials and secret parameters
+        // masked (the journal keeps the exact request).
         Self {
             index: record.index,
             method: record.method,
-            url: record.url,
+            url: mask_url(&record.url),
             status: record.response.map(|r| r.status),
             at_ms: record.at_ms,
             how,
-            idempotency_key: record.idempotency_key,
+            idempotency_key: mask_url(&record.idempotency_key),
         }
     }
 }

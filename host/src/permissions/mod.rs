@@ -295,13 +295,12 @@ fn console(config: &Config, s: &Streams, lists: &mut Lists) {
         format!("$JS.API.STREAM.PURGE.{}", s.components),
     ]);
     // A fenced route's claims (and call records) live in its fenced output stream: a replay
-    // resets the claim there and purges the key's PENDING call records from it.
+    // resets the claim there and clears the key's PENDING call records by a marker on their
+    // own subjects (`KeyCalls::discard`). No purge: a purge grant cannot be limited to one
+    // subject, and would let the console purge the route's outputs.
     for o in &config.output_streams {
         if o.effects == EffectsMode::Fenced {
-            lists.publish([
-                crate::fenced::claim_subjects(&o.name),
-                format!("$JS.API.STREAM.PURGE.{}", o.name),
-            ]);
+            lists.publish([crate::fenced::claim_subjects(&o.name)]);
         }
     }
 }
@@ -439,12 +438,11 @@ effects = "fenced"
 "#,
         );
         let console = Permissions::for_role(&c, Role::Console);
-        for subject in [
-            crate::fenced::claim_subjects("FOUT"),
-            "$JS.API.STREAM.PURGE.FOUT".to_string(),
-        ] {
-            assert!(console.publish.contains(&subject), "{subject}");
-        }
+        let claims = crate::fenced::claim_subjects("FOUT");
+        assert!(console.publish.contains(&claims), "{claims}");
+        // Its PENDING calls are cleared by markers on the claim subjects: the fenced stream,
+        // outputs included, is never purged.
+        assert!(!console.publish.iter().any(|s| s.contains("PURGE.FOUT")));
     }
 
     #[test]

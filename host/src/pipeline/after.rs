@@ -165,7 +165,7 @@ impl<S: ClaimStore> AfterDelivery for After<'_, S> {
         // (two threads woken for one message) for a few hundred microseconds of latency.
         let event = event(self.d, self.route, self.key, attempt, 0);
         let invocation = (self.shared)
-            .call_guest(self.route, self.guest.clone(), event, None)
+            .call_guest(self.route, self.guest.clone(), event, None, None)
             .await
             .map_err(|e| e.to_string())?;
         invoked(self.d, self.route, &invocation);

@@ -157,7 +157,13 @@ impl<'a, 'c, S: ClaimStore> ClaimedDelivery for Run<'a, 'c, S> {
         let journal = self.journal();
         let called = self
             .shared
-            .call_guest(c.route, c.guest.clone(), event, journal)
+            .call_guest(
+                c.route,
+                c.guest.clone(),
+                event,
+                journal,
+                c.d.trace.call_tracer(),
+            )
             .await;
         if let Ok(invocation) = &called {
             span.set(|| guest_attributes(invocation));
@@ -224,6 +230,7 @@ impl<'a, 'c, S: ClaimStore> ClaimedDelivery for Run<'a, 'c, S> {
             delivered: d.delivered,
             since: d.received.elapsed(),
             skew: config.claims.clock_skew,
+            coalescing: self.c.route.exclusive.as_ref().is_some_and(|e| e.coalesce),
             configured: Partition {
                 handed_out: 0,
                 ack_wait: config.source.ack_wait,

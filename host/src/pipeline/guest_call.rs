@@ -18,14 +18,16 @@ use crate::runtime::Invocation;
 
 impl<S: ClaimStore> Shared<S> {
     /// Runs `event` on `guest` in one of `route`'s guest slots. The guest's log lines carry
-    /// the message's fields too; its outbound calls are recorded in `journal`. Dropping the
-    /// returned future aborts the call.
+    /// the message's fields too; its outbound calls are recorded in `journal` and reported
+    /// to `calls` (the message's trace; not a shadow's calls). Dropping the returned future
+    /// aborts the call.
     pub(super) async fn call_guest(
         &self,
         route: &Route,
         guest: Guest,
         event: Event,
         journal: Option<dedup_delivery::journal::Journal>,
+        calls: Option<crate::runtime::http::trace::CallTracer>,
     ) -> Result<Invocation, tokio::task::JoinError> {
         let (mut options, slots) = (route.options.clone(), route.slots.clone());
         options.journal = journal;
@@ -43,7 +45,10 @@ impl<S: ClaimStore> Shared<S> {
         // has one (a wait inside the call would move every call of a busy route).
         let slot = slots.acquire_owned().await.expect("guest slots open");
         let call = {
-            let options = options.clone();
+            let mut options = options.clone();
+            if let Some(calls) = calls {
+                options.http = options.http.map(|grant| grant.traced(calls));
+            }
             async move {
                 let _slot = slot;
                 guest.invoke(event, &options).await

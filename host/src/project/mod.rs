@@ -12,7 +12,7 @@ use thiserror::Error;
 
 pub use sources::Sources;
 pub use templates::create;
-pub use toolchain::{build, BuildError};
+pub use toolchain::{build, build_on_stdout, BuildError};
 
 /// The manifest's file name, in the project's root.
 pub const MANIFEST: &str = "dedup.toml";

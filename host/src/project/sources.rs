@@ -79,6 +79,16 @@ impl Sources {
         changed
     }
 
+    /// Takes `file` out of `changed` (paths as [`Sources::changed_since`] gives them, `file`
+    /// as the user named it: each is compared by where it is, not how it is spelled); returns
+    /// whether it was there.
+    pub fn take_file(changed: &mut Vec<PathBuf>, file: &Path) -> bool {
+        let file = located(file);
+        let before = changed.len();
+        changed.retain(|path| located(path) != file);
+        changed.len() != before
+    }
+
     /// How many files the scan holds.
     pub fn len(&self) -> usize {
         self.files.len()
@@ -87,6 +97,21 @@ impl Sources {
     /// Whether the scan found no file.
     pub fn is_empty(&self) -> bool {
         self.files.is_empty()
+    }
+}
+
+/// Where `path` is: its canonical form, or its folder's joined with its name (a removed file).
+fn located(path: &Path) -> PathBuf {
+    if let Ok(path) = path.canonicalize() {
+        return path;
+    }
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    match (parent.canonicalize(), path.file_name()) {
+        (Ok(parent), Some(name)) => parent.join(name),
+        _ => path.to_path_buf(),
     }
 }
 
@@ -128,5 +153,26 @@ mod tests {
         std::fs::remove_file(root.join("cases.toml")).unwrap();
         let removed = Sources::scan(root);
         assert_eq!(removed.changed_since(&after), vec![root.join("cases.toml")]);
+    }
+
+    #[test]
+    fn the_config_file_is_told_from_the_sources_however_it_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("src")).unwrap();
+        std::fs::write(root.join("host.toml"), "").unwrap();
+        std::fs::write(root.join("src/lib.rs"), "").unwrap();
+        // As the scan names them, the config as `--config` named it (with `..` in it).
+        let mut changed = vec![root.join("host.toml"), root.join("src/lib.rs")];
+        let named = root.join("src/../host.toml");
+        assert!(Sources::take_file(&mut changed, &named));
+        assert_eq!(changed, vec![root.join("src/lib.rs")]);
+        assert!(!Sources::take_file(&mut changed, &named));
+        assert_eq!(changed, vec![root.join("src/lib.rs")]);
+        // A removed config is still recognised.
+        std::fs::remove_file(root.join("host.toml")).unwrap();
+        let mut changed = vec![root.join("host.toml")];
+        assert!(Sources::take_file(&mut changed, &root.join("host.toml")));
+        assert!(changed.is_empty());
     }
 }

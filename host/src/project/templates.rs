@@ -138,6 +138,12 @@ mod tests {
                     file.display()
                 );
             }
+            // The local compile cache is not committed.
+            let ignored = std::fs::read_to_string(dir.join(".gitignore")).unwrap();
+            assert!(
+                ignored.lines().any(|l| l == "/.dedup-host/"),
+                "{language:?}: {ignored}"
+            );
             let manifest = super::super::detect(&dir).unwrap();
             assert_eq!(
                 (manifest.name.as_str(), manifest.language),

@@ -2,7 +2,7 @@
 //! for byte, the same one the repository's `guests/build.sh` uses) on a project.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 
 use thiserror::Error;
 
@@ -43,6 +43,26 @@ pub enum BuildError {
 /// Builds the project in `dir` into `out` (default `<dir>/<name>.wasm`), installing missing
 /// toolchains when `install` is set; returns the component's path.
 pub fn build(dir: &Path, out: Option<&Path>, install: bool) -> Result<PathBuf, BuildError> {
+    run(dir, out, install, false)
+}
+
+/// As [`build`], with the toolchain's output (its stdout and stderr) on this process's
+/// stdout, so a caller that prints there (`dev --watch`) shows a compiler's error before the
+/// line that says the build failed, in a terminal and in a pipe alike.
+pub fn build_on_stdout(
+    dir: &Path,
+    out: Option<&Path>,
+    install: bool,
+) -> Result<PathBuf, BuildError> {
+    run(dir, out, install, true)
+}
+
+fn run(
+    dir: &Path,
+    out: Option<&Path>,
+    install: bool,
+    on_stdout: bool,
+) -> Result<PathBuf, BuildError> {
     let manifest = detect(dir)?;
     let out = out
         .map(Path::to_path_buf)
@@ -56,7 +76,14 @@ pub fn build(dir: &Path, out: Option<&Path>, install: bool) -> Result<PathBuf, B
         tracing::info!(dir = %wit.display(), "wrote the embedded WIT package");
     }
     let language = manifest.language.as_str();
-    let status = Command::new("bash")
+    let mut command = Command::new("bash");
+    if on_stdout {
+        use std::os::fd::AsFd as _;
+        let stdout = std::io::stdout();
+        let fd = stdout.as_fd().try_clone_to_owned();
+        command.stderr(Stdio::from(fd.map_err(BuildError::Spawn)?));
+    }
+    let status = command
         .arg("-c")
         .arg(SCRIPT)
         .arg("toolchain.sh")

@@ -1,10 +1,12 @@
 //! OpenTelemetry traces over OTLP (`[telemetry]`, off by default): one `process <subject>`
 //! CONSUMER span per delivery, with child spans for the claim, the guest call, each output's
-//! `send` and the `settle` ([`Trace`]). Spans follow the messaging semantic conventions;
+//! `send` and the `settle` ([`Trace`]), and a CLIENT span per outbound HTTP call
+//! ([`client`]). Spans follow the messaging semantic conventions;
 //! NATS is not in their `messaging.system` list yet, so it is `nats`, as nats.net reports it.
 //! Exporting never slows a message: spans go through a bounded [`queue`], dropped and
 //! counted when it is full.
 
+pub mod client;
 mod queue;
 mod span;
 

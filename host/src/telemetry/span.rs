@@ -111,6 +111,15 @@ impl Trace {
         }
     }
 
+    /// Where the guest's outbound calls are reported: each one becomes a CLIENT span, a
+    /// child of the delivery's span ([`super::client`]); `None` when traces are off.
+    pub fn call_tracer(&self) -> Option<crate::runtime::http::trace::CallTracer> {
+        let (parent, tracer) = self.cx.clone()?;
+        Some(crate::runtime::http::trace::CallTracer::new(move |call| {
+            super::client::record(&tracer, &parent, &call)
+        }))
+    }
+
     /// Ends the delivery's span.
     pub fn end(&self) {
         if let Some((cx, _)) = &self.cx {

@@ -46,10 +46,13 @@ pub const BENCHES: &[(&str, usize)] = &[
     ("fenced", 300),
     ("hand-2b", 300),
     ("hand-2c", 300),
+    ("http-host", 200),
+    ("http-hand", 200),
+    ("http-nocall", 200),
 ];
 
 /// Messages (or invocations) each bench runs before its measured part.
-const WARM_UP: usize = 100;
+pub(super) const WARM_UP: usize = 100;
 
 /// The conformance guests' options: mode `upper` (what the language benches run).
 pub fn upper() -> InvokeOptions {
@@ -100,6 +103,9 @@ pub async fn run(which: &str, units: Option<usize>) -> anyhow::Result<()> {
         "fenced" => host(Hosted::Wasm(Effects::Fenced), n).await?,
         "hand-2b" => hand(Guard::Record, n).await?,
         "hand-2c" => hand(Guard::Output, n).await?,
+        "http-host" => super::httpcall::counts_host(n, true).await?,
+        "http-nocall" => super::httpcall::counts_host(n, false).await?,
+        "http-hand" => super::httpcall::counts_hand(n).await?,
         "invoke-uppercase" => invoke("uppercase", n, as_routed(), engine_settings()).await?,
         "invoke-python" | "invoke-js" => {
             let name = which.replace("invoke-js", "invoke-javascript");
@@ -195,29 +201,33 @@ enum Hosted {
     Wasm(Effects),
 }
 
-/// The dump named `base`: `n` messages published (as the host benches publish theirs) to a
-/// stream nobody consumes, so the script can take the client's side out of `work`.
-async fn publishing_alone(js: &Context, n: usize) -> anyhow::Result<()> {
+/// The payload of the host benches' messages (but `http-host`'s and `http-hand`'s).
+const PAYLOAD: [u8; 1024] = [b'a'; 1024];
+
+/// The dump named `base`: `n` messages of `payload` published (as the host benches publish
+/// theirs) to a stream nobody consumes, so the script can take the client's side out of
+/// `work`.
+pub(super) async fn publishing_alone(js: &Context, n: usize, payload: &[u8]) -> anyhow::Result<()> {
     super::pull_consumer(js, "PUBONLY", "pubonly.>", "idle").await?;
-    let payload = [b'a'; 1024];
-    publish_many(js, "pubonly.warm", "pubonly-warm", WARM_UP, &payload).await?;
+    publish_many(js, "pubonly.warm", "pubonly-warm", WARM_UP, payload).await?;
     dump("setup");
-    publish_many(js, "pubonly.x", "pubonly", n, &payload).await?;
+    publish_many(js, "pubonly.x", "pubonly", n, payload).await?;
     dump("base");
     Ok(())
 }
 
-/// Publishes `n` messages on `subject` and waits until `settled()` reaches `target`. Polls
-/// every 20 ms, so the waiting costs few instructions however slowly callgrind runs.
-async fn drain(
+/// Publishes `n` messages of `payload` on `subject` and waits until `settled()` reaches
+/// `target`. Polls every 20 ms, so the waiting costs few instructions however slowly
+/// callgrind runs.
+pub(super) async fn drain(
     js: &Context,
-    subject: &str,
-    prefix: &str,
+    (subject, prefix): (&str, &str),
     n: usize,
+    payload: &[u8],
     target: u64,
     settled: impl Fn() -> u64,
 ) -> anyhow::Result<()> {
-    publish_many(js, subject, prefix, n, &[b'a'; 1024]).await?;
+    publish_many(js, subject, prefix, n, payload).await?;
     while settled() < target {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -228,7 +238,7 @@ async fn drain(
 async fn host(hosted: Hosted, n: usize) -> anyhow::Result<()> {
     let server = NatsServer::start();
     let js = jetstream::new(server.connect().await);
-    publishing_alone(&js, n).await?;
+    publishing_alone(&js, n, &PAYLOAD).await?;
     let (name, effects) = match hosted {
         Hosted::Noop => ("noop", None),
         Hosted::Wasm(Effects::Fenced) => ("fenced", Some(Effects::Fenced)),
@@ -245,9 +255,25 @@ async fn host(hosted: Hosted, n: usize) -> anyhow::Result<()> {
     let processed = || running.stats().processed;
     let subject = |part: &str| format!("g{name}.in.{part}");
     let warm = WARM_UP as u64;
-    drain(&js, &subject("warm"), "warm", WARM_UP, warm, processed).await?;
+    drain(
+        &js,
+        (&subject("warm"), "warm"),
+        WARM_UP,
+        &PAYLOAD,
+        warm,
+        processed,
+    )
+    .await?;
     dump("warm");
-    drain(&js, &subject("x"), "x", n, warm + n as u64, processed).await?;
+    drain(
+        &js,
+        (&subject("x"), "x"),
+        n,
+        &PAYLOAD,
+        warm + n as u64,
+        processed,
+    )
+    .await?;
     dump("work");
     running.shutdown().await?;
     Ok(())
@@ -257,16 +283,32 @@ async fn host(hosted: Hosted, n: usize) -> anyhow::Result<()> {
 async fn hand(guard: Guard, n: usize) -> anyhow::Result<()> {
     let server = NatsServer::start();
     let js = jetstream::new(server.connect().await);
-    publishing_alone(&js, n).await?;
+    publishing_alone(&js, n, &PAYLOAD).await?;
     let (worker, settled) = handguard::start(&js, "hand", guard, Ack::Plain).await?;
     let count = |settled: &Arc<AtomicU64>| {
         let settled = settled.clone();
         move || settled.load(Ordering::Relaxed)
     };
     let warm = WARM_UP as u64;
-    drain(&js, "hand.warm", "warm", WARM_UP, warm, count(&settled)).await?;
+    drain(
+        &js,
+        ("hand.warm", "warm"),
+        WARM_UP,
+        &PAYLOAD,
+        warm,
+        count(&settled),
+    )
+    .await?;
     dump("warm");
-    drain(&js, "hand.x", "x", n, warm + n as u64, count(&settled)).await?;
+    drain(
+        &js,
+        ("hand.x", "x"),
+        n,
+        &PAYLOAD,
+        warm + n as u64,
+        count(&settled),
+    )
+    .await?;
     dump("work");
     worker.abort();
     Ok(())

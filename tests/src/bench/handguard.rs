@@ -221,7 +221,7 @@ enum Settled {
 }
 
 /// The message's idempotency key: its message id, made safe for a KV key or a subject token.
-fn key_of(message: &jetstream::Message) -> String {
+pub(super) fn key_of(message: &jetstream::Message) -> String {
     let id = message
         .headers
         .as_ref()
@@ -232,7 +232,10 @@ fn key_of(message: &jetstream::Message) -> String {
 }
 
 /// Acks a duplicate whose key is completed, naks one still in progress.
-async fn settle_duplicate(message: &jetstream::Message, completed: bool) -> anyhow::Result<()> {
+pub(super) async fn settle_duplicate(
+    message: &jetstream::Message,
+    completed: bool,
+) -> anyhow::Result<()> {
     let kind = if completed {
         AckKind::Ack
     } else {

@@ -4,7 +4,7 @@
 //! `dedup-bench languages [ITERATIONS] [LANGUAGE...]`, `dedup-bench ops [MESSAGES] [ROUNDS] [AUDITED]`,
 //! `dedup-bench exclusive [MESSAGES] [ROUNDS] [PARTITIONS]`, `dedup-bench scale [MESSAGES]`,
 //! `dedup-bench growth routes|inflight|claims [MESSAGES]`,
-//! `dedup-bench tracing|shadow|console [MESSAGES] [ROUNDS]`.
+//! `dedup-bench tracing|shadow|console [MESSAGES] [ROUNDS]`, `dedup-bench http [MESSAGES] [ROUNDS]`.
 
 use std::process::ExitCode;
 
@@ -30,6 +30,7 @@ Usage: dedup-bench BENCHMARK [ARGUMENTS...]
   scale [MESSAGES]                         many routes
   growth routes|inflight|claims [MESSAGES] how cost grows
   tracing|shadow|console [MESSAGES] [ROUNDS]
+  http [MESSAGES] [ROUNDS]                 one outbound call per message, host vs hand-written
 ";
 
 /// The allocator `dedup-host` runs with, so the in-process host (and the hand-written
@@ -91,6 +92,9 @@ async fn run(args: &[String]) -> anyhow::Result<()> {
         "tracing" => bench::tracing::run(number(1, 20_000)?, number(2, 3)?).await,
         "shadow" => bench::shadow::run(number(1, 20_000)?, number(2, 3)?).await,
         "console" => bench::console::run(number(1, 20_000)?, number(2, 3)?).await,
+        "http" => bench::httpcall::run(number(1, 3_000)?, number(2, 3)?).await,
+        // The local endpoint of the `http` benches, run as a child process of theirs.
+        "endpoint" => bench::httpcall::serve_endpoint().await,
         "floor" => bench::floor::run(number(1, 20_000)?).await,
         "counts" => {
             let which = args.get(1).map(String::as_str).unwrap_or("");
@@ -107,7 +111,7 @@ async fn run(args: &[String]) -> anyhow::Result<()> {
             bench::hotload::load_times(&guests, 5)
         }
         other => anyhow::bail!(
-            "unknown benchmark `{other}`; choose: invoke, floor, counts, pipeline, fenced, fairness, deploy, load, languages, ops, exclusive, scale, growth, tracing, shadow, console (`dedup-bench --help` says what each takes)"
+            "unknown benchmark `{other}`; choose: invoke, floor, counts, pipeline, fenced, fairness, deploy, load, languages, ops, exclusive, scale, growth, tracing, shadow, console, http (`dedup-bench --help` says what each takes)"
         ),
     }
 }

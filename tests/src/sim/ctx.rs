@@ -158,30 +158,26 @@ impl Ctx {
     }
 
     /// An exclusive route's run starts: no handler of another message of the entity may be
-    /// running under a live lease, and none after it in source order may have started.
+    /// running under a lease its owner still holds by its own clock ([`World::held`]: the
+    /// owner stops at its lease's end by that clock, the others go ahead only past it plus the
+    /// skew margin), and none after it in source order may have started.
     pub(super) fn exclusive_start(&self, at: &At, served: &Served, owner: &str) -> Running {
         let mut w = self.world();
         let source = w.streams.message(at.lane, at.sequence).source;
-        let skew = Duration::from_millis(self.settings.skew_ms);
         let space = if served.fenced { "s:" } else { "b:" };
-        let now = w.now;
         let mut found = Vec::new();
         // A host paused between its claim and here starts a zombie: its lease lapsed, another
         // host may have finished the message since, and nothing it does can take effect.
         let zombie = !w
             .record(&format!("{space}{}", at.key))
-            .is_some_and(|(r, _)| {
-                r.state == ClaimState::InProgress && r.owner == owner && !r.lease_lapsed(now, skew)
-            });
+            .is_some_and(|(r, _)| r.owner == owner && w.held(r));
         for (entity, key, runner) in w.running.iter().filter(|_| !zombie) {
             if *entity != at.entity || *key == at.key {
                 continue;
             }
-            let live = w.record(&format!("{space}{key}")).is_some_and(|(r, _)| {
-                r.state == ClaimState::InProgress
-                    && r.owner == *runner
-                    && !r.lease_lapsed(now, skew)
-            });
+            let live = w
+                .record(&format!("{space}{key}"))
+                .is_some_and(|(r, _)| r.owner == *runner && w.held(r));
             if live {
                 found.push(format!(
                     "entity {}: {} starts on h{} while {runner} runs {key} under a live lease",

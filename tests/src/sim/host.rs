@@ -114,6 +114,7 @@ impl Hosts {
                 config: *config,
                 served: None,
             };
+            world.lock().expect("one thread").clock_offsets.push(skew);
             host.configure(&world, *config, i);
             hosts.push(host);
         }

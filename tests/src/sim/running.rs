@@ -224,6 +224,7 @@ impl<'a> ClaimedDelivery for SimRun<'a> {
             delivered: self.at.number,
             since: Duration::from_millis(since),
             skew: Duration::from_millis(s.skew_ms),
+            coalescing: s.mode.coalesce,
             configured: Partition {
                 handed_out: 0,
                 ack_wait: Duration::from_millis(s.ack_wait_ms),

@@ -145,6 +145,8 @@ pub struct World {
     pub violations: Vec<String>,
     /// Per key, runs disrupted by a fault (see `Hosts::disrupted`).
     pub disrupted: BTreeMap<String, u32>,
+    /// Each host's clock offset from the true time (ms), by host index.
+    pub clock_offsets: Vec<i64>,
 }
 
 impl World {
@@ -176,6 +178,7 @@ impl World {
             trace: None,
             violations: Vec::new(),
             disrupted: BTreeMap::new(),
+            clock_offsets: Vec::new(),
         }
     }
 
@@ -197,8 +200,45 @@ impl World {
         self.kv.get(key).and_then(|h| h.last())
     }
 
-    /// Sends `op` for `host`; its answer is taken with [`World::answer`].
+    /// What host `owner` (`h<index>.<generation>`) reads on its own clock now.
+    pub fn clock_of(&self, owner: &str) -> u64 {
+        let index = owner.trim_start_matches('h').split('.').next();
+        let offset = index
+            .and_then(|i| i.parse::<usize>().ok())
+            .and_then(|i| self.clock_offsets.get(i))
+            .copied()
+            .unwrap_or(0);
+        self.now.saturating_add_signed(offset)
+    }
+
+    /// Whether `r` is a lease its owner still holds by its own clock: the owner stops all
+    /// work, and sends no write, once its clock passes the lease's end.
+    pub fn held(&self, r: &ClaimRecord) -> bool {
+        r.state == ClaimState::InProgress && self.clock_of(&r.owner) < r.lease_expires_ms
+    }
+
+    /// Sends `op` for `host`; its answer is taken with [`World::answer`]. A write to a key
+    /// under a lease its sender no longer holds by its own clock breaks the local expiry rule:
+    /// another host, seeing the lapse, may have gone ahead (an exclusive entity's next
+    /// message), and the write could revive or complete the key after it.
     pub fn send(&mut self, host: usize, op: Op) -> u64 {
+        if let Op::Update(key, record, revision) | Op::Commit(key, record, revision, _) = &op {
+            let lapsed = self.record(key).is_some_and(|(current, at)| {
+                at == revision
+                    && current.state == ClaimState::InProgress
+                    && current.owner == record.owner
+                    && current.nonce == record.nonce
+                    && !self.held(current)
+            });
+            if lapsed {
+                let what = format!(
+                    "{} writes {key} ({:?}) after its lease lapsed by its own clock",
+                    record.owner, record.state
+                );
+                self.log(|| format!("VIOLATION {what}"));
+                self.violations.push(what);
+            }
+        }
         self.next_op += 1;
         self.pending.insert(self.next_op, (host, op));
         self.next_op

@@ -436,3 +436,62 @@ fn dedup_bench_help_prints_its_usage_not_an_error() {
         "{stderr}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn publish_without_a_message_id_makes_a_fresh_one_and_prints_it() {
+    let env = TestEnv::start().await;
+    let config = write_config(&env, UPPER_ROUTE, "fresh-id");
+    let setup = cli(&config, &["setup"]);
+    assert_eq!(setup.code, 0, "{setup:?}");
+    let publish = |extra: &[&str]| {
+        let mut args = vec!["publish", "--subject", "in.upper.fresh", "--payload", "p"];
+        args.extend_from_slice(extra);
+        cli(&config, &args)
+    };
+    let first = publish(&[]);
+    assert_eq!(first.code, 0, "{first:?}");
+    let id = (first.stdout.split('`'))
+        .find(|word| word.starts_with("msg-"))
+        .unwrap_or_else(|| panic!("no message id printed: {first:?}"))
+        .to_string();
+    assert!(
+        first.stdout.contains(&format!("--msg-id {id}")),
+        "{first:?}"
+    );
+    // Another publish gets another id: stored too.
+    let second = publish(&[]);
+    assert_eq!(second.code, 0, "{second:?}");
+    assert!(!second.stdout.contains(&id), "{second:?}");
+    // The printed id sends the same message again, on purpose: the stream drops it.
+    let again = publish(&["--msg-id", &id]);
+    assert_eq!(again.code, 3, "{again:?}");
+    assert!(again.stdout.contains(&format!("`{id}`")), "{again:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tail_that_gets_fewer_messages_than_its_count_says_how_many_and_how_long_it_waited() {
+    let env = TestEnv::start().await;
+    let config = write_config(&env, UPPER_ROUTE, "short");
+    let setup = cli(&config, &["setup"]);
+    assert_eq!(setup.code, 0, "{setup:?}");
+    env.publish("in.upper.one", "one", &[], "only one").await;
+    let tail = cli(
+        &config,
+        &[
+            "tail",
+            "in.upper.>",
+            "--all",
+            "--count",
+            "3",
+            "--wait",
+            "2s",
+        ],
+    );
+    assert_eq!(tail.code, 1, "{tail:?}");
+    assert_eq!(tail.stdout.lines().count(), 1, "{tail:?}");
+    assert!(
+        tail.stderr.contains("1 of 3 message(s) arrived within 2s")
+            && tail.stderr.contains("--wait"),
+        "{tail:?}"
+    );
+}

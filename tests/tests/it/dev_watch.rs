@@ -2,8 +2,10 @@
 //! its host serves live traffic. A save builds, tests and deploys it, and the new version's
 //! outputs are printed; a failing case or a broken build deploys nothing, and the version
 //! that passed keeps serving. A watch restarted on the version the route serves deploys
-//! nothing; Ctrl-C during a build ends it at once; a route not named like the project must
-//! be named with `--route`; a reader that goes away (`| head -1`) stops it cleanly.
+//! nothing and names the version served; Ctrl-C during a build ends it at once; a route not
+//! named like the project must be named with `--route`; a reader that goes away (`| head -1`)
+//! stops it cleanly; a save of the config rebuilds nothing; a folder that does not exist is
+//! named.
 
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus};
@@ -182,11 +184,18 @@ async fn a_save_is_built_tested_and_deployed_and_a_broken_build_keeps_the_old_ve
     output_printed(&env, &out, "\"greeting\":\"edited\"", 1000).await;
 
     // A broken build is reported, deploys nothing, and the last version keeps serving.
+    // The compiler's error comes first, on the same stream as the line that says it failed.
     std::fs::write(&lib, format!("{edited}\nthis is not Rust\n")).unwrap();
     let text = printed_times(&out, "the build failed", 1, SAVE).await;
     assert!(
-        text.contains("not deployed, route `watched` still serves sha256:"),
+        text.contains("not deployed, route `watched` still serves version "),
         "{text}"
+    );
+    let failed = text.find("the build failed").unwrap();
+    let broken = text.find("changed: building").unwrap();
+    assert!(
+        text[broken..failed].contains("this is not Rust"),
+        "the compiler's output is not above the failure on stdout: {text}"
     );
     env.publish("in.watched.broken", "after-broken", &[], "{\"id\": 0}")
         .await;
@@ -301,4 +310,117 @@ async fn a_watch_whose_reader_goes_away_stops_cleanly_instead_of_panicking() {
     assert!(status.success(), "{status}: {err}");
     assert!(!err.contains("panicked"), "{err}");
     assert!(err.contains("stdout was closed"), "{err}");
+}
+
+/// How many builds the watch started.
+fn builds(text: &str) -> usize {
+    (text.lines())
+        .filter(|l| l.starts_with("watch: ") && l.ends_with("building"))
+        .count()
+}
+
+/// The digest in the watch's last `watch: deployed … : sha256:…` line.
+fn deployed_digest(text: &str) -> String {
+    let line = (text.lines().rev())
+        .find(|l| l.starts_with("watch: deployed "))
+        .expect("a deployed line");
+    line.rsplit(' ').next().unwrap().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_restarted_on_the_served_source_deploys_nothing_and_names_the_version() {
+    let env = TestEnv::start().await;
+    let dir = env.path("watched");
+    new_project(&dir);
+    let config = dir.join("host.toml");
+    std::fs::write(&config, env.config_text(&Timing::default(), ROUTE)).unwrap();
+    let setup = cli(&config, &["setup"]);
+    assert_eq!(setup.code, 0, "{setup:?}");
+    let out = env.path("watch.out");
+    let mut watching = start_watch(&dir, &out, &[]);
+    let text = printed_times(&out, "watch: deployed ", 1, FIRST_BUILD).await;
+    let digest = deployed_digest(&text);
+    let mut child = watching.0.take().unwrap();
+    signal(&child, "-INT");
+    let status = child.wait().unwrap();
+    assert!(status.success(), "dev --watch after Ctrl-C: {status}");
+
+    // The store already serves this build: it is not deployed again, and the line names
+    // the version by its short digest.
+    let out = env.path("rewatch.out");
+    let _watching = start_watch(&dir, &out, &[]);
+    let text = printed_times(&out, "the component did not change", 1, SAVE).await;
+    assert!(!text.contains("watch: deployed "), "{text}");
+    let short = &digest.strip_prefix("sha256:").expect("a sha256 digest")[..12];
+    let line = (text.lines())
+        .find(|l| l.contains("the component did not change"))
+        .unwrap();
+    assert!(
+        line.ends_with(&format!("route `watched` still serves version {short}")),
+        "{line}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_config_save_rebuilds_nothing_and_a_cases_save_runs_the_cases_again() {
+    let env = TestEnv::start().await;
+    let dir = env.path("watched");
+    new_project(&dir);
+    let config = dir.join("host.toml");
+    let config_text = env.config_text(&Timing::default(), ROUTE);
+    std::fs::write(&config, &config_text).unwrap();
+    let setup = cli(&config, &["setup"]);
+    assert_eq!(setup.code, 0, "{setup:?}");
+    let out = env.path("watch.out");
+    let _watching = start_watch(&dir, &out, &[]);
+    printed_times(&out, "watch: deployed ", 1, FIRST_BUILD).await;
+    let before = builds(&printed(&out));
+
+    // The config is read once, at start: a save of it says so and builds nothing.
+    std::fs::write(&config, format!("{config_text}\n# edited\n")).unwrap();
+    let text = printed_times(&out, "restart `dedup-host dev` to apply it", 1, SAVE).await;
+    assert!(
+        text.contains("host.toml changed: the config is read once"),
+        "{text}"
+    );
+
+    // A save of the cases runs them again (the build, unchanged, deploys nothing).
+    let cases = dir.join("cases.toml");
+    let expected = std::fs::read_to_string(&cases).unwrap();
+    std::fs::write(&cases, format!("{expected}\n# edited\n")).unwrap();
+    let text = printed_times(&out, "the component did not change", 1, SAVE).await;
+    assert!(
+        text.contains("watch: cases.toml changed: building"),
+        "{text}"
+    );
+    assert_eq!(
+        builds(&text),
+        before + 1,
+        "only the cases' save built: {text}"
+    );
+    assert_eq!(text.matches(" passed, 0 failed").count(), 2, "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_of_a_folder_that_does_not_exist_names_it() {
+    let env = TestEnv::start().await;
+    let dir = env.path("project");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("host.toml"),
+        env.config_text(&Timing::default(), ROUTE),
+    )
+    .unwrap();
+    let missing = env.path("no-such-project");
+    let out = env.path("watch.out");
+    let mut watching = start_watch(&dir, &out, &[missing.to_str().unwrap()]);
+    let what = "dev --watch to refuse a folder that does not exist";
+    let status = exited(&mut watching, Duration::from_secs(120), what).await;
+    let err = printed(&out.with_extension("err"));
+    assert!(!status.success(), "{status}: {err}");
+    assert!(
+        err.contains(&format!("`{}` does not exist", missing.display())),
+        "{err}"
+    );
+    assert!(!err.contains("no handler project"), "{err}");
 }

@@ -1,30 +1,82 @@
-//! Chaos for outbound calls (issue 45): a host SIGSTOPped past its lease while its guests wait
-//! inside calls to a slow endpoint, with many keys, on window and fenced routes. Another host
-//! takes the keys over; then the stopped host wakes up, gets its answers, and must neither
-//! record nor send anything more. With `on_unknown = "resend"` every idempotency key reaches
-//! the endpoint at most twice and every completed key's call is there (once, counting by
-//! key); with `"fail"` no key is ever sent twice.
+//! Chaos for outbound calls (issue 45): a host SIGSTOPped past its lease, or killed with -9,
+//! while its guests wait inside calls to a slow endpoint, with many keys, on window and fenced
+//! routes, with Rust, Python and JavaScript guests. Another host takes the keys over; a
+//! stopped host then wakes up, gets its answers, and must neither record nor send anything
+//! more. With `on_unknown = "resend"` every idempotency key reaches the endpoint at most
+//! twice, every completed key's call is there (once, counting by key) with one output, and
+//! nothing is left pending or dead-lettered; with `"fail"` no key is ever sent twice.
 
 use std::time::Duration;
 
 use dedup_host::ops::story::{self, Target};
 use dedup_host_tests::endpoint::Endpoint;
-use dedup_host_tests::harness::{signal, stop_gracefully, wait_for, TestEnv, Timing};
+use dedup_host_tests::harness::{signal, stop_gracefully, wait_for, TestEnv, Timing, DEAD};
 use serde_json::json;
 
-/// Keys in flight in the host that is stopped.
-const STOPPED: usize = 12;
-/// Keys published once the second host runs alone.
-const LATER: usize = 4;
+/// How the first host is taken out while its guests wait inside calls.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Fault {
+    /// SIGSTOP past its lease; SIGCONT once the second host has settled every key.
+    Stop,
+    /// kill -9.
+    Kill,
+}
 
-fn routes(endpoint: &Endpoint, policy: &str) -> String {
+/// One run of the scenario.
+struct Scenario {
+    /// The `http-call` guest of a language (`http-call`, `http-call-python`, ...).
+    guest: &'static str,
+    fenced: bool,
+    /// `on_unknown`.
+    policy: &'static str,
+    fault: Fault,
+    /// Keys in flight in the first host when it is taken out.
+    first: usize,
+    /// Keys published once the second host runs alone.
+    later: usize,
+}
+
+impl Scenario {
+    /// A Rust guest's host SIGSTOPped with 12 keys in flight.
+    fn stopped(fenced: bool, policy: &'static str) -> Self {
+        Self {
+            guest: "http-call",
+            fenced,
+            policy,
+            fault: Fault::Stop,
+            first: 12,
+            later: 4,
+        }
+    }
+
+    /// `guest`'s host killed with -9 with 6 keys in flight, on a window route, resending.
+    fn killed(guest: &'static str) -> Self {
+        Self {
+            guest,
+            fenced: false,
+            policy: "resend",
+            fault: Fault::Kill,
+            first: 6,
+            later: 2,
+        }
+    }
+}
+
+/// Per key, in publish order: how it ended and how many requests carried its call's
+/// idempotency key; and how many keys were in flight in the first host.
+struct Ran {
+    keys: Vec<(String, Ended, usize)>,
+    first: usize,
+}
+
+fn routes(endpoint: &Endpoint, guest: &str, policy: &str) -> String {
     let port = endpoint.port();
     format!(
         r#"
 [[routes]]
 name = "http"
 subject = "in.http.*"
-component = "{{guest:http-call}}"
+component = "{{guest:{guest}}}"
 allowed_outputs = ["in.http.*.done"]
 
 [routes.http]
@@ -52,31 +104,44 @@ enum Ended {
     DeadLettered(String),
 }
 
-/// Runs the scenario; per key: how it ended and how many requests carried its call's
-/// idempotency key.
-async fn stopped_mid_calls(fenced: bool, policy: &str) -> Vec<(String, Ended, usize)> {
+/// Runs the scenario.
+async fn interrupted_mid_calls(scenario: Scenario) -> Ran {
+    let Scenario {
+        guest,
+        fenced,
+        policy,
+        fault,
+        first: in_flight,
+        later,
+    } = scenario;
     let mut env = TestEnv::start().await;
     env.fenced_outputs = fenced;
     let endpoint = Endpoint::start().await;
-    let mut routes = routes(&endpoint, policy);
+    let mut routes = routes(&endpoint, guest, policy);
     if fenced {
         routes = routes.replace("allowed_outputs", "effects = \"fenced\"\nallowed_outputs");
     }
     let timing = Timing::default();
-    let first = env.host_process(&timing, &routes, "first").await;
-    let keys: Vec<String> = (0..STOPPED + LATER).map(|i| format!("c{i}")).collect();
-    for key in &keys[..STOPPED] {
+    let mut first = env.host_process(&timing, &routes, "first").await;
+    let keys: Vec<String> = (0..in_flight + later).map(|i| format!("c{i}")).collect();
+    for key in &keys[..in_flight] {
         publish(&env, &endpoint, key).await;
     }
     // Every call of the first batch has reached the endpoint (it answers in 5 s): the first
     // host waits inside all of them.
     wait_for(Duration::from_secs(60), "every first call sent", || async {
-        (endpoint.seen().len() >= STOPPED).then_some(())
+        (endpoint.seen().len() >= in_flight).then_some(())
     })
     .await;
-    signal(&first, "-STOP");
+    match fault {
+        Fault::Stop => signal(&first, "-STOP"),
+        Fault::Kill => {
+            first.kill().expect("kill -9");
+            first.wait().expect("reaped");
+        }
+    }
     let second = env.host(&timing, &routes, "second").await;
-    for key in &keys[STOPPED..] {
+    for key in &keys[in_flight..] {
         publish(&env, &endpoint, key).await;
     }
     let ended = |key: String| {
@@ -99,10 +164,14 @@ async fn stopped_mid_calls(fenced: bool, policy: &str) -> Vec<(String, Ended, us
         Some(())
     })
     .await;
-    // The stopped host wakes up to its answers: its journal writes are refused, it sends
-    // nothing more, publishes nothing, and leaves.
-    signal(&first, "-CONT");
-    stop_gracefully(first);
+    if fault == Fault::Stop {
+        // The stopped host wakes up to its answers: its journal writes are refused, it sends
+        // nothing more, publishes nothing, and leaves.
+        signal(&first, "-CONT");
+        stop_gracefully(first);
+    }
+    // Nothing stuck: every message acknowledged, by the second host.
+    env.wait_drained(Duration::from_secs(60)).await;
     let config = env.config(&timing, &routes);
     let per_key = endpoint.per_key();
     let mut out = Vec::new();
@@ -130,27 +199,42 @@ async fn stopped_mid_calls(fenced: bool, policy: &str) -> Vec<(String, Ended, us
             .unwrap_or(0);
         out.push((key, how, sent));
     }
+    if policy == "resend" {
+        // Nothing lost: no dead letter, and the cross-layer audit agrees (no anomaly, no
+        // call left PENDING).
+        assert!(env.messages(DEAD).await.is_empty(), "no dead letters");
+        let report = dedup_host::ops::audit::run(&env.js, &config, None)
+            .await
+            .unwrap();
+        assert!(report.anomalies.is_empty(), "{:?}", report.anomalies);
+        assert_eq!(report.pending_calls, 0, "no call left PENDING");
+    }
     second.shutdown().await.unwrap();
-    out
+    Ran {
+        keys: out,
+        first: in_flight,
+    }
 }
 
-fn resent_at_most_twice(ended: &[(String, Ended, usize)]) {
+fn resent_at_most_twice(ran: &Ran) {
+    let (ended, first) = (&ran.keys, ran.first);
     for (key, how, sent) in ended {
         assert_eq!(*how, Ended::Completed, "{key}: {ended:?}");
         assert!((1..=2).contains(sent), "{key} sent {sent} times: {ended:?}");
     }
-    // The stopped host's calls were resent under their keys; the later ones went once.
+    // The first host's calls were resent under their keys; the later ones went once.
     assert!(
-        ended[..STOPPED].iter().all(|(_, _, sent)| *sent == 2),
+        ended[..first].iter().all(|(_, _, sent)| *sent == 2),
         "{ended:?}"
     );
     assert!(
-        ended[STOPPED..].iter().all(|(_, _, sent)| *sent == 1),
+        ended[first..].iter().all(|(_, _, sent)| *sent == 1),
         "{ended:?}"
     );
 }
 
-fn never_twice(ended: &[(String, Ended, usize)]) {
+fn never_twice(ran: &Ran) {
+    let (ended, first) = (&ran.keys, ran.first);
     for (key, how, sent) in ended {
         assert!(*sent <= 1, "{key} sent {sent} times: {ended:?}");
         match how {
@@ -159,13 +243,13 @@ fn never_twice(ended: &[(String, Ended, usize)]) {
         }
     }
     // The stopped host's calls are of unknown outcome; the later ones completed.
-    let unknown = ended[..STOPPED]
+    let unknown = ended[..first]
         .iter()
         .filter(|(_, how, _)| matches!(how, Ended::DeadLettered(_)))
         .count();
-    assert_eq!(unknown, STOPPED, "{ended:?}");
+    assert_eq!(unknown, first, "{ended:?}");
     assert!(
-        ended[STOPPED..]
+        ended[first..]
             .iter()
             .all(|(_, how, _)| *how == Ended::Completed),
         "{ended:?}"
@@ -174,20 +258,30 @@ fn never_twice(ended: &[(String, Ended, usize)]) {
 
 #[tokio::test]
 async fn a_host_stopped_inside_calls_has_them_resent_at_most_once_more_on_a_window_route() {
-    resent_at_most_twice(&stopped_mid_calls(false, "resend").await);
+    resent_at_most_twice(&interrupted_mid_calls(Scenario::stopped(false, "resend")).await);
 }
 
 #[tokio::test]
 async fn a_host_stopped_inside_calls_has_them_resent_at_most_once_more_on_a_fenced_route() {
-    resent_at_most_twice(&stopped_mid_calls(true, "resend").await);
+    resent_at_most_twice(&interrupted_mid_calls(Scenario::stopped(true, "resend")).await);
 }
 
 #[tokio::test]
 async fn a_host_stopped_inside_calls_never_has_them_sent_twice_under_fail_on_a_window_route() {
-    never_twice(&stopped_mid_calls(false, "fail").await);
+    never_twice(&interrupted_mid_calls(Scenario::stopped(false, "fail")).await);
 }
 
 #[tokio::test]
 async fn a_host_stopped_inside_calls_never_has_them_sent_twice_under_fail_on_a_fenced_route() {
-    never_twice(&stopped_mid_calls(true, "fail").await);
+    never_twice(&interrupted_mid_calls(Scenario::stopped(true, "fail")).await);
+}
+
+#[tokio::test]
+async fn a_python_guests_host_killed_inside_calls_has_them_resent_at_most_once_more() {
+    resent_at_most_twice(&interrupted_mid_calls(Scenario::killed("http-call-python")).await);
+}
+
+#[tokio::test]
+async fn a_javascript_guests_host_killed_inside_calls_has_them_resent_at_most_once_more() {
+    resent_at_most_twice(&interrupted_mid_calls(Scenario::killed("http-call-javascript")).await);
 }

@@ -15,7 +15,7 @@ use dedup_host::ops::story::{self, Story, Target};
 use dedup_host::serve::RunningHost;
 use dedup_host_tests::console::{request, ConsoleProcess};
 use dedup_host_tests::endpoint::Endpoint;
-use dedup_host_tests::guests::guest;
+use dedup_host_tests::guests::{cli, guest};
 use dedup_host_tests::harness::{wait_for, TestEnv, Timing, BUCKET};
 use serde_json::{json, Value};
 
@@ -155,6 +155,51 @@ async fn inspect_the_console_and_audit_show_a_keys_calls() {
     );
     drop(console);
     host.shutdown().await.unwrap();
+}
+
+/// A call's URL is shown with its credentials and secret parameters masked where a key's
+/// story is read (`inspect`, the console's key page); the journal keeps the exact URL.
+#[tokio::test]
+async fn a_calls_credentials_and_secret_parameters_are_masked_in_inspect_and_the_console() {
+    let env = TestEnv::start().await;
+    let endpoint = Endpoint::start().await;
+    let routes = route(&endpoint, "");
+    let host = env.host(&Timing::default(), &routes, "h").await;
+    let url = format!("{}/hooks/notify", endpoint.base());
+    let once = json!({ "calls": [{ "url": url, "body": "b" }] });
+    env.publish("in.http.k1", "k1", &[], once.to_string()).await;
+    env.wait_completed("http", &["k1"], Duration::from_secs(60))
+        .await;
+    host.shutdown().await.unwrap();
+    // A second call of k1, as a host journals it, to a URL carrying secrets.
+    let secret = "http://alice:pw-0451@127.0.0.1:1/hooks/x?id=7&api_key=key-0451&sig=sig-0451";
+    let kv = env.js.get_key_value(BUCKET).await.unwrap();
+    let call = record("k1", 1, secret, 1);
+    kv.put("http.k.k1.call.1", call.to_bytes().into())
+        .await
+        .unwrap();
+
+    let file = env.path("operator.toml");
+    std::fs::write(&file, env.config_text(&Timing::default(), &routes)).unwrap();
+    let inspect = cli(&file, &["inspect", "--route", "http", "--key", "k1"]);
+    assert_eq!(inspect.code, 0, "{inspect:?}");
+    let shown = "http://***@127.0.0.1:1/hooks/x?id=7&api_key=***&sig=***";
+    assert!(
+        inspect.stdout.contains(shown) && !inspect.stdout.contains("0451"),
+        "{}",
+        inspect.stdout
+    );
+    let console = ConsoleProcess::start(&file, None);
+    let (status, page) = request(console.addr, "GET", "/keys?route=http&q=k1", &[], "");
+    assert_eq!(status, 200, "{page}");
+    assert!(
+        page.contains("http://***@127.0.0.1:1/hooks/x?id=7&amp;api_key=***&amp;sig=***")
+            && !page.contains("0451"),
+        "{page}"
+    );
+    drop(console);
+    let stored = kv.get("http.k.k1.call.1").await.unwrap().unwrap();
+    assert_eq!(CallRecord::from_bytes(&stored).unwrap().url, secret);
 }
 
 /// Dead-letters key `key`: call 0 is answered, call 1 times out (the endpoint is slow for its

@@ -56,6 +56,8 @@ mod http_chaos;
 mod http_effects;
 mod http_languages;
 mod http_operate;
+mod http_tls;
+mod http_trace;
 mod lifecycle;
 mod limits;
 mod operations;

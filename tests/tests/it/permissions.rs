@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+mod console_grants;
 mod console_writes;
 mod contract_follow;
 mod ephemeral;

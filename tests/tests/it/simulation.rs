@@ -38,7 +38,11 @@ fn a_window_shorter_than_the_readme_bound_is_caught_storing_outputs_twice() {
 /// `partition::late`, which the CI budget of seeds does not reach otherwise); 1644, a last
 /// delivery that waited in its host's buffer while the server gave up on it and the partition
 /// handed out the next message, claimed with its host's clock showing no time spent
-/// (`partition::late` reading the partition's consumer).
+/// (`partition::late` reading the partition's consumer); 18514 and 38541, an earlier (not the
+/// last) delivery that waited in a paused host's buffer while the server redelivered the
+/// message and gave up on it (`partition::late` on a route that does not coalesce); 27819, a
+/// host paused past its lease that woke with its work done and completed the key after the
+/// entity's next message started (`Lease::write_once` refusing the outcome too).
 #[test]
 fn the_seeds_that_found_a_partition_moving_past_a_running_message_pass() {
     let exclusive = |fenced| Mode {
@@ -53,6 +57,9 @@ fn the_seeds_that_found_a_partition_moving_past_a_running_message_pass() {
         (16083, exclusive(true)),
         (1644, exclusive(false)),
         (1644, exclusive(true)),
+        (18514, exclusive(false)),
+        (38541, exclusive(false)),
+        (27819, exclusive(true)),
     ] {
         let settings = Settings {
             mode,

@@ -39,7 +39,7 @@ delay = "100ms"
 }
 
 /// An OTLP/HTTP collector on a free port: every span it receives.
-async fn collector() -> (String, Arc<Mutex<Vec<Span>>>) {
+pub(crate) async fn collector() -> (String, Arc<Mutex<Vec<Span>>>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     collector_on(listener)
 }
@@ -68,7 +68,7 @@ fn collector_on(listener: tokio::net::TcpListener) -> (String, Arc<Mutex<Vec<Spa
 }
 
 /// A span's attributes as text.
-fn attributes(span: &Span) -> HashMap<String, String> {
+pub(crate) fn attributes(span: &Span) -> HashMap<String, String> {
     span.attributes
         .iter()
         .map(|kv| {

@@ -25,6 +25,14 @@ pub fn output_id(claim_key: &str, index: usize) -> String {
     format!("{claim_key}#{index}")
 }
 
+/// Whether a key of a claim store is a claim key ([`encode`]: `<route>.k.<key>` or
+/// `<route>.h.<hex>`, three tokens, since neither a route name nor a plain key has a dot),
+/// not one of the entries a claim's call journal keeps under it (`<claim key>.call.<i>`,
+/// [`crate::journal::idempotency_key`]).
+pub fn is_claim_key(key: &str) -> bool {
+    key.split('.').count() == 3
+}
+
 fn is_plain(key: &str) -> bool {
     !key.is_empty()
         && key.len() <= MAX_PLAIN_LEN
@@ -36,6 +44,14 @@ fn is_plain(key: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_calls_journal_entry_is_not_a_claim_key() {
+        let key = encode("orders", "abc-123");
+        assert!(is_claim_key(&key));
+        assert!(is_claim_key(&encode("orders", "a.b")));
+        assert!(!is_claim_key(&crate::journal::idempotency_key(&key, 0)));
+    }
 
     #[test]
     fn safe_keys_stay_readable() {

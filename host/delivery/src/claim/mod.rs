@@ -6,15 +6,18 @@
 //!   it over NATS KV and fenced streams, the simulation over its model), and
 //!   [`memory::MemoryClaimStore`] (unit tests, `invoke`).
 //! - [`protocol`]: the claim protocol on top of a store (DESIGN.md §2).
+//! - [`lease`]: a held claim's writes (heartbeats, effects, the outcome), one at a time.
 //! - [`after`]: the single settled write of claim-after routes.
 
 pub mod after;
 pub mod key;
+pub mod lease;
 pub mod memory;
 pub mod protocol;
 pub mod record;
 pub mod store;
 
-pub use protocol::{ClaimOutcome, Claimer, Lease, LeaseLost};
+pub use lease::{Lease, LeaseLost};
+pub use protocol::{ClaimOutcome, Claimer};
 pub use record::{ClaimRecord, ClaimState, OutputRef};
 pub use store::{ClaimError, ClaimStore};

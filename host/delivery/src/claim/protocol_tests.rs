@@ -1,6 +1,7 @@
 //! Unit tests of the claim protocol on the in-memory store.
 use super::*;
 use crate::claim::memory::MemoryClaimStore;
+use crate::claim::LeaseLost;
 
 fn claimer(store: &Arc<MemoryClaimStore>, owner: &str, lease_ms: u64) -> Claimer<MemoryClaimStore> {
     Claimer::new(
@@ -385,7 +386,7 @@ impl ClaimStore for LateAnswers {
 /// yet: a host that saw the lapse (an exclusive partition's next message) may have gone ahead.
 /// A renewal answered only after the lapse does not revive it either.
 #[tokio::test]
-async fn a_lease_lapsed_by_its_owners_clock_is_neither_renewed_nor_revived() {
+async fn a_lease_lapsed_by_its_owners_clock_is_neither_renewed_nor_revived_nor_settled() {
     use crate::claim::record::virtual_clock;
     const T0: u64 = 1_000_000;
     virtual_clock::set(Some(T0));
@@ -417,8 +418,67 @@ async fn a_lease_lapsed_by_its_owners_clock_is_neither_renewed_nor_revived() {
         matches!(marked, Err(LeaseLost::Unavailable(_))),
         "{marked:?}"
     );
+    // Nor the outcome: a host that wakes past its lease with its work done must not
+    // complete the key after another host went ahead (an exclusive entity's next message).
+    let completed = lease.complete(Vec::new()).await;
+    assert!(
+        matches!(completed, Err(LeaseLost::Unavailable(_))),
+        "{completed:?}"
+    );
     assert_eq!(store.get("k").await.unwrap(), before, "nothing was written");
-    // The outcome may still be recorded (nothing else holds the key).
-    lease.release("lapsed", Duration::ZERO).await.unwrap();
     virtual_clock::set(None);
+}
+
+/// A claim answered late holds its lease from when the claim was sent, as its record tells
+/// every other host, not from when the answer came: the owner stops renewing where the others
+/// see the lapse.
+#[tokio::test]
+async fn a_claims_lease_runs_from_when_the_claim_was_sent() {
+    use crate::claim::record::virtual_clock;
+    const T0: u64 = 2_000_000;
+    virtual_clock::set(Some(T0));
+    let store = Arc::new(SlowCreate {
+        inner: MemoryClaimStore::new(),
+        answer_at: T0 + 4_000,
+    });
+    let a = Claimer::new(store.clone(), "a", Duration::from_secs(10), Duration::ZERO);
+    let ClaimOutcome::Acquired(lease) = a.claim("k", "d").await.unwrap() else {
+        panic!("a claims")
+    };
+    // Answered 4 s after it was sent: 6 s of the 10 s lease are left.
+    assert_eq!(lease.left_locally(), Duration::from_secs(6));
+    // At 10 s after the send (6 s after the answer) the lease lapsed: no renewal is sent.
+    virtual_clock::set(Some(T0 + 10_000));
+    let before = store.get("k").await.unwrap();
+    assert!(matches!(
+        lease.renew().await,
+        Err(LeaseLost::Unavailable(_))
+    ));
+    assert_eq!(store.get("k").await.unwrap(), before, "nothing was written");
+    virtual_clock::set(None);
+}
+
+/// A store whose creates are answered at `answer_at` (virtual time).
+struct SlowCreate {
+    inner: MemoryClaimStore,
+    answer_at: u64,
+}
+
+impl ClaimStore for SlowCreate {
+    async fn get(&self, key: &str) -> Result<Option<(ClaimRecord, u64)>, ClaimError> {
+        self.inner.get(key).await
+    }
+    async fn create(&self, key: &str, record: &ClaimRecord) -> Result<u64, ClaimError> {
+        let r = self.inner.create(key, record).await;
+        crate::claim::record::virtual_clock::set(Some(self.answer_at));
+        r
+    }
+    async fn update(
+        &self,
+        key: &str,
+        record: &ClaimRecord,
+        revision: u64,
+    ) -> Result<u64, ClaimError> {
+        self.inner.update(key, record, revision).await
+    }
 }

@@ -7,7 +7,7 @@ use std::net::IpAddr;
 /// One parsed `allow` entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rule {
-    /// `http` (the only scheme served).
+    /// `http` or `https`.
     pub scheme: String,
     /// The host, lower case, exactly as it must appear in a request.
     pub host: String,
@@ -26,14 +26,9 @@ impl Rule {
             .split_once("://")
             .ok_or_else(|| format!("`{url}` has no scheme: write `http://host:port/path`"))?;
         let scheme = scheme.to_ascii_lowercase();
-        if scheme == "https" {
+        if scheme != "http" && scheme != "https" {
             return Err(format!(
-                "`{url}`: https is not supported yet (the host sends requests itself and has no TLS client for guests); use an http endpoint, or a local TLS-terminating proxy"
-            ));
-        }
-        if scheme != "http" {
-            return Err(format!(
-                "`{url}`: scheme `{scheme}` is not allowed; use `http`"
+                "`{url}`: scheme `{scheme}` is not allowed; use `https` or `http`"
             ));
         }
         let (authority, path) = match rest.find('/') {
@@ -46,7 +41,7 @@ impl Rule {
                 "`{url}`: a path prefix may end with `*` but hold no other wildcard or query"
             ));
         }
-        let (host, port) = split_port(authority)
+        let (host, port) = split_port(authority, default_port(&scheme))
             .ok_or_else(|| format!("`{url}`: the port must be a number from 1 to 65535 or `*`"))?;
         if host.is_empty() || host.contains('*') || host.contains('@') {
             return Err(format!(
@@ -79,8 +74,17 @@ impl Rule {
     }
 }
 
-/// `host[:port|:*]`, with `[v6]` literals; `None` when the port does not parse.
-fn split_port(authority: &str) -> Option<(&str, Option<u16>)> {
+/// The port of a URL of `scheme` that names none: 443 for `https`, 80 otherwise.
+pub fn default_port(scheme: &str) -> u16 {
+    match scheme {
+        "https" => 443,
+        _ => 80,
+    }
+}
+
+/// `host[:port|:*]`, with `[v6]` literals, `default` when no port is named; `None` when the
+/// port does not parse.
+fn split_port(authority: &str, default: u16) -> Option<(&str, Option<u16>)> {
     let (host, port) = match authority.strip_prefix('[') {
         Some(v6) => {
             let (host, rest) = v6.split_once(']')?;
@@ -92,7 +96,7 @@ fn split_port(authority: &str) -> Option<(&str, Option<u16>)> {
         },
     };
     match port {
-        None => Some((host, Some(80))),
+        None => Some((host, Some(default))),
         Some("*") => Some((host, None)),
         Some(p) => p
             .parse::<u16>()
@@ -162,13 +166,20 @@ mod tests {
         let r = Rule::parse("http://h:8/p", &["post".into()]).unwrap();
         assert!(r.allows("POST", "http", "h", 8, "/p"));
         assert!(!r.allows("DELETE", "http", "h", 8, "/p"));
+        let r = rule("https://api.example.com/v1/");
+        assert!(r.allows("POST", "https", "api.example.com", 443, "/v1/x"));
+        assert!(
+            !r.allows("POST", "http", "api.example.com", 443, "/v1/x"),
+            "an https rule does not let plain http through"
+        );
+        assert!(!r.allows("POST", "https", "api.example.com", 80, "/v1/x"));
     }
 
     #[test]
-    fn bad_rules_and_https_are_refused_naming_the_fix() {
-        assert!(Rule::parse("https://h", &[])
+    fn bad_rules_are_refused_naming_the_fix() {
+        assert!(Rule::parse("ftp://h", &[])
             .unwrap_err()
-            .contains("https is not supported"));
+            .contains("use `https` or `http`"));
         assert!(Rule::parse("h:80/x", &[])
             .unwrap_err()
             .contains("no scheme"));

@@ -16,6 +16,7 @@ use wasmtime_wasi_http::{
     DEFAULT_FORBIDDEN_HEADERS,
 };
 
+use super::trace::{self, CallSpan};
 use super::{allow, resolve, send, CallResult, HttpGrant};
 use dedup_delivery::journal::{Begin, CallRequest, Journal, JournalError, RecordedResponse};
 
@@ -144,7 +145,8 @@ impl Call {
             url: url.clone(),
             body_digest: String::new(),
         });
-        let started = Instant::now();
+        let uri = request.uri().clone();
+        let (started, started_at) = (Instant::now(), SystemTime::now());
         let result = self.answer(request).await;
         let (outcome, status) = match &result {
             Ok((response, replayed)) => (
@@ -161,6 +163,25 @@ impl Call {
             observer(outcome);
         }
         let error = result.as_ref().err().map(|(e, _)| e.to_string());
+        if let Some(tracer) = self.grant.as_ref().and_then(|g| g.tracer.as_ref()) {
+            let (scheme, host, port) = target(&uri);
+            tracer.record(CallSpan {
+                index: self.index,
+                method: method.to_ascii_uppercase(),
+                url: trace::masked_url(&uri),
+                scheme,
+                host,
+                port,
+                result: outcome,
+                status,
+                error: result
+                    .as_ref()
+                    .err()
+                    .map(|(e, _)| (trace::error_type(e), e.to_string())),
+                started: started_at,
+                ended: SystemTime::now(),
+            });
+        }
         tracing::info!(
             route = %self.route,
             call = self.index,
@@ -190,13 +211,7 @@ impl Call {
         }
         let (parts, body) = request.into_parts();
         let uri = &parts.uri;
-        let scheme = uri.scheme_str().unwrap_or("http").to_ascii_lowercase();
-        let host = uri.host().unwrap_or_default();
-        let host = host
-            .trim_start_matches('[')
-            .trim_end_matches(']')
-            .to_ascii_lowercase();
-        let port = uri.port_u16().unwrap_or(80);
+        let (scheme, host, port) = target(uri);
         let path = uri.path();
         let method = parts.method.as_str();
         let rule = grant
@@ -236,9 +251,23 @@ impl Call {
                 Err(e) => return Err(self.journal_failed(e)),
             }
         }
+        let tls = match scheme.as_str() {
+            "https" => {
+                let missing = || {
+                    let why = "no TLS client for an https rule".to_string();
+                    (Error::InternalError(Some(why)), CallResult::Failed)
+                };
+                let config = grant.tls.as_ref().ok_or_else(missing)?;
+                Some(send::Tls {
+                    config,
+                    host: &host,
+                })
+            }
+            _ => None,
+        };
         let connection = tokio::time::timeout_at(deadline, async {
             let addr = checked_address(rule, &host, port).await?;
-            send::connect(addr).await
+            send::connect(addr, tls).await
         })
         .await
         .map_err(|_| timed_out())??;
@@ -287,6 +316,19 @@ impl Call {
     fn journal_failed(&self, e: JournalError) -> Refusal {
         self.stop(Verdict::Retry(format!("outbound call {}: {e}", self.index)))
     }
+}
+
+/// A request's scheme (lower case), host (lower case, no brackets) and port (the scheme's
+/// default when it names none).
+fn target(uri: &http::Uri) -> (String, String, u16) {
+    let scheme = uri.scheme_str().unwrap_or("http").to_ascii_lowercase();
+    let host = uri.host().unwrap_or_default();
+    let host = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_ascii_lowercase();
+    let port = uri.port_u16().unwrap_or(allow::default_port(&scheme));
+    (scheme, host, port)
 }
 
 /// The one address of `host:port` the call connects to, refused when it is loopback or
@@ -338,6 +380,13 @@ fn outgoing(
             )
         })?;
     *request.headers_mut() = parts.headers;
+    // HTTP/1.1 needs `Host` (a guest may not set it; hyper's connection does not add it).
+    if let Some(authority) = parts.uri.authority() {
+        let host = authority.as_str().rsplit('@').next().unwrap_or_default();
+        if let Ok(value) = http::HeaderValue::from_str(host) {
+            request.headers_mut().insert(http::header::HOST, value);
+        }
+    }
     let value = http::HeaderValue::from_str(key).map_err(|e| {
         (
             Error::InternalError(Some(e.to_string())),

@@ -2,7 +2,8 @@
 //! `wasi:http/outgoing-handler` import, linked only for components that import it and served
 //! only on routes that grant it. Every request goes through [`hooks::CallHooks`]: the
 //! allowlist ([`allow`]), the resolved-address check, the limits, the journal
-//! ([`dedup_delivery::journal`]) and the host's own client ([`send`]).
+//! ([`dedup_delivery::journal`]) and the host's own client ([`send`], over [`tls`] for
+//! `https`). Each call is reported to the host's traces ([`trace`]).
 //!
 //! - [`HttpConfig`]: the route's settings, as written in the config file.
 //! - [`HttpGrant`]: the same, checked and parsed once per route.
@@ -11,7 +12,10 @@ pub mod allow;
 pub mod hooks;
 mod resolve;
 mod send;
+pub mod tls;
+pub mod trace;
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -51,12 +55,16 @@ pub enum AllowEntry {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HttpConfig {
-    /// Where calls may go: `"http://api.example.com"`, `"http://127.0.0.1:*/hooks/*"`, or
-    /// `{ url = "...", methods = ["POST"] }`. Scheme, host (exactly), port (`*` for any;
-    /// default 80) and path prefix. Loopback and private addresses are reached only through
-    /// a rule naming an IP literal or `localhost`, whatever a name resolves to. Only `http`
-    /// is served.
+    /// Where calls may go: `"https://api.example.com"`, `"http://127.0.0.1:*/hooks/*"`, or
+    /// `{ url = "...", methods = ["POST"] }`. Scheme (`https` or `http`, matched exactly),
+    /// host (exactly), port (`*` for any; default 443 for `https`, 80 for `http`) and path
+    /// prefix. Loopback and private addresses are reached only through a rule naming an IP
+    /// literal or `localhost`, whatever a name resolves to.
     pub allow: Vec<AllowEntry>,
+    /// A PEM file of CA certificates that `https` servers' certificates may also chain to,
+    /// besides the system's roots (a private CA). Relative to the config file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_file: Option<PathBuf>,
     /// Bound on one call, from connecting to the last byte of the answer.
     #[serde(default = "default_timeout", with = "crate::durations")]
     #[schemars(with = "crate::durations::Text")]
@@ -219,17 +227,30 @@ pub struct HttpGrant {
     pub(crate) responder: Option<Responder>,
     /// Every URL passes the allowlist (a grant made only for a responder).
     pub(crate) allow_any: bool,
+    /// The TLS client settings, when a rule is `https`.
+    pub(crate) tls: Option<Arc<tokio_rustls::rustls::ClientConfig>>,
+    /// Where each call is reported as a span (set per message by the pipeline).
+    pub(crate) tracer: Option<trace::CallTracer>,
 }
 
 impl HttpGrant {
-    /// The grant of `config`; every problem when it is not usable.
+    /// The grant of `config` (its `ca_file` read as given: resolve it first); every problem
+    /// when it is not usable.
     pub fn new(config: &HttpConfig) -> Result<Self, Vec<String>> {
         let problems = config.problems();
         if !problems.is_empty() {
             return Err(problems);
         }
+        let rules = config.rules()?;
+        let tls = match rules.iter().any(|r| r.scheme == "https") {
+            true => Some(
+                tls::client_config(config.ca_file.as_deref())
+                    .map_err(|e| vec![format!("ca_file: {e}")])?,
+            ),
+            false => None,
+        };
         Ok(Self {
-            rules: config.rules()?.into(),
+            rules: rules.into(),
             timeout: config.timeout,
             max_calls: config.max_calls,
             max_request_bytes: config.max_request_bytes,
@@ -243,6 +264,8 @@ impl HttpGrant {
             observer: None,
             responder: None,
             allow_any: false,
+            tls,
+            tracer: None,
         })
     }
 
@@ -260,6 +283,8 @@ impl HttpGrant {
             observer: None,
             responder: Some(responder),
             allow_any: true,
+            tls: None,
+            tracer: None,
         }
     }
 
@@ -273,6 +298,12 @@ impl HttpGrant {
     /// Counts every call's result with `observer`.
     pub fn observed(mut self, observer: CallObserver) -> Self {
         self.observer = Some(observer);
+        self
+    }
+
+    /// Reports every call to `tracer` (the message's trace).
+    pub fn traced(mut self, tracer: trace::CallTracer) -> Self {
+        self.tracer = Some(tracer);
         self
     }
 

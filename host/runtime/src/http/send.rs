@@ -1,8 +1,9 @@
 //! The host's HTTP/1.1 client for guests' calls: one connection per call to an address already
-//! checked, no redirects followed (a 3xx is the guest's answer), the response body read up to
-//! the route's limit.
+//! checked (over TLS for `https`, [`super::tls`]), no redirects followed (a 3xx is the guest's
+//! answer), the response body read up to the route's limit.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
@@ -17,12 +18,33 @@ pub(super) struct Connection {
     sender: hyper::client::conn::http1::SendRequest<Full<Bytes>>,
 }
 
-/// Connects to `addr` (a connect failure means nothing was sent).
-pub(super) async fn connect(addr: SocketAddr) -> Result<Connection, (Error, CallResult)> {
+/// TLS to a server: the route's client settings and the name its certificate must have.
+pub(super) struct Tls<'a> {
+    pub(super) config: &'a Arc<tokio_rustls::rustls::ClientConfig>,
+    pub(super) host: &'a str,
+}
+
+/// Connects to `addr`, over `tls` when given (a connect or handshake failure means nothing
+/// was sent).
+pub(super) async fn connect(
+    addr: SocketAddr,
+    tls: Option<Tls<'_>>,
+) -> Result<Connection, (Error, CallResult)> {
     let stream = tokio::net::TcpStream::connect(addr)
         .await
         .map_err(|e| (Error::Connect(e), CallResult::Failed))?;
-    let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+    match tls {
+        None => handshake(stream).await,
+        Some(tls) => handshake(super::tls::handshake(tls.config, tls.host, stream).await?).await,
+    }
+}
+
+/// The HTTP/1.1 handshake over `io`; the connection is driven by a task of its own.
+async fn handshake<T>(io: T) -> Result<Connection, (Error, CallResult)>
+where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(io))
         .await
         .map_err(|e| (Error::Hyper(e), CallResult::Failed))?;
     tokio::spawn(async move {

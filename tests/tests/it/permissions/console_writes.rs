@@ -76,3 +76,36 @@ async fn a_console_write_its_user_may_not_make_names_the_subject_and_the_fix() {
     drop(console);
     host.shutdown().await.unwrap();
 }
+
+/// Two writes at once, each on its own connection (as the console makes them): the refusal
+/// the server sent one is reported by that one only, never by the other.
+#[tokio::test]
+async fn a_refusal_is_reported_by_the_connection_it_was_sent_to_only() {
+    use dedup_host::refusals::Refusals;
+    let (env, text) = super::restricted(FIXME_ROUTE, false, None).await;
+    let config = Config::parse(
+        &as_user(&text, "con"),
+        Path::new("con.toml"),
+        env.dir.path().into(),
+    )
+    .unwrap();
+    let (refused, other) = (Refusals::own(), Refusals::own());
+    let started = std::time::Instant::now();
+    let a = dedup_host::connect::connect_observed(&config, "write a", refused.clone())
+        .await
+        .unwrap();
+    let _b = dedup_host::connect::connect_observed(&config, "write b", other.clone())
+        .await
+        .unwrap();
+    // No role may publish here: the server refuses `a` and says so on its connection.
+    a.publish("not.granted.subject", "x".into()).await.unwrap();
+    a.flush().await.unwrap();
+    let denied = wait_for(Duration::from_secs(30), "a's refusal", || async {
+        refused.since(started)
+    })
+    .await;
+    assert_eq!(denied.subject, "not.granted.subject");
+    let failed = other.explain(anyhow::anyhow!("b failed on its own"), started);
+    assert_eq!(format!("{failed:#}"), "b failed on its own");
+    assert_eq!(other.since(started), None);
+}
