@@ -264,7 +264,7 @@ impl Journal {
                 Decision::Mismatch(reason) => Begin::Refuse(reason),
                 _ => Begin::Refuse(format!(
                     "a shadow run never sends: outbound call {index} ({} {}) has no recorded answer in the live run's journal",
-                    request.method, request.url
+                    request.method, mask_url(&request.url)
                 )),
             });
         }

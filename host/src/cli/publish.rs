@@ -32,8 +32,9 @@ pub struct PublishArgs {
     subject: String,
     /// The message id (`Nats-Msg-Id`): the stream drops a repeat of it, and a route with
     /// the default key (`key = { header = "Nats-Msg-Id" }`) takes it as the idempotency key.
-    /// Default: a fresh unique id, printed, so the same message can be sent again on purpose
-    /// with `--msg-id`. (`--key` is an older spelling.)
+    /// Default: derived from the message (subject, headers, body) and printed, so a retried
+    /// command is a duplicate, never a second message; give another id to send the same
+    /// content as a new message. (`--key` is an older spelling.)
     #[arg(
         long = "msg-id",
         visible_alias = "id",
@@ -92,8 +93,9 @@ pub async fn run(args: PublishArgs) -> anyhow::Result<ExitCode> {
         }
     };
     let js = async_nats::jetstream::new(client);
-    let fresh = args.msg_id.is_none();
-    let msg_id = args.msg_id.clone().unwrap_or_else(fresh_id);
+    let derived = args.msg_id.is_none();
+    let msg_id =
+        (args.msg_id.clone()).unwrap_or_else(|| content_id(&args.subject, &args.headers, &payload));
     let key = HeaderValue::from_str(&msg_id)
         .map_err(|_| anyhow::anyhow!("--msg-id cannot hold line breaks"))?;
     headers.insert("Nats-Msg-Id", key);
@@ -137,8 +139,8 @@ pub async fn run(args: PublishArgs) -> anyhow::Result<ExitCode> {
         );
     } else {
         match code {
-            0 if fresh => println!(
-                "stored as sequence {sequence} of stream `{stream}`, message id `{msg_id}` (a fresh one; `--msg-id {msg_id}` sends this message again, as a duplicate)"
+            0 if derived => println!(
+                "stored as sequence {sequence} of stream `{stream}`, message id `{msg_id}` (derived from the message: the same command again is a duplicate; `--msg-id ID` sends it as a new message)"
             ),
             0 => println!("stored as sequence {sequence} of stream `{stream}`"),
             EXIT_DUPLICATE_WINDOW => println!(
@@ -153,7 +155,42 @@ pub async fn run(args: PublishArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::from(code))
 }
 
-/// A message id no other publish has: 128 random bits, in hex.
-fn fresh_id() -> String {
-    format!("msg-{:032x}", rand::random::<u128>())
+/// The message id of a message published without one: a digest of its subject, headers
+/// (in the order given) and body, so a publish retried after a lost acknowledgement is the
+/// same message to the stream and to the routes.
+fn content_id(subject: &str, headers: &[(String, String)], payload: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    // Each part is length-prefixed, so no two different messages give the same input.
+    let mut part = |bytes: &[u8]| {
+        h.update((bytes.len() as u64).to_be_bytes());
+        h.update(bytes);
+    };
+    part(subject.as_bytes());
+    for (k, v) in headers {
+        part(k.as_bytes());
+        part(v.as_bytes());
+    }
+    part(payload);
+    format!("msg-{}", &hex::encode(h.finalize())[..32])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::content_id;
+
+    #[test]
+    fn a_message_without_an_id_is_named_by_its_content() {
+        let id = content_id("in.a", &[], b"p");
+        assert_eq!(id, content_id("in.a", &[], b"p"));
+        assert_ne!(id, content_id("in.a", &[], b"q"));
+        assert_ne!(id, content_id("in.b", &[], b"p"));
+        let h = |k: &str, v: &str| vec![(k.to_string(), v.to_string())];
+        assert_ne!(content_id("in.a", &h("x", "1"), b"p"), id);
+        // Parts are delimited: moving bytes between them changes the id.
+        assert_ne!(
+            content_id("in.a", &h("x", "1"), b""),
+            content_id("in.a", &h("x", ""), b"1")
+        );
+    }
 }

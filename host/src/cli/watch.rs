@@ -167,9 +167,11 @@ impl Watch {
             if let Some(task) = shown.take() {
                 task.abort();
             }
-            if live.is_none() {
-                // Read again: a server that has just started may not have answered at first.
-                live = crate::components::store::deployed(&bucket, &self.route).await;
+            // Read again each cycle: a console promote or rollback, or a `deploy` from
+            // elsewhere, may have changed what serves since (and a server that has just
+            // started may not have answered at first).
+            if let Some(now) = crate::components::store::deployed(&bucket, &self.route).await {
+                live = Some(now);
             }
             let deployed = self
                 .cycle(&changed, &js, [&runtime, &hosts], &mut live)

@@ -192,7 +192,7 @@ async fn a_save_is_built_tested_and_deployed_and_a_broken_build_keeps_the_old_ve
         "{text}"
     );
     let failed = text.find("the build failed").unwrap();
-    let broken = text.find("changed: building").unwrap();
+    let broken = text[..failed].rfind("changed: building").unwrap();
     assert!(
         text[broken..failed].contains("this is not Rust"),
         "the compiler's output is not above the failure on stdout: {text}"

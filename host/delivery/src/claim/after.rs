@@ -5,7 +5,7 @@
 
 use std::borrow::Cow;
 
-use super::protocol::landed;
+use super::lease::landed;
 use super::record::{ClaimRecord, ClaimState, OutputRef};
 use super::store::{ClaimError, ClaimStore};
 use super::Claimer;

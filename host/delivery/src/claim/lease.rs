@@ -9,13 +9,26 @@ use std::time::Duration;
 use thiserror::Error;
 use tokio::sync::Mutex;
 
-use super::protocol::landed;
 use super::record::virtual_clock::monotonic_ms;
 use super::record::{now_ms, ClaimRecord, ClaimState, OutputRef};
 use super::store::{ClaimError, ClaimStore};
 
 /// How many reads a lease write refused for a conflict makes to learn what the key became.
 const READ_BACKS: usize = 3;
+
+/// The revision of `written` if the store holds exactly that record: a write whose answer was
+/// lost may still have landed (DESIGN.md §2 rules 2 and 13). The record carries the owner,
+/// a nonce and the write's timestamp, so no other writer can have produced an equal one.
+pub(super) async fn landed<S: ClaimStore>(
+    store: &S,
+    key: &str,
+    written: &ClaimRecord,
+) -> Option<u64> {
+    match store.get(key).await {
+        Ok(Some((current, revision))) if current == *written => Some(revision),
+        _ => None,
+    }
+}
 
 /// Why one lease write did not happen.
 enum WriteError {

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::lease::Lease;
+use super::lease::{landed, Lease};
 use super::record::{now_ms, ClaimRecord, ClaimState};
 use super::store::{ClaimError, ClaimStore};
 
@@ -229,20 +229,6 @@ impl<S: ClaimStore> Claimer<S> {
 
     fn lease(&self, key: &str, record: ClaimRecord, revision: u64) -> Lease<S> {
         Lease::new(self.store.clone(), key, self.lease, record, revision)
-    }
-}
-
-/// The revision of `written` if the store holds exactly that record: a write whose answer was
-/// lost may still have landed (DESIGN.md §2 rules 2 and 13). The record carries the owner,
-/// a nonce and the write's timestamp, so no other writer can have produced an equal one.
-pub(super) async fn landed<S: ClaimStore>(
-    store: &S,
-    key: &str,
-    written: &ClaimRecord,
-) -> Option<u64> {
-    match store.get(key).await {
-        Ok(Some((current, revision))) if current == *written => Some(revision),
-        _ => None,
     }
 }
 

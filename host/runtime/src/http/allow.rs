@@ -116,12 +116,17 @@ pub fn literal(host: &str) -> Option<IpAddr> {
 }
 
 /// Whether `ip` is not a public address: loopback, private, link-local, shared (CGNAT),
-/// unspecified, broadcast, multicast, documentation, or an IPv4 address mapped into IPv6
-/// that is one of those.
+/// unspecified, broadcast, multicast, documentation, benchmarking (198.18/15), reserved
+/// (240/4), or an IPv6 address that carries an IPv4 one (mapped, compatible, NAT64
+/// `64:ff9b::/96` and `64:ff9b:1::/48`, 6to4 `2002::/16`) that is one of those: behind DNS64 a
+/// name resolving to `64:ff9b::a00:1` reaches 10.0.0.1.
 pub fn is_private(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(v4) => {
             let [a, b, ..] = v4.octets();
+            if (a == 198 && (b == 18 || b == 19)) || a >= 240 {
+                return true;
+            }
             v4.is_loopback()
                 || v4.is_private()
                 || v4.is_link_local()
@@ -136,7 +141,25 @@ pub fn is_private(ip: IpAddr) -> bool {
             if let Some(v4) = v6.to_ipv4_mapped() {
                 return is_private(IpAddr::V4(v4));
             }
-            let first = v6.segments()[0];
+            let s = v6.segments();
+            let embedded = |hi: u16, lo: u16| {
+                let [a, b] = hi.to_be_bytes();
+                let [c, d] = lo.to_be_bytes();
+                is_private(IpAddr::V4(std::net::Ipv4Addr::new(a, b, c, d)))
+            };
+            // NAT64 (well-known and local-use prefixes): the IPv4 address is the last 32 bits.
+            if (s[0] == 0x64 && s[1] == 0xff9b) && (s[2..6] == [0; 4] || s[2] == 1) {
+                return embedded(s[6], s[7]);
+            }
+            // 6to4: the IPv4 address follows the prefix.
+            if s[0] == 0x2002 {
+                return embedded(s[1], s[2]);
+            }
+            // IPv4-compatible (deprecated, still routed by some stacks): `::a.b.c.d`.
+            if s[..6] == [0; 6] && !v6.is_loopback() && !v6.is_unspecified() {
+                return embedded(s[6], s[7]);
+            }
+            let first = s[0];
             v6.is_loopback()
                 || v6.is_unspecified()
                 || v6.is_multicast()
@@ -206,9 +229,22 @@ mod tests {
             "::1",
             "fd00::1",
             "::ffff:127.0.0.1",
+            "198.18.0.1",
+            "240.0.0.1",
+            "64:ff9b::a00:1",
+            "64:ff9b:1::7f00:1",
+            "2002:a00:1::1",
+            "::10.0.0.1",
         ] {
             assert!(is_private(private.parse().unwrap()), "{private}");
         }
-        assert!(!is_private("93.184.216.34".parse().unwrap()));
+        for public in [
+            "93.184.216.34",
+            "64:ff9b::5db8:d822",
+            "2002:5db8:d822::1",
+            "2606:4700::1111",
+        ] {
+            assert!(!is_private(public.parse().unwrap()), "{public}");
+        }
     }
 }

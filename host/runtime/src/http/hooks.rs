@@ -186,7 +186,7 @@ impl Call {
             route = %self.route,
             call = self.index,
             %method,
-            %url,
+            url = %dedup_delivery::redact::mask_url(&url),
             result = outcome.as_str(),
             status,
             error,

@@ -106,6 +106,8 @@ component = "{{guest:http-call}}"
 [routes.http]
 allow = ["http://127.0.0.1:{}/hooks/*"]
 timeout = "1s"
+# At most once: a PENDING call the replay did not clear dead-letters the key again.
+on_unknown = "fail"
 "#,
         endpoint.port()
     )
