@@ -5,6 +5,7 @@ pub mod bench;
 pub mod browser;
 pub mod console;
 pub mod endpoint;
+pub mod guest_calls;
 pub mod guests;
 pub mod harness;
 pub mod nats;

@@ -3,59 +3,19 @@
 //! local HTTP endpoint ([`Endpoint`], counting requests per idempotency key) and, for the
 //! journal, a real nats-server.
 
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use dedup_delivery::journal::{CallRecord, CallState};
-use dedup_host::bindings::Event;
 use dedup_host::claim::journal::NatsCallStore;
 use dedup_host::claim::ClaimState;
 use dedup_host::pipeline::effects::headers;
-use dedup_host::runtime::http::{CallResult, HttpConfig, HttpGrant};
-use dedup_host::runtime::{EngineSettings, Handler, InvokeOptions, Outcome, Runtime};
+use dedup_host::runtime::http::CallResult;
+use dedup_host::runtime::InvokeOptions;
 use dedup_host_tests::endpoint::Endpoint;
-use dedup_host_tests::guests::guest;
+use dedup_host_tests::guest_calls::{error, grant, run, Results};
 use dedup_host_tests::harness::{signal, wait_for, TestEnv, Timing, DEAD};
 use serde_json::{json, Value};
-
-fn http_call() -> Handler {
-    static RUNTIME: OnceLock<Runtime> = OnceLock::new();
-    let rt = RUNTIME.get_or_init(|| Runtime::new(&EngineSettings::default()).expect("runtime"));
-    rt.load_file(&guest("http-call")).expect("load http-call")
-}
-
-type Results = Arc<Mutex<Vec<CallResult>>>;
-
-/// The grant of `[routes.http]` text `text`, counting each call's result in `results`.
-fn grant(text: &str, results: &Results) -> HttpGrant {
-    let config: HttpConfig = toml::from_str(text).expect("http settings parse");
-    let seen = results.clone();
-    HttpGrant::new(&config)
-        .expect("usable http settings")
-        .observed(Arc::new(move |r| seen.lock().unwrap().push(r)))
-}
-
-/// Runs the guest making `calls` (as route `http`, key `k1`); what each call got.
-async fn run(options: &InvokeOptions, calls: Value) -> Vec<Value> {
-    let event = Event {
-        subject: "in.http.k1".into(),
-        payload: json!({ "calls": calls }).to_string().into_bytes(),
-        headers: Vec::new(),
-        key: "k1".into(),
-        attempt: 1,
-        fencing_token: 1,
-        stream_sequence: 1,
-        route: "http".into(),
-    };
-    match http_call().invoke(event, options).await.outcome {
-        Outcome::Success(outputs) => serde_json::from_slice(&outputs[0].payload).unwrap(),
-        other => panic!("the guest should report its calls, got {other:?}"),
-    }
-}
-
-fn error(result: &Value) -> String {
-    result["error"].as_str().unwrap_or_default().to_string()
-}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_allowlist_lets_named_endpoints_through_and_refuses_the_rest_with_an_error_code() {

@@ -5,15 +5,13 @@
 //! real local TLS endpoints whose certificates the test issues (rcgen).
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use dedup_host::bindings::Event;
 use dedup_host::config::Config;
-use dedup_host::runtime::http::{CallResult, HttpConfig, HttpGrant};
-use dedup_host::runtime::{EngineSettings, Handler, InvokeOptions, Outcome, Runtime};
+use dedup_host::runtime::http::CallResult;
+use dedup_host::runtime::InvokeOptions;
 use dedup_host_tests::endpoint::Endpoint;
-use dedup_host_tests::guests::guest;
+use dedup_host_tests::guest_calls::{error, grant, run, Results};
 use dedup_host_tests::harness::{wait_for, TestEnv, Timing};
 use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
@@ -55,45 +53,6 @@ impl Ca {
 
 fn loopback() -> Vec<SanType> {
     vec![SanType::IpAddress("127.0.0.1".parse().unwrap())]
-}
-
-fn http_call() -> Handler {
-    static RUNTIME: OnceLock<Runtime> = OnceLock::new();
-    let rt = RUNTIME.get_or_init(|| Runtime::new(&EngineSettings::default()).expect("runtime"));
-    rt.load_file(&guest("http-call")).expect("load http-call")
-}
-
-type Results = Arc<Mutex<Vec<CallResult>>>;
-
-/// The grant of `[routes.http]` text `text`, counting each call's result in `results`.
-fn grant(text: &str, results: &Results) -> HttpGrant {
-    let config: HttpConfig = toml::from_str(text).expect("http settings parse");
-    let seen = results.clone();
-    HttpGrant::new(&config)
-        .expect("usable http settings")
-        .observed(Arc::new(move |r| seen.lock().unwrap().push(r)))
-}
-
-/// Runs the guest making `calls`; what each call got.
-async fn run(options: &InvokeOptions, calls: Value) -> Vec<Value> {
-    let event = Event {
-        subject: "in.http.k1".into(),
-        payload: json!({ "calls": calls }).to_string().into_bytes(),
-        headers: Vec::new(),
-        key: "k1".into(),
-        attempt: 1,
-        fencing_token: 1,
-        stream_sequence: 1,
-        route: "http".into(),
-    };
-    match http_call().invoke(event, options).await.outcome {
-        Outcome::Success(outputs) => serde_json::from_slice(&outputs[0].payload).unwrap(),
-        other => panic!("the guest should report its calls, got {other:?}"),
-    }
-}
-
-fn error(result: &Value) -> String {
-    result["error"].as_str().unwrap_or_default().to_string()
 }
 
 /// `[routes.http]` lines allowing https to 127.0.0.1's `/hooks/`, trusting `ca_file` if any.

@@ -358,9 +358,21 @@ async fn a_replay_read_from_a_lagging_replica_is_read_again_then_busy() {
 
 /// A store whose updates land at once but are answered only at `answer_at` (virtual ms): the
 /// writer's clock jumps meanwhile, as over a connection the network held back.
+/// A store whose updates (or, with `creates`, whose creates) are answered at `answer_at`
+/// (virtual time).
 struct LateAnswers {
     inner: MemoryClaimStore,
     answer_at: u64,
+    creates: bool,
+}
+
+impl LateAnswers {
+    fn answered<T>(&self, late: bool, r: T) -> T {
+        if late {
+            crate::claim::record::virtual_clock::set(Some(self.answer_at));
+        }
+        r
+    }
 }
 
 impl ClaimStore for LateAnswers {
@@ -368,7 +380,8 @@ impl ClaimStore for LateAnswers {
         self.inner.get(key).await
     }
     async fn create(&self, key: &str, record: &ClaimRecord) -> Result<u64, ClaimError> {
-        self.inner.create(key, record).await
+        let r = self.inner.create(key, record).await;
+        self.answered(self.creates, r)
     }
     async fn update(
         &self,
@@ -377,8 +390,7 @@ impl ClaimStore for LateAnswers {
         revision: u64,
     ) -> Result<u64, ClaimError> {
         let r = self.inner.update(key, record, revision).await;
-        crate::claim::record::virtual_clock::set(Some(self.answer_at));
-        r
+        self.answered(!self.creates, r)
     }
 }
 
@@ -393,6 +405,7 @@ async fn a_lease_lapsed_by_its_owners_clock_is_neither_renewed_nor_revived_nor_s
     let store = Arc::new(LateAnswers {
         inner: MemoryClaimStore::new(),
         answer_at: T0 + 10_001,
+        creates: false,
     });
     let a = Claimer::new(store.clone(), "a", Duration::from_secs(10), Duration::ZERO);
     let ClaimOutcome::Acquired(lease) = a.claim("k", "d").await.unwrap() else {
@@ -437,9 +450,10 @@ async fn a_claims_lease_runs_from_when_the_claim_was_sent() {
     use crate::claim::record::virtual_clock;
     const T0: u64 = 2_000_000;
     virtual_clock::set(Some(T0));
-    let store = Arc::new(SlowCreate {
+    let store = Arc::new(LateAnswers {
         inner: MemoryClaimStore::new(),
         answer_at: T0 + 4_000,
+        creates: true,
     });
     let a = Claimer::new(store.clone(), "a", Duration::from_secs(10), Duration::ZERO);
     let ClaimOutcome::Acquired(lease) = a.claim("k", "d").await.unwrap() else {
@@ -456,29 +470,4 @@ async fn a_claims_lease_runs_from_when_the_claim_was_sent() {
     ));
     assert_eq!(store.get("k").await.unwrap(), before, "nothing was written");
     virtual_clock::set(None);
-}
-
-/// A store whose creates are answered at `answer_at` (virtual time).
-struct SlowCreate {
-    inner: MemoryClaimStore,
-    answer_at: u64,
-}
-
-impl ClaimStore for SlowCreate {
-    async fn get(&self, key: &str) -> Result<Option<(ClaimRecord, u64)>, ClaimError> {
-        self.inner.get(key).await
-    }
-    async fn create(&self, key: &str, record: &ClaimRecord) -> Result<u64, ClaimError> {
-        let r = self.inner.create(key, record).await;
-        crate::claim::record::virtual_clock::set(Some(self.answer_at));
-        r
-    }
-    async fn update(
-        &self,
-        key: &str,
-        record: &ClaimRecord,
-        revision: u64,
-    ) -> Result<u64, ClaimError> {
-        self.inner.update(key, record, revision).await
-    }
 }
