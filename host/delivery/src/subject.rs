@@ -15,7 +15,23 @@ pub fn is_valid_filter(filter: &str) -> bool {
 
 /// Why `filter` is not a valid filter, for an error message: what is wrong and what to write.
 pub fn filter_error(filter: &str) -> String {
-    let why = if filter.split('.').any(|t| t == "#") {
+    format!(
+        "`{filter}` is not a valid subject filter: {}",
+        invalid_because(filter)
+    )
+}
+
+/// Why `subject`, meant as one subject (`publish`, `invoke`), is not a valid one, in words.
+pub fn subject_error(subject: &str) -> String {
+    format!(
+        "`{subject}` is not a valid subject: {}",
+        invalid_because(subject)
+    )
+}
+
+/// What is wrong with an invalid subject or filter.
+fn invalid_because(filter: &str) -> &'static str {
+    if filter.split('.').any(|t| t == "#") {
         "`#` is MQTT's wildcard; in NATS `>` matches the rest of a subject and `*` one token"
     } else if filter.contains(char::is_whitespace) {
         "subjects have no spaces"
@@ -23,8 +39,7 @@ pub fn filter_error(filter: &str) -> String {
         "a token is empty (two dots, or a dot at an end)"
     } else {
         "`*` (one token) and `>` (the rest, last only) must stand alone between dots"
-    };
-    format!("`{filter}` is not a valid subject filter: {why}")
+    }
 }
 
 /// Subject prefixes of the server's own APIs and internals (JetStream, KV, object store,

@@ -131,10 +131,12 @@ pub async fn wait_candidate(
     candidate: Option<&str>,
 ) -> anyhow::Result<()> {
     let what = candidate.map_or("no candidate".to_string(), |c| format!("candidate {c}"));
-    super::wait::every_host(js, config, route, wait, &what, |s| {
+    let all = super::wait::every_host(js, config, route, wait, &what, |s| {
         s.candidate.as_deref() == candidate
     })
-    .await
+    .await?;
+    println!("{all}");
+    Ok(())
 }
 
 fn describe(mode: &Mode) -> String {
@@ -182,10 +184,11 @@ pub async fn promote(args: RouteArgs) -> anyhow::Result<ExitCode> {
     crate::activity::record_cli(&js, &config, "promote", &args.route, &digest, result).await;
     if let Some(wait) = args.wait {
         let what = format!("version {digest} and no candidate");
-        super::wait::every_host(&js, &config, &args.route, wait, &what, |s| {
+        let all = super::wait::every_host(&js, &config, &args.route, wait, &what, |s| {
             s.digest.as_deref() == Some(digest.as_str()) && s.candidate.is_none()
         })
         .await?;
+        println!("{all}");
     }
     Ok(ExitCode::SUCCESS)
 }

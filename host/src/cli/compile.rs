@@ -53,7 +53,7 @@ pub(crate) fn load(runtime: &Runtime, path: &Path, bytes: &[u8]) -> Result<Handl
             tracing::info!("compiled `{}` in {:.1?}", path.display(), started.elapsed())
         }
         Compiled::Cached => tracing::info!(
-            "`{}` unchanged: its compiled code came from the cache, nothing compiled",
+            "`{}`: its machine code was loaded from the compile cache (this version was compiled earlier on this machine), nothing compiled now",
             path.display()
         ),
     }

@@ -57,12 +57,14 @@ pub(super) async fn wait_running(
         return Ok(());
     };
     let what = format!("candidate {digest}");
-    super::wait::every_host(js, config, ROUTE, Duration::from_secs(30), &what, |s| {
+    let all = super::wait::every_host(js, config, ROUTE, Duration::from_secs(30), &what, |s| {
         s.candidate
             .as_deref()
             .is_some_and(|c| c.starts_with(&digest))
     })
-    .await
+    .await?;
+    println!("{all}");
+    Ok(())
 }
 
 /// Prints the shadow comparisons every host made, once they cover the live runs.

@@ -110,10 +110,11 @@ pub async fn deploy(args: DeployArgs) -> anyhow::Result<ExitCode> {
     );
     if let Some(wait) = args.wait {
         let what = format!("version {digest}");
-        super::wait::every_host(&js, &config, &args.route, wait, &what, |s| {
+        let all = super::wait::every_host(&js, &config, &args.route, wait, &what, |s| {
             s.digest.as_deref() == Some(digest.as_str())
         })
         .await?;
+        println!("{all}");
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -18,7 +18,7 @@ pub(crate) fn filter(s: &str) -> Result<String, String> {
 /// Parses one literal subject (no wildcard): what `publish` and `invoke` send a message on.
 pub(crate) fn literal(s: &str) -> Result<String, String> {
     if !subject::is_valid_filter(s) {
-        return Err(format!("{}{}", subject::filter_error(s), suggestion(s)));
+        return Err(format!("{}{}", subject::subject_error(s), suggestion(s)));
     }
     if s.contains(['*', '>']) {
         return Err(format!(
@@ -118,7 +118,12 @@ mod tests {
         assert!(literal("orders.C-*")
             .unwrap_err()
             .contains("write `orders.*`"));
-        assert!(literal("orders new").is_err());
+        let e = literal("orders new").unwrap_err();
+        assert!(
+            e.contains("`orders new` is not a valid subject: subjects have no spaces"),
+            "{e}"
+        );
+        assert!(!literal("orders..new").unwrap_err().contains("filter"));
     }
 
     #[test]

@@ -98,12 +98,23 @@ pub async fn run(args: TailArgs) -> anyhow::Result<ExitCode> {
     let deadline = args.wait.map(|w| tokio::time::Instant::now() + w);
     let mut shown = 0;
     while args.count.is_none_or(|n| shown < n) {
-        let next = match deadline {
-            Some(at) => match tokio::time::timeout_at(at, messages.next()).await {
-                Ok(next) => next,
-                Err(_) => break,
+        let waited = async {
+            match deadline {
+                Some(at) => tokio::time::timeout_at(at, messages.next()).await.ok(),
+                None => Some(messages.next().await),
+            }
+        };
+        let next = tokio::select! {
+            waited = waited => match waited {
+                Some(next) => next,
+                None => break,
             },
-            None => messages.next().await,
+            () = reader_gone() => {
+                // SAFETY: raises a signal in this process; a printing command has SIGPIPE's
+                // default disposition (main.rs), so it ends as `head`'s other writers do.
+                unsafe { libc::raise(libc::SIGPIPE) };
+                break;
+            }
         };
         let Some(message) = next else { break };
         let m = message.map_err(|e| anyhow::anyhow!("following the stream failed: {e}"))?;
@@ -125,6 +136,29 @@ pub async fn run(args: TailArgs) -> anyhow::Result<ExitCode> {
         }
         _ => ExitCode::SUCCESS,
     })
+}
+
+/// How often [`reader_gone`] looks at stdout.
+const READER_CHECK: Duration = Duration::from_millis(200);
+
+/// Resolves once stdout is a pipe whose reader has gone (`tail … | head -1`, after its line):
+/// nothing is written until the next message, which may be long in coming, so the pipe is
+/// polled for the error a write would meet. Never resolves for a terminal or a file that
+/// stays open.
+async fn reader_gone() {
+    loop {
+        let mut out = libc::pollfd {
+            fd: libc::STDOUT_FILENO,
+            events: 0,
+            revents: 0,
+        };
+        // SAFETY: polls one descriptor of this process, without waiting.
+        let ready = unsafe { libc::poll(&mut out, 1, 0) };
+        if ready > 0 && out.revents & (libc::POLLERR | libc::POLLHUP) != 0 {
+            return;
+        }
+        tokio::time::sleep(READER_CHECK).await;
+    }
 }
 
 /// Why `tail --count N` exits 1: `shown` of `n` messages arrived within `wait` (none: the

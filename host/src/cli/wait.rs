@@ -12,6 +12,8 @@ const LIVE_WITHIN: Duration = Duration::from_secs(25);
 
 /// Waits at most `wait` until every live host serving `route` has a status that `check`
 /// accepts; `what` names what they must have (`candidate sha256:…`, `no candidate`). Names the hosts still behind.
+/// Returns the line that says so, for the caller to print its own way (a watch's stdout may
+/// have been closed).
 pub async fn every_host(
     js: &async_nats::jetstream::Context,
     config: &Config,
@@ -19,7 +21,7 @@ pub async fn every_host(
     wait: Duration,
     what: &str,
     check: impl Fn(&RouteStatus) -> bool,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<String> {
     let kv = status::open(js, config).await?;
     let started = Instant::now();
     loop {
@@ -36,11 +38,10 @@ pub async fn every_host(
             .map(|(host, _)| *host)
             .collect();
         if behind.is_empty() {
-            println!(
+            return Ok(format!(
                 "route `{route}`: all {} live host(s) have {what}",
                 live.len()
-            );
-            return Ok(());
+            ));
         }
         if started.elapsed() >= wait {
             anyhow::bail!(

@@ -103,7 +103,7 @@ impl Watch {
             ),
         };
         super::store_route(config, &route).context("--watch deploys through the object store")?;
-        let routes = Routes::unloaded(config);
+        let routes = Routes::unloaded(config)?;
         let options = (routes.get(&route).map(|r| r.options.clone())).unwrap_or_default();
         let r = (config.routes.iter())
             .find(|r| r.name == route)
@@ -352,9 +352,12 @@ impl Watch {
                     s.digest.as_deref() == Some(digest.as_str())
                 })
                 .await;
-            if let Err(e) = switched {
-                say!("watch: {}", crate::text::error_chain(&e));
-                return;
+            match switched {
+                Ok(all) => say!("{all}"),
+                Err(e) => {
+                    say!("watch: {}", crate::text::error_chain(&e));
+                    return;
+                }
             }
             let mut subscriptions = Vec::new();
             for subject in &subjects {

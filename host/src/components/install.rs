@@ -104,7 +104,7 @@ pub async fn check(
     match handler.compiled() {
         Compiled::Fresh => tracing::info!("route `{}`: compiled `{origin}`", route.name),
         Compiled::Cached => tracing::info!(
-            "route `{}`: `{origin}` came from the compile cache, nothing compiled",
+            "route `{}`: `{origin}` loaded from the compile cache (this version was compiled earlier on this machine), nothing compiled now",
             route.name
         ),
     }

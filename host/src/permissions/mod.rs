@@ -192,13 +192,12 @@ fn host_data(config: &Config) -> Vec<String> {
 }
 
 fn host(config: &Config, s: &Streams, lists: &mut Lists) {
-    let mut durables = vec![config.source.consumer.clone()];
-    durables.extend(
-        config
-            .routes
-            .iter()
-            .map(|r| crate::consumers::route_consumer_name(config, &r.name)),
-    );
+    // The route consumers, and the catch-all consumer only where `setup` makes one (source
+    // subjects that no route covers: `crate::consumers::consumer_specs`).
+    let durables = crate::consumers::consumer_specs(config)
+        .into_iter()
+        .map(|(name, _, _)| name)
+        .collect();
     lists.stream(&s.source, &Access::Consume(durables));
     // The watch for messages out of deliveries follows the exclusive queue's advisories
     // whether or not a route is exclusive yet (a reload may add one).
@@ -443,6 +442,39 @@ effects = "fenced"
         // Its PENDING calls are cleared by markers on the claim subjects: the fenced stream,
         // outputs included, is never purged.
         assert!(!console.publish.iter().any(|s| s.contains("PURGE.FOUT")));
+    }
+
+    #[test]
+    fn the_catch_all_consumer_is_granted_only_where_setup_makes_it() {
+        let grants = |p: &Permissions| {
+            p.publish
+                .iter()
+                .any(|s| s.ends_with(".EVENTS.hosts") || s.contains(".EVENTS.hosts."))
+        };
+        // `in.>` is wider than the route's `in.a`: setup makes `hosts` for the rest.
+        let wide = config("");
+        assert!(grants(&Permissions::for_role(&wide, Role::Host)));
+        let text = r#"
+[source]
+stream = "EVENTS"
+subjects = ["in.a"]
+consumer = "hosts"
+[claims]
+bucket = "claims"
+[[output_streams]]
+name = "OUT"
+subjects = ["out.>"]
+duplicate_window = "1h"
+[[routes]]
+name = "a"
+subject = "in.a"
+allowed_outputs = ["out.a.>"]
+"#;
+        let covered =
+            Config::parse(text, std::path::Path::new("t.toml"), ".".into()).expect("valid");
+        let p = Permissions::for_role(&covered, Role::Host);
+        assert!(!grants(&p), "{:?}", p.publish);
+        assert!(p.publish.iter().any(|s| s.ends_with(".EVENTS.hosts-a")));
     }
 
     #[test]

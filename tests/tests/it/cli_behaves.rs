@@ -160,6 +160,36 @@ async fn tail_follows_every_stream_its_filter_spans_and_stops_quietly_when_its_r
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tail_ends_when_its_reader_goes_even_if_no_further_message_comes() {
+    let env = TestEnv::start().await;
+    let config = write_config(&env, UPPER_ROUTE, "tail-idle");
+    env.create_stream("IDLE", &["idle.>"]).await;
+    env.publish("idle.a", "a-0", &[], "the only message").await;
+    // `tail … | head -1`: one line, then nothing more is ever stored. Before, tail noticed
+    // the closed pipe only at its next write, so it followed an idle stream for ever.
+    let mut tail = Command::new(host_binary())
+        .args(["tail", "--config"])
+        .arg(&config)
+        .args(["idle.>", "--all"])
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start tail");
+    let mut first = String::new();
+    BufReader::new(tail.stdout.take().expect("stdout"))
+        .read_line(&mut first)
+        .expect("read one line");
+    assert!(first.contains("idle.a"), "a message line: {first}");
+    let status = wait_exit(
+        &mut tail,
+        Duration::from_secs(60),
+        "tail after its reader went",
+    );
+    assert_quiet(status, &stderr_of(&mut tail), "tail");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_subject_argument_is_checked_naming_the_argument_and_the_fix() {
     let env = TestEnv::start().await;
     let config = write_config(&env, UPPER_ROUTE, "subjects");

@@ -36,7 +36,7 @@ fn run_in(dir: &Path, args: &[&str]) -> (i32, String) {
 }
 
 const COMPILED: &str = "compiled `";
-const NOTHING: &str = "came from the cache, nothing compiled";
+const NOTHING: &str = "loaded from the compile cache (this version was compiled earlier on this machine), nothing compiled now";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_test_and_a_deploy_after_test_compile_nothing() {
@@ -150,7 +150,7 @@ async fn a_second_test_and_a_deploy_after_test_compile_nothing() {
 }
 
 const HOST_COMPILED: &str = "route `cached`: compiled `";
-const HOST_NOTHING: &str = "came from the compile cache, nothing compiled";
+const HOST_NOTHING: &str = "loaded from the compile cache (this version was compiled earlier on this machine), nothing compiled now";
 
 /// A child process killed when the test ends, passing or not.
 struct Killed(std::process::Child);
