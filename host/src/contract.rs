@@ -13,6 +13,8 @@
 use anyhow::Context as _;
 use async_nats::jetstream::kv::{self, Store};
 use async_nats::jetstream::Context;
+use dedup_delivery::agreement::Comparison;
+use dedup_delivery::contract::{self, ContractStore, Found, Verdict, Writer, Written};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
@@ -323,16 +325,6 @@ fn unreadable(store: &Store, route: &str, reason: &str) -> ContractError {
     }
 }
 
-/// Who is agreeing on a contract, which decides what may be recorded.
-#[derive(Debug, Clone, Copy)]
-enum Writer<'a> {
-    /// A set-up command: records when the route has none, was deleted or is unreadable.
-    Setup,
-    /// A serving host, holding the contract it last agreed on for the route (if any): it
-    /// records only for a route never set up; a deleted contract keeps the one it holds.
-    Host(Option<&'a RouteContract>),
-}
-
 /// Checks `route` of `config` against its recorded contract, recording it first when the
 /// route has none, was deleted or holds an unreadable record: for set-up commands, `by`
 /// names the writer. Hosts use [`agree_serving`].
@@ -342,7 +334,7 @@ pub async fn agree(
     route: &RouteConfig,
     by: &str,
 ) -> Result<RouteContract, ContractError> {
-    settle(store, config, route, by, Writer::Setup).await
+    settle(store, config, route, by, None).await
 }
 
 /// [`agree`] for a serving host `by`, which records a contract only at the set-up of a
@@ -357,90 +349,131 @@ pub async fn agree_serving(
     by: &str,
     held: Option<&RouteContract>,
 ) -> Result<RouteContract, ContractError> {
-    settle(store, config, route, by, Writer::Host(held)).await
+    settle(store, config, route, by, Some(held)).await
 }
 
+/// Reads or records the contract ([`dedup_delivery::contract::settle`]) and judges a
+/// recorded one: `host` is `None` for a set-up command, else the contract the host holds.
 async fn settle(
     store: &Store,
     config: &Config,
     route: &RouteConfig,
     by: &str,
-    writer: Writer<'_>,
+    host: Option<Option<&RouteContract>>,
 ) -> Result<RouteContract, ContractError> {
     let wanted = of(config, route);
-    let fail = |reason: String| ContractError::Store {
-        route: route.name.clone(),
-        bucket: store.name.clone(),
-        reason,
+    let writer = match host {
+        None => Writer::Setup,
+        Some(held) => Writer::Host {
+            holds_wanted: held == Some(&wanted),
+        },
     };
-    for _ in 0..3 {
-        // The revision a record may be written over: 0 is "no record of the key at all".
-        let (found, changing) = lookup_marked(store, &route.name).await?;
-        let over = match (found, writer) {
-            (Lookup::Recorded(recorded, _), _) => {
-                // A reload or a start of another deployment's config never takes it as its own.
-                if let Some(owner) = recorded.other_owner(config, &route.name) {
-                    return Err(ContractError::Owned {
-                        route: route.name.clone(),
-                        bucket: store.name.clone(),
-                        owner: owner.to_string(),
-                        mine: config.deployment_name(),
-                    });
-                }
-                if let Some(other) = other_consumer(&recorded, config, &route.name) {
-                    return Err(ContractError::OtherConsumer {
-                        route: route.name.clone(),
-                        bucket: store.name.clone(),
-                        recorded: other,
-                        mine: crate::consumers::route_consumer_name(config, &route.name),
-                    });
-                }
-                let agreed = compare(&route.name, &recorded, wanted)?;
-                return match (changing, writer) {
-                    (Some(changing), Writer::Host(_)) => Err(ContractError::Changing {
-                        route: route.name.clone(),
-                        bucket: store.name.clone(),
-                        since_ms: changing.since_ms,
-                    }),
-                    _ => Ok(agreed),
-                };
-            }
-            (Lookup::Never, _) => 0,
-            (Lookup::Deleted(revision), Writer::Setup) => revision,
-            (Lookup::Unreadable(revision, _), Writer::Setup) => revision,
-            (Lookup::Deleted(_), Writer::Host(Some(held))) if *held == wanted => {
-                tracing::warn!(
-                    route = route.name,
-                    "the route's contract was deleted; serving under the contract this host holds until `dedup-host setup --change-route {}` records one",
-                    route.name
-                );
-                return Ok(wanted);
-            }
-            (Lookup::Deleted(_), Writer::Host(_)) => {
-                return Err(ContractError::Deleted {
-                    route: route.name.clone(),
-                    bucket: store.name.clone(),
-                })
-            }
-            (Lookup::Unreadable(_, reason), Writer::Host(_)) => {
-                return Err(unreadable(store, &route.name, &reason))
-            }
-        };
-        let record = ContractRecord::new(wanted.clone(), by, config, route);
-        let bytes = serde_json::to_vec(&record).expect("record serializes");
-        // Written against the revision read (not `create`, which also writes over a deleted
-        // key): a contract deleted meanwhile is never recorded anew by a host.
-        match store.update(&route.name, bytes.into(), over).await {
-            Ok(_) => {
-                tracing::info!(route = route.name, "route contract recorded");
-                return Ok(wanted);
-            }
-            // Another writer was first (or our own lost answer landed): look again.
-            Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => continue,
-            Err(e) => return Err(fail(e.to_string())),
+    let new = || ContractRecord::new(wanted.clone(), by, config, route);
+    let settled = contract::settle(&Bucket(store), &route.name, writer, new).await?;
+    let bucket = || store.name.clone();
+    match settled.verdict(|recorded| judge(&store.name, config, route, recorded, &wanted)) {
+        Verdict::Agrees => Ok(wanted),
+        Verdict::Refused(e) => Err(e),
+        Verdict::Changing(since_ms) => Err(ContractError::Changing {
+            route: route.name.clone(),
+            bucket: bucket(),
+            since_ms,
+        }),
+        Verdict::Deleted => Err(ContractError::Deleted {
+            route: route.name.clone(),
+            bucket: bucket(),
+        }),
+        Verdict::Unreadable(reason) => Err(unreadable(store, &route.name, &reason)),
+        Verdict::Exhausted => Err(ContractError::Store {
+            route: route.name.clone(),
+            bucket: bucket(),
+            reason: "the record neither exists nor can be created".into(),
+        }),
+    }
+}
+
+/// Whether `config` may serve `route` under the contract `recorded` (in contract bucket
+/// `bucket`), asking for `wanted`: another deployment's record is never taken as this
+/// config's own (owner first, then consumer), then the contracts compare.
+pub fn judge(
+    bucket: &str,
+    config: &Config,
+    route: &RouteConfig,
+    recorded: &ContractRecord,
+    wanted: &RouteContract,
+) -> Result<(), ContractError> {
+    if let Some(owner) = recorded.other_owner(config, &route.name) {
+        return Err(ContractError::Owned {
+            route: route.name.clone(),
+            bucket: bucket.to_string(),
+            owner: owner.to_string(),
+            mine: config.deployment_name(),
+        });
+    }
+    if let Some(other) = other_consumer(recorded, config, &route.name) {
+        return Err(ContractError::OtherConsumer {
+            route: route.name.clone(),
+            bucket: bucket.to_string(),
+            recorded: other,
+            mine: crate::consumers::route_consumer_name(config, &route.name),
+        });
+    }
+    compare(&route.name, recorded, wanted.clone()).map(drop)
+}
+
+/// The contract bucket as the delivery logic's [`ContractStore`].
+struct Bucket<'a>(&'a Store);
+
+impl ContractStore for Bucket<'_> {
+    type Record = ContractRecord;
+    type Error = ContractError;
+
+    async fn get(&self, route: &str) -> Result<Found<ContractRecord>, ContractError> {
+        Ok(match lookup_marked(self.0, route).await? {
+            (Lookup::Never, _) => Found::Never,
+            (Lookup::Deleted(revision), _) => Found::Deleted(revision),
+            (Lookup::Recorded(record, revision), changing) => Found::Recorded {
+                record,
+                revision,
+                changing: changing.map(|c| c.since_ms),
+            },
+            (Lookup::Unreadable(revision, reason), _) => Found::Unreadable { revision, reason },
+        })
+    }
+
+    async fn update(
+        &self,
+        route: &str,
+        record: &ContractRecord,
+        revision: u64,
+    ) -> Result<Written, ContractError> {
+        let bytes = serde_json::to_vec(record).expect("record serializes");
+        match self.0.update(route, bytes.into(), revision).await {
+            Ok(_) => Ok(Written::Written),
+            Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => Ok(Written::Raced),
+            Err(e) => Err(ContractError::Store {
+                route: route.to_string(),
+                bucket: self.0.name.clone(),
+                reason: e.to_string(),
+            }),
         }
     }
-    Err(fail("the record neither exists nor can be created".into()))
+}
+
+impl ContractError {
+    /// How the config compared with the contract, when this error is a comparison (the
+    /// host decides on it, [`dedup_delivery::agreement::decide`]); `None` when the store
+    /// did not answer or holds something unreadable.
+    pub fn comparison(&self) -> Option<Comparison> {
+        match self {
+            ContractError::Differs { .. } => Some(Comparison::Differs),
+            ContractError::Deleted { .. } => Some(Comparison::Deleted),
+            ContractError::Owned { .. } => Some(Comparison::Owned),
+            ContractError::OtherConsumer { .. } => Some(Comparison::OtherConsumer),
+            ContractError::Changing { .. } => Some(Comparison::Changing),
+            ContractError::Store { .. } => None,
+        }
+    }
 }
 
 /// `Ok(wanted)` when `recorded` holds it, else the differences.

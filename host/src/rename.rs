@@ -10,7 +10,12 @@
 //!    again, may have published part of its outputs under ids derived from `OLD`, which a
 //!    run under `NEW` would publish again under other ids);
 //! 2. copies `OLD`'s claim records to `NEW`'s keys in the same claim store (bucket or fenced
-//!    stream), so a key settled under the old name is not run again;
+//!    stream), so a key settled under the old name is not run again, each with its journal of
+//!    outbound calls, so a key run again under `NEW` (its dead letter replayed) replays the
+//!    answers recorded under `OLD` instead of sending those calls again; each record keeps
+//!    the old claim key in `outputs_as` (its outputs' ids) and `calls_as` (its calls'
+//!    idempotency keys, so a call sent again under `NEW` carries the key the provider saw),
+//!    which is also how a replay of a letter of `OLD` finds `NEW` ([`crate::ops::renamed`]);
 //! 3. records `OLD`'s contract under `NEW`;
 //! 4. creates `NEW`'s consumer from the first message `OLD`'s consumer had not acknowledged
 //!    (its ack floor + 1: anything acked after the floor finds its copied claim and is acked
@@ -25,8 +30,8 @@ use serde::Serialize;
 use crate::config::Config;
 use crate::contract::{self, ContractRecord};
 use crate::contract_change::{
-    copy_record, dead_with_effects, read_records, refuse_running, refuse_while_served, store_key,
-    AcceptedDead, Lease,
+    copy_record, dead_with_effects, plan_calls, read_records, refuse_running, refuse_while_served,
+    store_key, AcceptedDead, CallsMove, Lease,
 };
 use crate::setup::route_consumer_name;
 
@@ -39,6 +44,9 @@ pub struct Renamed {
     pub to: String,
     /// Claim records copied to the new name.
     pub claims_copied: usize,
+    /// Outbound-call journal records copied with them (or deletion markers over records the
+    /// new name kept from an earlier life).
+    pub calls_copied: usize,
     /// The stream sequence the new consumer starts at.
     pub starts_at: u64,
     /// The digest of `from`'s deployed component, copied to `to` (`None`: none was deployed,
@@ -148,12 +156,20 @@ pub async fn rename(
         let records = read_records(js, &claim_store, claims, old, &mut lease).await?;
         accepted.check(old, &records)?;
         refuse_unsettled(old, new, &records, accepted)?;
-        anyhow::Ok(records)
+        let mut journals = Vec::new();
+        for (key, _) in &records {
+            lease.keep().await?;
+            let renamed = format!("{new}{}", &key[old.len()..]);
+            // The same store: a record there fits.
+            let journal = plan_calls(js, (claims, key), (claims, &renamed), None).await?;
+            journals.push(journal.unwrap_or_else(|_| CallsMove::default()));
+        }
+        anyhow::Ok((records, journals))
     }
     .await;
     let clear_with = format!("clear it with `dedup-host setup --config <the config that names {old}> --change-route {old}`, or run {fix} again");
-    let records = match checked {
-        Ok(records) => records,
+    let (records, journals) = match checked {
+        Ok(checked) => checked,
         Err(e)
             if e.chain()
                 .any(|c| c.is::<crate::contract_change::LeaseLost>()) =>
@@ -174,18 +190,30 @@ pub async fn rename(
             });
         }
     };
-    let mut claims_copied = 0;
-    for (key, mut record) in records {
+    let (mut claims_copied, mut calls_copied) = (0, 0);
+    for ((key, mut record), journal) in records.into_iter().zip(journals) {
         lease.keep().await?;
         let renamed = format!("{new}{}", &key[old.len()..]);
         // Its outputs keep the ids they were published under (`audit`, `inspect`).
         if record.outputs_as.is_none() {
             record.outputs_as = Some(key.clone());
         }
+        // Its outbound calls keep their idempotency keys (rule 24): a call left PENDING
+        // under the old name is sent again under the key the provider saw. A key renamed
+        // before keeps its first name's.
+        if record.calls_as.is_none() {
+            record.calls_as = Some(key.clone());
+        }
         // An accepted dead key is marked: a replay of its letter is refused unless forced.
         if dead_with_effects(&record) && accepted.accepts(old, &key) {
             record.accept_dead(&format!("setup --rename-route {old} {new}"));
         }
+        // The journal first: a claim copied without it would send its calls again.
+        if let Err(e) = journal.apply(js).await {
+            lease.release().await;
+            return Err(e.context(format!("copying a claim's call journal to the new route name stopped the rename: route `{old}` stays marked as changing, its lease released; {clear_with}")));
+        }
+        calls_copied += journal.len();
         // A record `new` kept from an earlier life of that name does not shadow a newer one.
         let copied = match copy_record(&claim_store, &store_key(claims, &renamed), &record).await {
             Ok(copied) => copied,
@@ -241,6 +269,7 @@ pub async fn rename(
         from: old.to_string(),
         to: new.to_string(),
         claims_copied,
+        calls_copied,
         starts_at,
         component,
     })

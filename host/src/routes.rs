@@ -15,6 +15,10 @@ use crate::metrics::{Metrics, RouteMetrics};
 use crate::runtime::{Handler, Invocation, InvokeOptions, Outcome, TrapKind};
 use crate::subject;
 
+mod grant;
+
+pub use grant::GrantError;
+
 /// What runs a route's events.
 #[derive(Clone, Debug)]
 pub enum Guest {
@@ -237,32 +241,34 @@ pub struct Routes {
 impl Routes {
     /// Every route of the config, none of them served yet: each route's component is
     /// compiled by its source ([`crate::components`]) off the start-up path, so one route's
-    /// slow compile never delays the others.
-    pub fn unloaded(config: &Config) -> Self {
+    /// slow compile never delays the others. Refused when a route's outbound-HTTP grant
+    /// cannot be built ([`GrantError`]).
+    pub fn unloaded(config: &Config) -> Result<Self, GrantError> {
         Self::build(config, None)
     }
 
     /// Builds routes from the config with the given guest for every route (benchmarks).
     pub fn with_guest(config: &Config, guest: Guest) -> Self {
-        Self::build(config, Some(guest))
+        Self::build(config, Some(guest)).expect("every route's outbound-HTTP grant builds")
     }
 
-    fn build(config: &Config, guest: Option<Guest>) -> Self {
+    fn build(config: &Config, guest: Option<Guest>) -> Result<Self, GrantError> {
         let metrics = Arc::new(Metrics::new());
         let routes = config
             .routes
             .iter()
             .map(|r| Self::route(config, r, guest.clone(), &metrics))
-            .collect();
-        Self {
+            .collect::<Result<_, _>>()?;
+        Ok(Self {
             routes: RwLock::new(routes),
             metrics,
             ..Self::default()
-        }
+        })
     }
 
-    /// A new, unserved route for `r` (a reload adds or changes it with [`Routes::set`]).
-    pub fn new_route(&self, config: &Config, r: &RouteConfig) -> Arc<Route> {
+    /// A new, unserved route for `r` (a reload adds or changes it with [`Routes::set`]);
+    /// refused when its outbound-HTTP grant cannot be built ([`GrantError`]).
+    pub fn new_route(&self, config: &Config, r: &RouteConfig) -> Result<Arc<Route>, GrantError> {
         Self::route(config, r, None, &self.metrics)
     }
 
@@ -314,7 +320,8 @@ impl Routes {
         r: &RouteConfig,
         guest: Option<Guest>,
         metrics: &Metrics,
-    ) -> Arc<Route> {
+    ) -> Result<Arc<Route>, GrantError> {
+        let http = grant::http_grant(config, r, metrics)?;
         let route_metrics = metrics.route(&r.name);
         route_metrics.serving(guest.as_ref().map(Guest::digest));
         let fenced = config.fenced_stream(r).map(|o| o.name.clone());
@@ -323,7 +330,7 @@ impl Routes {
             // One batch holds every output and the claim record.
             limits.max_outputs = limits.max_outputs.min(crate::limits::MAX_FENCED_OUTPUTS);
         }
-        Arc::new(Route {
+        Ok(Arc::new(Route {
             name: r.name.clone(),
             subject: r.subject.clone(),
             key: r.key.clone(),
@@ -338,13 +345,7 @@ impl Routes {
                     .as_ref()
                     .map(|d| Arc::new(config.resolve(d))),
                 route_lanes: Some(Arc::new(Semaphore::new(config.route_lanes()))),
-                // Validated with the config: a grant that does not parse is no grant.
-                http: r.http.as_ref().and_then(|h| {
-                    let mut h = h.clone();
-                    h.ca_file = h.ca_file.map(|f| config.resolve(&f));
-                    let grant = crate::runtime::http::HttpGrant::new(&h).ok()?;
-                    Some(grant.observed(metrics.http_calls(&r.name)))
-                }),
+                http,
                 journal: None,
             },
             permanent_traps: r.permanent_traps.clone(),
@@ -371,7 +372,7 @@ impl Routes {
             decided: std::sync::atomic::AtomicBool::new(false),
             candidate: RwLock::new(None),
             metrics: route_metrics,
-        })
+        }))
     }
 
     /// The route whose filter matches `subject`.

@@ -5,8 +5,10 @@
 //! terminated) but nothing would ever deliver it again.
 //!
 //! Each one gets a marker in the claim bucket, `=stranded.<stream>.<sequence>` (no claim key
-//! starts with `=`: route names are letters, digits, `_` and `-`), written when a host naks a
-//! message's last delivery and when dead-lettering an undeliverable message fails. Every host
+//! starts with `=`: route names are letters, digits, `_` and `-`), written before a host works
+//! on a message's last delivery (on an exclusive route's consumers already as it arrives, before
+//! it waits for its turn), kept unless that work ended the message, and written when
+//! dead-lettering an undeliverable message fails. Every host
 //! sweeps the markers and retries each one with a bounded, jittered backoff until its letter
 //! is stored (or its key turns out settled), then removes it; so neither a missed advisory nor
 //! an outage at the last delivery loses a message. Meanwhile `audit` lists them

@@ -109,6 +109,7 @@ mod tests {
             effects_by: None,
             unknown_effects: false,
             outputs_as: None,
+            calls_as: None,
             reason: None,
             permanent,
             retry_at_ms: None,

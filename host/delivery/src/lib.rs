@@ -27,6 +27,10 @@
 //! - [`journal`]: the journal of a run's outbound HTTP calls (PENDING before sending, SENT
 //!   before the guest sees the answer, replayed by a re-run), over the [`journal::CallStore`]
 //!   seam.
+//! - [`contract`]: a route's contract record read, or recorded where the writer may, over the
+//!   [`contract::ContractStore`] seam; [`agreement`]: what a host does with a route once it
+//!   compared it with its contract, and when the record changes; [`reload`]: which routes a
+//!   config reload keeps, starts and retires, and which fenced routes refuse it.
 //! - [`outcome`]: how a delivery ended and where a repeat was caught.
 //! - [`subject`]: NATS subject grammar (filters, literals, the server's and the host's reserved
 //!   namespaces); [`text`]: reasons and header values made safe to store and show;
@@ -35,11 +39,13 @@
 #![warn(missing_docs)]
 
 pub mod after;
+pub mod agreement;
 pub mod ahead;
 pub mod backoff;
 pub mod before;
 pub mod claim;
 pub mod clock;
+pub mod contract;
 pub mod heartbeat;
 pub mod journal;
 pub mod marker;
@@ -48,6 +54,7 @@ pub mod outcome;
 pub mod partition;
 pub mod queue;
 pub mod redact;
+pub mod reload;
 pub mod settle;
 pub mod subject;
 pub mod text;

@@ -13,8 +13,8 @@ use crate::claim::{ClaimRecord, ClaimState};
 /// What to do with a message the server gave up on, from its key's record.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum GivenUp {
-    /// The key is completed or failed for good: the message was a duplicate; nothing to
-    /// letter (an exclusive route's queued copy is deleted).
+    /// The key is completed (not coalesced) or failed for good: the message was a duplicate;
+    /// nothing to letter (an exclusive route's queued copy is deleted).
     Settled,
     /// The key is in progress under `owner`'s live lease: retried later, once that ends.
     Running {
@@ -41,6 +41,14 @@ pub fn decide(record: Option<&ClaimRecord>, now_ms: u64, skew: Duration) -> Give
         };
     };
     match record.state {
+        // A coalesced key is completed without having run: the entity's newest message must
+        // still run it, and this may be that message (its claims refused by a leader election
+        // until the server gave up: the simulation's seed 3153 `--coalesce`). Dropped, the key
+        // would never run and nothing would say so; lettered, the operator's replay runs it.
+        ClaimState::Completed if record.is_coalesced() => GivenUp::Letter {
+            attempt: record.attempt,
+            last_reason: record.reason.clone(),
+        },
         ClaimState::Completed => GivenUp::Settled,
         ClaimState::Failed if record.permanent => GivenUp::Settled,
         ClaimState::InProgress if !record.lease_lapsed(now_ms, skew) => GivenUp::Running {
@@ -87,6 +95,7 @@ mod tests {
             effects_by: None,
             unknown_effects: false,
             outputs_as: None,
+            calls_as: None,
             reason: Some("boom".into()),
             permanent,
             retry_at_ms: Some(5),
@@ -123,6 +132,20 @@ mod tests {
             last_reason: None,
         };
         assert_eq!(decide(None, 10_000, skew), never);
+    }
+
+    /// A coalesced key completed without running: its given-up message may be the entity's
+    /// newest, which must run it, so it is lettered, not dropped as a duplicate.
+    #[test]
+    fn a_given_up_message_of_a_coalesced_key_is_lettered_not_dropped() {
+        let mut coalesced = record(ClaimState::Completed, false, 0);
+        coalesced.reason = Some(crate::claim::record::COALESCED_REASON.into());
+        let decided = decide(Some(&coalesced), 10_000, Duration::from_millis(200));
+        let letter = GivenUp::Letter {
+            attempt: 2,
+            last_reason: Some(crate::claim::record::COALESCED_REASON.into()),
+        };
+        assert_eq!(decided, letter);
     }
 
     #[test]

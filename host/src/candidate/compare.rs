@@ -84,11 +84,22 @@ impl Summary {
     }
 }
 
-/// One request as a summary shows it.
+/// One request as a summary shows it (and the diffs bucket keeps it): its URL with secrets
+/// masked ([`dedup_delivery::redact::mask_url`]), followed, when masking changed it, by a
+/// short digest of the exact URL, so two requests that differ only in a secret still differ.
 fn call_text(call: &dedup_delivery::journal::CallRequest) -> String {
+    use sha2::Digest as _;
+    let masked = dedup_delivery::redact::mask_url(&call.url);
+    let url = match masked == call.url {
+        true => masked,
+        false => {
+            let digest = sha2::Sha256::digest(call.url.as_bytes());
+            format!("{masked} (url sha256:{})", &hex::encode(digest)[..12])
+        }
+    };
     match call.body_digest.is_empty() {
-        true => format!("{} {}", call.method, call.url),
-        false => format!("{} {} {}", call.method, call.url, call.body_digest),
+        true => format!("{} {url}", call.method),
+        false => format!("{} {url} {}", call.method, call.body_digest),
     }
 }
 
@@ -253,6 +264,28 @@ mod tests {
             fuel: None,
             calls: Vec::new(),
         }
+    }
+
+    #[test]
+    fn a_calls_secrets_are_masked_in_a_summary_and_a_change_in_them_still_shows() {
+        use dedup_delivery::journal::CallRequest;
+        let text = |url: &str| call_text(&CallRequest::new("POST", url, b""));
+        let one = text("https://api.example.com/send?token=abc&to=1");
+        let other = text("https://api.example.com/send?token=xyz&to=1");
+        assert!(one.starts_with("POST https://api.example.com/send?token=***&to=1 (url sha256:"));
+        assert!(
+            !one.contains("abc") && !other.contains("xyz"),
+            "{one} / {other}"
+        );
+        assert_ne!(
+            one, other,
+            "a change only in the secret is still a difference"
+        );
+        let plain = text("https://api.example.com/send?to=1");
+        assert!(
+            plain.starts_with("POST https://api.example.com/send?to=1 sha256:"),
+            "{plain}"
+        );
     }
 
     #[test]

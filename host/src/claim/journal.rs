@@ -1,13 +1,18 @@
 //! Where a run's outbound calls are journaled ([`dedup_delivery::journal`]): beside its claim,
 //! in the store that holds the claim (the claim bucket, or a fenced route's stream), on
-//! subjects `<claim subject>.call.<index>`. Every write is fenced by the claim: it is sent only
-//! while the claim record is this run's (in progress, with this run's fencing token) and
-//! carries `Nats-Expected-Last-Subject-Sequence` on the claim's subject, so the server
-//! refuses it if the claim moved in between: a stale owner can neither record nor send.
+//! subjects `<claim subject>.call.<index>`. Every write is fenced by the claim: it carries
+//! `Nats-Expected-Last-Subject-Sequence` on the claim's subject, set to a revision of the
+//! claim that is this run's (in progress, with this run's fencing token), so the server
+//! refuses it if anybody wrote the claim since: a stale owner can neither record nor send.
+//! That revision is the one the run's lease already holds ([`HeldRevision`], kept current by
+//! its heartbeats), so a write needs no read of the claim first; only a refused write reads
+//! the claim back, once, to tell the run's own renewal (write again at the new revision) from
+//! a takeover ([`JournalError::Fenced`]).
 
 use async_nats::jetstream::stream::{LastRawMessageErrorKind, Stream};
 use async_nats::jetstream::Context;
 use async_nats::HeaderMap;
+use dedup_delivery::claim::HeldRevision;
 use dedup_delivery::journal::{CallRecord, CallStore, JournalError, StoreFuture};
 
 use super::kv::is_cas_conflict;
@@ -19,8 +24,8 @@ use crate::subject::FENCED_CLAIMS_PREFIX;
 /// checks (nats-server 2.11+).
 const EXPECTED_LAST_SUBJECT_SEQUENCE_SUBJECT: &str = "Nats-Expected-Last-Subject-Sequence-Subject";
 
-/// How many times a write is tried again when the claim moved under it (a heartbeat of this
-/// very run renewed it).
+/// How many times a write is tried when the claim moved under it (a heartbeat of this very
+/// run renewed it).
 const CLAIM_MOVES: usize = 5;
 
 /// The stream and claim subject holding the call records of claim `store_key` (a key of
@@ -41,11 +46,14 @@ pub struct NatsCallStore {
     stream: String,
     claim_subject: String,
     fencing_token: u64,
+    /// The claim's revision as the run's lease holds it; none: read the claim before writing.
+    held: Option<HeldRevision>,
 }
 
 impl NatsCallStore {
     /// The journal of the run holding claim `store_key` (a key of bucket `bucket`, or a
-    /// fenced claim subject) with `fencing_token`.
+    /// fenced claim subject) with `fencing_token`. Each write reads the claim first; a run
+    /// whose lease tracks the claim's revision says so with [`NatsCallStore::held_at`].
     pub fn for_claim(js: &Context, bucket: &str, store_key: &str, fencing_token: u64) -> Self {
         let (stream, claim_subject) = place(bucket, store_key);
         Self {
@@ -53,7 +61,16 @@ impl NatsCallStore {
             stream,
             claim_subject,
             fencing_token,
+            held: None,
         }
+    }
+
+    /// The same journal, its writes fenced by `held`, the revision the run's lease holds
+    /// (`Lease::held_revision`): no read of the claim before a write while the lease holds
+    /// one.
+    pub fn held_at(mut self, held: HeldRevision) -> Self {
+        self.held = Some(held);
+        self
     }
 
     fn subject_of(&self, index: u32) -> String {
@@ -94,6 +111,11 @@ impl NatsCallStore {
         }
     }
 
+    /// The revision the run's lease holds, if it holds one.
+    fn held(&self) -> Option<u64> {
+        self.held.as_ref().and_then(HeldRevision::get)
+    }
+
     async fn put(&self, record: CallRecord) -> Result<(), JournalError> {
         let subject = self.subject_of(record.index);
         let record = CallRecord {
@@ -101,8 +123,13 @@ impl NatsCallStore {
             ..record
         };
         let payload = record.to_bytes();
+        // The revision to fence with: the lease's, else one read from the claim.
+        let mut known = self.held();
         for _ in 0..CLAIM_MOVES {
-            let revision = self.own_revision().await?;
+            let revision = match known {
+                Some(revision) => revision,
+                None => self.own_revision().await?,
+            };
             let mut headers = HeaderMap::new();
             headers.insert(
                 EXPECTED_LAST_SUBJECT_SEQUENCE,
@@ -118,7 +145,13 @@ impl NatsCallStore {
                 .map_err(|e| JournalError::Unavailable(e.to_string()))?;
             match sent.await {
                 Ok(_) => return Ok(()),
-                Err(e) if is_cas_conflict(&e) => continue,
+                Err(e) if is_cas_conflict(&e) => {
+                    // The claim moved past `revision`. A later write of the lease's own (a
+                    // heartbeat that landed meanwhile) is fenced by its revision as well;
+                    // otherwise the claim is read back: still ours at a later revision (a
+                    // renewal whose answer the lease has not seen yet), or taken over.
+                    known = self.held().filter(|held| *held != revision);
+                }
                 Err(e) => return Err(JournalError::Unavailable(e.to_string())),
             }
         }

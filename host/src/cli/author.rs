@@ -130,7 +130,7 @@ pub async fn test(args: TestArgs) -> anyhow::Result<ExitCode> {
     let options = match (&args.config, &args.route) {
         (Some(config), Some(route)) => {
             let config = Config::load(config)?;
-            let routes = Routes::unloaded(&config);
+            let routes = Routes::unloaded(&config)?;
             let r = routes
                 .get(route)
                 .with_context(|| format!("no route `{route}` in the config"))?;

@@ -258,7 +258,7 @@ pub async fn dead_letters(args: LettersArgs) -> anyhow::Result<ExitCode> {
                 reason,
                 ..Selection::default()
             };
-            let list = letters::list(&js, &config, &selection).await?;
+            let list = letters::list_with_renamed(&js, &config, &selection).await?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&list)?);
             } else {
@@ -273,7 +273,7 @@ pub async fn dead_letters(args: LettersArgs) -> anyhow::Result<ExitCode> {
             fresh_effects,
             json,
         } => {
-            let list = letters::list(&js, &config, &which.selection()).await?;
+            let list = letters::list_with_renamed(&js, &config, &which.selection()).await?;
             let actions = crate::ops::replay::replay_effects(
                 &js,
                 &config,

@@ -75,8 +75,9 @@ pub async fn run(args: SetupArgs) -> anyhow::Result<ExitCode> {
             println!("{}", serde_json::to_string_pretty(&renamed)?);
         } else {
             println!(
-                "route `{old}` renamed to `{new}`: {} claim record(s) carried over; its consumer starts at stream sequence {}; {}",
+                "route `{old}` renamed to `{new}`: {} claim record(s) carried over (with {} outbound-call record(s)); its consumer starts at stream sequence {}; {}",
                 renamed.claims_copied,
+                renamed.calls_copied,
                 renamed.starts_at,
                 match &renamed.component {
                     Some(digest) => format!("its component {digest} was copied to `{new}`"),
@@ -94,9 +95,10 @@ pub async fn run(args: SetupArgs) -> anyhow::Result<ExitCode> {
             println!("{}", serde_json::to_string_pretty(&changed)?);
         } else {
             println!(
-                "route `{route}`: contract {} ({} claim record(s) moved, {} queued message(s) moved){}",
+                "route `{route}`: contract {} ({} claim record(s) moved with {} outbound-call record(s), {} queued message(s) moved){}",
                 changed.action,
                 changed.claims_moved,
+                changed.calls_moved,
                 changed.queued_moved,
                 changed
                     .differences

@@ -44,7 +44,7 @@ pub fn runtime(config: &Config) -> anyhow::Result<Runtime> {
 /// store, or whose file is not there yet, is checked by the hosts when a version arrives).
 pub async fn component_files(config: &Config) -> anyhow::Result<Result<(), Unservable>> {
     let runtime = runtime(config)?;
-    let routes = Routes::unloaded(config);
+    let routes = Routes::unloaded(config)?;
     let mut problems = Vec::new();
     for route in routes.iter() {
         let Some(file) = route.component_file.clone() else {

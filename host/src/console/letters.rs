@@ -267,7 +267,11 @@ pub async fn act(
     let viewer = console.viewer(Some(who.clone()));
     let filter = form.filter();
     let selection = filter.selection()?;
-    let matching = letters::list(&console.js, &console.config, &selection).await?;
+    // A replay takes the letters of routes renamed since, as the list shows them.
+    let matching = match action {
+        "replay" => letters::list_with_renamed(&console.js, &console.config, &selection).await?,
+        _ => letters::list(&console.js, &console.config, &selection).await?,
+    };
     let what = selection.describe();
     if form.confirmed != "yes" {
         return Ok(maud_response(confirm(

@@ -161,8 +161,9 @@ pub(crate) async fn claim_store(
     Ok(HostClaimStore::new(KvClaimStore::new(kv), js.clone()))
 }
 
-/// The claim keys of `route` in a claim store (not its calls' journal entries, which are not
-/// claim records; they stay where they are when the claims move) (`bucket <name>` or `stream <name>`), listed by
+/// The claim keys of `route` in a claim store (`bucket <name>` or `stream <name>`); not its
+/// calls' journal entries, which are not claim records (they move with their claim:
+/// [`super::calls`]). Listed by
 /// the stream's leader (STREAM.INFO with a subjects filter): a bucket's `keys()` reads through
 /// an ordered consumer, which a lagging replica may serve without a key written just before.
 async fn claim_keys(js: &Context, claims: &str, route: &str) -> anyhow::Result<Vec<String>> {
@@ -191,7 +192,7 @@ async fn claim_keys(js: &Context, claims: &str, route: &str) -> anyhow::Result<V
 
 /// The subjects of stream `stream` matching `filter` that hold a message, as its leader
 /// answers STREAM.INFO.
-async fn subjects_from_leader(
+pub(super) async fn subjects_from_leader(
     js: &Context,
     stream: &str,
     filter: String,

@@ -5,7 +5,8 @@
 use async_nats::jetstream::Context;
 use dedup_delivery::journal::{CallRecord, CallState, JournalError};
 
-use crate::subject::FENCED_CLAIMS_PREFIX;
+use crate::claim::kv::is_cas_conflict;
+use crate::claim::stream::EXPECTED_LAST_SUBJECT_SEQUENCE;
 
 /// A key's call records, as the operator commands read and discard them (`inspect`,
 /// `audit`, `dead-letters replay`): unfenced, never written through.
@@ -34,6 +35,13 @@ impl KeyCalls {
 
     /// Every call record of the key (the latest of each index), by index.
     pub async fn records(&self) -> Result<Vec<CallRecord>, JournalError> {
+        let latest = self.latest().await?;
+        Ok(latest.into_iter().map(|(record, _)| record).collect())
+    }
+
+    /// Every call record of the key (the latest of each index) with its stream sequence, by
+    /// index.
+    async fn latest(&self) -> Result<Vec<(CallRecord, u64)>, JournalError> {
         let filter = format!("{}.call.*", self.claim_subject);
         let stored = crate::scan::stream_from(&self.js, &self.stream, &filter, 1)
             .await
@@ -45,11 +53,11 @@ impl KeyCalls {
                 continue;
             }
             if let Ok(record) = CallRecord::from_bytes(&m.payload) {
-                latest.insert(m.subject, record);
+                latest.insert(m.subject, (record, m.sequence));
             }
         }
-        let mut records: Vec<CallRecord> = latest.into_values().collect();
-        records.sort_by_key(|r| r.index);
+        let mut records: Vec<(CallRecord, u64)> = latest.into_values().collect();
+        records.sort_by_key(|(r, _)| r.index);
         Ok(records)
     }
 
@@ -57,46 +65,53 @@ impl KeyCalls {
     /// Returns how many were removed. Only while no run holds the key (a replay resets it
     /// first): a run's records are its own.
     ///
-    /// In the claim bucket a record is purged (its subject's messages removed). In a fenced
-    /// output stream it is cleared by a marker on its own subject instead (a message with
-    /// the `KV-Operation` header, which every reader of a journal takes for no record): a
-    /// publish on the claim subjects is all the console needs, where a purge would take a
-    /// grant on the whole stream, outputs included (a purge grant cannot be limited to one
-    /// subject).
+    /// A record is cleared by a marker on its own subject (a message with the
+    /// `KV-Operation: DEL` header, a KV deletion marker, which every reader of a journal takes
+    /// for no record), in the claim bucket and in a fenced output stream alike: a publish on
+    /// the claim subjects is all the console needs, where a purge would take a grant on the
+    /// whole stream (a purge grant cannot be limited to one subject; in a fenced stream it
+    /// would reach the outputs). The marker expects the sequence of the record read
+    /// (`Nats-Expected-Last-Subject-Sequence` on its subject): a record a run wrote since
+    /// (a host claimed the key meanwhile) is not cleared, and the discard stops saying so.
     pub async fn discard(&self, all: bool) -> Result<usize, JournalError> {
         let mut removed = 0;
-        for record in self.records().await? {
+        for (record, sequence) in self.latest().await? {
             if all || record.state == CallState::Pending {
-                self.clear(&self.subject_of(record.index)).await?;
+                self.clear_at(record.index, sequence).await?;
                 removed += 1;
             }
         }
         Ok(removed)
     }
 
-    /// Removes the record on `subject` (see [`KeyCalls::discard`]).
-    async fn clear(&self, subject: &str) -> Result<(), JournalError> {
+    /// Removes the record of call `index`, read at stream sequence `sequence` (see
+    /// [`KeyCalls::discard`]): the marker is refused, and nothing changes, when the record
+    /// was written since.
+    pub async fn clear_at(&self, index: u32, sequence: u64) -> Result<(), JournalError> {
+        self.clear(&self.subject_of(index), sequence).await
+    }
+
+    /// Removes the record on `subject`, read at stream sequence `sequence` (see
+    /// [`KeyCalls::discard`]).
+    async fn clear(&self, subject: &str, sequence: u64) -> Result<(), JournalError> {
         let unavailable = |e: &dyn std::fmt::Display| JournalError::Unavailable(e.to_string());
-        if self.claim_subject.starts_with(FENCED_CLAIMS_PREFIX) {
-            let mut headers = async_nats::HeaderMap::new();
-            headers.insert(CLEARED_HEADER, CLEARED_VALUE);
-            let ack = (self.js)
-                .publish_with_headers(subject.to_string(), headers, bytes::Bytes::new())
-                .await
-                .map_err(|e| unavailable(&e))?;
-            ack.await.map_err(|e| unavailable(&e))?;
-            return Ok(());
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert(CLEARED_HEADER, CLEARED_VALUE);
+        headers.insert(
+            EXPECTED_LAST_SUBJECT_SEQUENCE,
+            sequence.to_string().as_str(),
+        );
+        let ack = (self.js)
+            .publish_with_headers(subject.to_string(), headers, bytes::Bytes::new())
+            .await
+            .map_err(|e| unavailable(&e))?;
+        match ack.await {
+            Ok(_) => Ok(()),
+            Err(e) if is_cas_conflict(&e) => Err(JournalError::Unavailable(format!(
+                "call record `{subject}` changed since it was read (a run of the key wrote it meanwhile), so it was not cleared: see the key with `dedup-host inspect`, and replay again once no run holds it"
+            ))),
+            Err(e) => Err(unavailable(&e)),
         }
-        let stream = (self.js)
-            .get_stream_no_info(&self.stream)
-            .await
-            .map_err(|e| unavailable(&e))?;
-        stream
-            .purge()
-            .filter(subject)
-            .await
-            .map_err(|e| unavailable(&e))?;
-        Ok(())
     }
 }
 

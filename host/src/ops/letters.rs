@@ -230,19 +230,69 @@ pub async fn list(
     config: &Config,
     selection: &Selection,
 ) -> anyhow::Result<Vec<Letter>> {
-    if let Some(route) = &selection.route {
-        anyhow::ensure!(
-            config.routes.iter().any(|r| r.name == *route),
+    list_letters(js, config, selection, false).await
+}
+
+/// [`list`], with the letters of routes renamed since (`setup --rename-route OLD NEW`, `NEW`
+/// in this config; [`super::renamed`]): what `dead-letters list` and `replay` work on. A
+/// letter of a route this config does not name that the selection names (`--route OLD`,
+/// `--sequence`) is listed too, so a replay says why it is refused when nothing was renamed.
+pub async fn list_with_renamed(
+    js: &Context,
+    config: &Config,
+    selection: &Selection,
+) -> anyhow::Result<Vec<Letter>> {
+    list_letters(js, config, selection, true).await
+}
+
+async fn list_letters(
+    js: &Context,
+    config: &Config,
+    selection: &Selection,
+    renamed: bool,
+) -> anyhow::Result<Vec<Letter>> {
+    let named = |route: &str| config.routes.iter().any(|r| r.name == route);
+    if let Some(route) = selection.route.as_deref().filter(|r| !renamed && !named(r)) {
+        anyhow::bail!(
             "route `{route}` is not in this config (it has {:?}): pass the config of the deployment that has it",
             config.routes.iter().map(|r| r.name.as_str()).collect::<Vec<_>>()
         );
     }
     let stored = scan::stream(js, &config.dead_letter.stream, "", selection.since).await?;
     let reason = selection.reason.as_ref().map(|r| r.to_lowercase());
-    let letters: Vec<Letter> = stored
+    let mut claims = None;
+    let mut letters = Vec::new();
+    for letter in stored.into_iter().map(Letter::from_stored) {
+        if is_ours(config, &letter) {
+            letters.push(letter);
+            continue;
+        }
+        if !renamed || letter.route.is_empty() {
+            continue;
+        }
+        let chosen = selection.route.as_deref() == Some(letter.route.as_str())
+            || selection.sequences.contains(&letter.sequence);
+        if !chosen && selection.route.is_some() {
+            continue;
+        }
+        if claims.is_none() {
+            claims = Some(super::claims::Claims::new(js, config).await?);
+        }
+        let opened = claims.as_mut().expect("opened above");
+        let target = super::renamed::target(opened, config, &letter).await?;
+        if chosen || matches!(target, super::renamed::Target::Renamed { .. }) {
+            letters.push(letter);
+        }
+    }
+    if let Some(route) = selection.route.as_deref().filter(|r| !named(r)) {
+        anyhow::ensure!(
+            letters.iter().any(|l| l.route == route),
+            "route `{route}` is not in this config (it has {:?}), and no dead letter names it: pass the config of the deployment that has it",
+            config.routes.iter().map(|r| r.name.as_str()).collect::<Vec<_>>()
+        );
+    }
+    let letters: Vec<Letter> = letters
         .into_iter()
-        .map(Letter::from_stored)
-        .filter(|l| is_ours(config, l))
         .filter(|l| selection.route.as_ref().is_none_or(|r| *r == l.route))
         .filter(|l| selection.sequences.is_empty() || selection.sequences.contains(&l.sequence))
         .filter(|l| selection.until.is_none_or(|t| l.time_ms < millis(t)))

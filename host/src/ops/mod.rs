@@ -10,6 +10,7 @@ pub mod calls;
 pub mod claims;
 pub mod endpoints;
 pub mod letters;
+pub mod renamed;
 pub mod replay;
 pub mod story;
 pub mod waiting;

@@ -13,6 +13,12 @@
 //! and sent again under the same idempotency key. With `fresh_effects`
 //! (`--fresh-effects`) the whole journal is discarded first and every call is sent again.
 //!
+//! A letter of a route this config no longer names because it was renamed (`setup
+//! --rename-route OLD NEW`) is replayed against `NEW`, which consumes its message and holds
+//! the key's claim ([`super::renamed`]); the action's detail says so. A letter of a route
+//! the config does not name and that no route was renamed from is refused: nothing would
+//! run its key.
+//!
 //! A key the operator accepted as settled when its route changed to fenced effects
 //! or renamed (`setup --change-route R --accept-dead KEY`, `--rename-route`;
 //! [`ClaimRecord::is_accepted_dead`]) is refused unless forced: its window outputs may be
@@ -25,6 +31,7 @@ use bytes::Bytes;
 
 use super::claims::{Claim, Claims};
 use super::letters::{Action, Letter};
+use super::renamed::Target;
 use crate::claim::record::RESET_REVISION;
 use crate::claim::{ClaimRecord, ClaimState};
 use crate::config::Config;
@@ -110,6 +117,25 @@ pub async fn replay_observed(
             ));
             continue;
         }
+        // A letter of a renamed route is replayed against the route it was renamed to
+        // ([`super::renamed`]): that route consumes the message and holds its claim.
+        let (own, renamed) = match super::renamed::target(&mut claims, config, &letter).await? {
+            Target::Own => (true, None),
+            Target::Renamed { to, claim } => {
+                if let Some(run) = claims.change_running(&to).await? {
+                    actions.push(action(
+                        "refused",
+                        format!("route `{}` was renamed to `{to}`, which {run} is changing: replay again once it is done", letter.route),
+                    ));
+                    continue;
+                }
+                (false, Some((to, *claim)))
+            }
+            Target::Gone(why) => {
+                actions.push(action("refused", why));
+                continue;
+            }
+        };
         let (payload, original_headers) = match original(js, config, &letter).await {
             Ok(found) => found,
             Err(e) => {
@@ -117,9 +143,11 @@ pub async fn replay_observed(
                 continue;
             }
         };
-        let claim = match letter.claim_key() {
-            Some(claim_key) => Some(claims.get(&letter.route, &claim_key).await?),
-            None => None,
+        let renamed_to = renamed.as_ref().map(|(to, _)| to.clone());
+        let claim = match (renamed, letter.claim_key()) {
+            (Some((_, claim)), _) => Some(claim),
+            (None, Some(claim_key)) if own => Some(claims.get(&letter.route, &claim_key).await?),
+            (None, _) => None,
         };
         let mut reset = None;
         if let Some((record, revision)) = claim.as_ref().and_then(|c| c.record.clone()) {
@@ -142,7 +170,15 @@ pub async fn replay_observed(
         }
         // No record (aged out or never claimed): the replay claims afresh.
         let detail = format!(
-            "on `{}` as message id `{REPLAY_ID_PREFIX}{}`{}{}",
+            "{}on `{}` as message id `{REPLAY_ID_PREFIX}{}`{}{}",
+            renamed_to
+                .as_ref()
+                .map(|to| format!(
+                    "route `{}` was renamed to `{to}`: the key is replayed as `{to}`'s ({}); ",
+                    letter.route,
+                    claim.as_ref().map_or(String::new(), |c| c.key.clone())
+                ))
+                .unwrap_or_default(),
             letter.subject,
             letter.sequence,
             if reset.is_some() {

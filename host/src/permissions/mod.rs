@@ -235,6 +235,8 @@ fn host(config: &Config, s: &Streams, lists: &mut Lists) {
     // reads and follows its own routes' records only.
     lists.stream(&s.contracts, &Access::Keys(contract_keys(config)));
     lists.publish(host_data(config));
+    // A replay resets claims in the bucket and clears the key's PENDING call records by a
+    // deletion marker on their own subjects (`KeyCalls::discard`): no purge of the bucket.
     lists.publish([
         format!("$KV.{}.>", config.claims.bucket),
         format!("$KV.{}.>", config.components.status_bucket),
@@ -281,14 +283,13 @@ fn console(config: &Config, s: &Streams, lists: &mut Lists) {
     // store; each is logged as activity. No page writes a contract, a host status or a
     // finding, or sends a reload.
     lists.publish(config.source_subjects());
+    // A replay resets claims in the bucket and clears the key's PENDING call records by a
+    // deletion marker on their own subjects (`KeyCalls::discard`): no purge of the bucket.
     lists.publish([
         format!("$KV.{}.>", config.claims.bucket),
         format!("$JS.API.STREAM.MSG.DELETE.{}", s.dead),
         format!("$O.{}.>", config.components.bucket),
         activity_subject(config),
-        // A replay discards the key's PENDING call records by a filtered purge of the
-        // store that holds the claim (`KeyCalls::discard`).
-        format!("$JS.API.STREAM.PURGE.{}", s.claims),
         // Promote and abort replace or delete a component object: the object store purges
         // the old chunks.
         format!("$JS.API.STREAM.PURGE.{}", s.components),
@@ -407,16 +408,15 @@ allowed_outputs = ["out.a.>"]
             .publish
             .iter()
             .any(|s| s.starts_with("$KV.dedup-contracts") || s.contains("reload")));
-        // A replay discards a key's PENDING call records (a purge of the claim bucket);
-        // promote and abort purge the old chunks of a component object.
-        for purge in [
-            "KV_claims".to_string(),
-            format!("OBJ_{}", c.components.bucket),
-        ] {
-            let subject = format!("$JS.API.STREAM.PURGE.{purge}");
-            assert!(console.publish.contains(&subject), "{subject}");
-        }
-        // No purge of a stream that holds no claim: an output stream stays whole.
+        // Promote and abort purge the old chunks of a component object.
+        let subject = format!("$JS.API.STREAM.PURGE.OBJ_{}", c.components.bucket);
+        assert!(console.publish.contains(&subject), "{subject}");
+        // A replay clears a key's PENDING call records by markers on their subjects: no
+        // purge of the claim bucket, nor of an output stream.
+        assert!(!console
+            .publish
+            .iter()
+            .any(|s| s.ends_with("PURGE.KV_claims")));
         assert!(!console.publish.iter().any(|s| s.ends_with("PURGE.OUT")));
     }
 

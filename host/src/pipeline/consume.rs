@@ -1,7 +1,8 @@
 //! Pulling one consumer's messages: pull requests that expire and carry idle heartbeats so a
 //! dead pull is noticed, a consumer that is re-created when it was deleted (by an operator, a
-//! re-created stream, another host's set-up), backoff on errors, and at shutdown a nak for
-//! every message pulled but not started, so another host takes it at once.
+//! re-created stream, another host's set-up), backoff on errors, a last delivery of a
+//! one-at-a-time consumer marked as it arrives ([`crate::stranded`]), and at shutdown a nak
+//! for every message pulled but not started, so another host takes it at once.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,9 +10,11 @@ use std::time::Duration;
 use async_nats::jetstream::consumer::pull::{MessagesErrorKind, Stream as Messages};
 use async_nats::jetstream::consumer::PullConsumer;
 use async_nats::jetstream::AckKind;
+use dedup_delivery::marker;
 use futures::StreamExt;
 use tokio::sync::{watch, Semaphore};
 
+use super::marked::Received;
 use super::{Role, Shared};
 use crate::claim::ClaimStore;
 use crate::routes::{Guest, Route};
@@ -97,6 +100,7 @@ pub(super) async fn consume<S: ClaimStore>(
         Role::Queue | Role::Partition(_) => ONE_AT_A_TIME_BATCH,
         Role::Process => in_flight,
     };
+    let one_at_a_time = matches!(role, Role::Queue | Role::Partition(_));
     let name = route.as_ref().map_or("(unrouted)", |r| r.name.as_str());
     let permits = Arc::new(Semaphore::new(in_flight));
     let mut serving = route.as_ref().map(|r| r.subscribe());
@@ -148,13 +152,21 @@ pub(super) async fn consume<S: ClaimStore>(
             }
         };
         loop {
-            let permit = tokio::select! {
-                p = permits.clone().acquire_owned() => p.expect("semaphore open"),
-                _ = stopped.changed() => {
-                    nak_pulled(&mut messages).await;
-                    break 'pull;
-                }
-                _ = until_served(&mut serving, false) => continue 'pull,
+            // A consumer that hands out one message at a time gets the next one while the
+            // previous one's work may still hold the permit: it takes the message first, so
+            // that a last delivery is marked as it arrives, not only once its turn comes
+            // (`marker::received`; a host killed meanwhile left no marker). Others take a
+            // permit first, then a message.
+            let permit = match one_at_a_time {
+                true => None,
+                false => Some(tokio::select! {
+                    p = permits.clone().acquire_owned() => p.expect("semaphore open"),
+                    _ = stopped.changed() => {
+                        nak_pulled(&mut messages).await;
+                        break 'pull;
+                    }
+                    _ = until_served(&mut serving, false) => continue 'pull,
+                }),
             };
             let next = tokio::select! {
                 m = messages.next() => m,
@@ -167,6 +179,29 @@ pub(super) async fn consume<S: ClaimStore>(
             match next {
                 Some(Ok(message)) => {
                     retry = RETRY_FIRST;
+                    let permit = match permit {
+                        Some(p) => p,
+                        None => {
+                            let config = &shared.config.source;
+                            let marker = Received::of(
+                                &shared.markers,
+                                &message,
+                                config.server_max_deliver,
+                                config.ack_wait,
+                            );
+                            let turn = permits.clone().acquire_owned();
+                            tokio::select! {
+                                p = marker::received(marker.as_ref(), turn) => p.expect("semaphore open"),
+                                _ = stopped.changed() => {
+                                    let delay = PULL_EXPIRES + DRAIN_QUIET * 2;
+                                    let _ = message.ack_with(AckKind::Nak(Some(delay))).await;
+                                    nak_pulled(&mut messages).await;
+                                    break 'pull;
+                                }
+                                _ = until_served(&mut serving, false) => continue 'pull,
+                            }
+                        }
+                    };
                     let shared = shared.clone();
                     let route = route.clone();
                     // A message's work is a future of about 12 KiB: boxed once here, the task

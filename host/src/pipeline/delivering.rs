@@ -266,8 +266,13 @@ impl<S: ClaimStore> Run<'_, '_, S> {
             &self.shared.config.claims.bucket,
             c.lease.key(),
             c.lease.fencing_token(),
-        );
-        let claim_key = crate::claim::key::encode(&c.route.name, c.key);
+        )
+        .held_at(c.lease.held_revision());
+        // A renamed route's key keeps the idempotency keys of its old name (rule 24).
+        let claim_key = match c.lease.calls_as() {
+            Some(old) => old.to_string(),
+            None => crate::claim::key::encode(&c.route.name, c.key),
+        };
         let journal = dedup_delivery::journal::Journal::new(
             std::sync::Arc::new(store),
             &claim_key,

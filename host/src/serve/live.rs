@@ -13,6 +13,8 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
+use dedup_delivery::agreement::{self, Agreement, Comparison, Recheck};
+use dedup_delivery::reload;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -21,7 +23,6 @@ use crate::claim::host::HostClaimStore;
 use crate::config::diff::ConfigDiff;
 use crate::config::{Config, ConfigError, EffectsMode};
 use crate::contract::watch::{Following, Update, WatchError};
-use crate::contract::ContractError;
 use crate::pipeline::{self, Role, Shared};
 use crate::routes::{Route, Routes};
 use crate::runtime::Runtime;
@@ -214,49 +215,45 @@ impl Live {
             let store = &self.contracts;
             match crate::contract::agree_serving(store, config, rc, by, held.as_ref()).await {
                 Ok(contract) => Ok(Ok(contract)),
-                Err(
-                    e @ (ContractError::Differs { .. }
-                    | ContractError::Deleted { .. }
-                    | ContractError::Owned { .. }
-                    | ContractError::OtherConsumer { .. }),
-                ) => Ok(Err((e.to_string(), false))),
-                Err(e @ ContractError::Changing { .. }) => Ok(Err((e.to_string(), true))),
-                Err(e) => Err(anyhow::Error::from(e)),
+                Err(e) => match e.comparison() {
+                    Some(comparison) => Ok(Err((comparison, e.to_string()))),
+                    None => Err(anyhow::Error::from(e)),
+                },
             }
         })
         .await?;
-        let reason = match agreed {
+        let (comparison, reason) = match agreed {
             Ok(contract) => {
                 let mut held = self.held.lock().expect("held lock");
                 held.insert(route.name.clone(), contract);
-                None
+                (Comparison::Agrees, None)
             }
-            Err(reason) => Some(reason),
+            Err((comparison, reason)) => (comparison, Some(reason)),
         };
-        let Some((reason, changing)) = reason else {
-            route.refuse_contract(None);
-            return Ok(true);
-        };
+        let serving = self.served.lock().await.contains_key(&route.name);
         // Checked again for every change of the record (and once more as the contract watch
         // starts, right after the host's start): a refusal already reported is not logged
         // again.
-        let reported = route.contract_refused().as_deref() == Some(reason.as_str());
-        if changing {
-            // A host serving the route held its serving subscription since before the mark:
-            // the change's probe finds it and refuses, so it keeps serving meanwhile. Only a
-            // host not serving yet stays out until the change ends.
-            if self.served.lock().await.contains_key(&route.name) {
+        let reported = reason.is_some() && route.contract_refused() == reason;
+        match agreement::decide(comparison, serving) {
+            Agreement::Serve => {
+                route.refuse_contract(None);
+                return Ok(true);
+            }
+            Agreement::KeepServing => {
                 tracing::warn!(
                     route = route.name,
                     "a contract change of the route is under way; this host serves it and keeps serving (the change refuses while a host serves)"
                 );
                 return Ok(true);
             }
-            if !reported {
-                tracing::warn!("{reason}");
+            Agreement::StayOut if !reported => {
+                tracing::warn!("{}", reason.as_deref().unwrap_or_default())
             }
-        } else if !reported {
-            tracing::error!("{reason}");
+            Agreement::Refuse { .. } if !reported => {
+                tracing::error!("{}", reason.as_deref().unwrap_or_default())
+            }
+            Agreement::StayOut | Agreement::Refuse { .. } => {}
         }
         // A route served so far drains first, and only then reports itself refused: a contract
         // change waits for that report, so nothing of the old contract is still running when
@@ -265,7 +262,7 @@ impl Live {
         if let Some(served) = served {
             stop(served).await;
         }
-        route.refuse_contract(Some(reason));
+        route.refuse_contract(reason);
         Ok(false)
     }
 
@@ -280,12 +277,11 @@ impl Live {
             return;
         };
         let served = self.served.lock().await.contains_key(name);
-        let result = if served {
-            self.agrees(&self.config(), &route).await.map(|_| ())
-        } else if route.contract_refused().is_some() && !marked {
-            self.start(route, true).await
-        } else {
-            Ok(())
+        let refused = route.contract_refused().is_some();
+        let result = match agreement::recheck(served, refused, marked) {
+            Recheck::Agree => self.agrees(&self.config(), &route).await.map(|_| ()),
+            Recheck::Start => self.start(route, true).await,
+            Recheck::Nothing => Ok(()),
         };
         if let Err(e) = result {
             tracing::warn!(
@@ -339,6 +335,28 @@ impl Live {
         report.problems = unfenced(&running);
         report.problems.extend(self.uncaptured(&running).await);
         report.problems.extend(self.renamed(&running).await);
+        let diff = reload::Diff {
+            added: &report.diff.added,
+            removed: &report.diff.removed,
+            changed: &report.diff.changed,
+        };
+        let currents: Vec<Option<Arc<Route>>> = (running.routes.iter())
+            .map(|r| self.routes.get(&r.name))
+            .collect();
+        let names = running.routes.iter().map(|r| r.name.as_str());
+        let plan = reload::plan(names.zip(currents.iter().map(Option::is_some)), diff);
+        // Each route the reload adds or changes is built before anything changes: one that
+        // cannot be (its outbound-HTTP grant's `ca_file` became unreadable) refuses it.
+        let mut built = std::collections::HashMap::new();
+        for (r, (_, step)) in running.routes.iter().zip(&plan.steps) {
+            if *step == reload::Step::Keep {
+                continue;
+            }
+            match self.routes.new_route(&running, r) {
+                Ok(route) => drop(built.insert(r.name.clone(), route)),
+                Err(e) => report.problems.push(e.to_string()),
+            }
+        }
         if !report.problems.is_empty() {
             let text = report.problems.join("; ");
             tracing::error!("config reload refused, the running config keeps serving: {text}");
@@ -349,20 +367,26 @@ impl Live {
         self.routes_changed.notify_one();
         let mut routes = Vec::new();
         let mut start = Vec::new();
-        for r in &running.routes {
-            let current = self.routes.get(&r.name);
-            match current {
-                Some(route) if !report.diff.changed.contains(&r.name) => routes.push(route),
-                current => {
-                    let route = self.routes.new_route(&running, r);
-                    let same_source = current.filter(|c| c.component_file == route.component_file);
+        let planned = running.routes.iter().zip(currents).zip(&plan.steps);
+        for ((r, current), (_, step)) in planned {
+            match (step, current) {
+                (reload::Step::Keep, Some(route)) => routes.push(route),
+                (reload::Step::Keep, None) => {
+                    unreachable!("the plan keeps only a route in the set")
+                }
+                (reload::Step::Start { added, replaces }, current) => {
+                    let route = built
+                        .remove(&r.name)
+                        .expect("built before the reload applied");
+                    let same_source =
+                        current.filter(|c| *replaces && c.component_file == route.component_file);
                     let carried = same_source.as_ref().and_then(|c| c.guest());
                     if carried.is_some() {
                         route.serve(carried);
                     }
                     // A candidate (shadow or canary) keeps running through the reload.
                     route.set_candidate(same_source.and_then(|c| c.candidate()));
-                    start.push((route.clone(), report.diff.added.contains(&r.name)));
+                    start.push((route.clone(), *added));
                     routes.push(route);
                 }
             }
@@ -379,7 +403,7 @@ impl Live {
         }
         {
             let mut served = self.served.lock().await;
-            for name in &report.diff.removed {
+            for name in &plan.retired {
                 if let Some(removed) = served.remove(name) {
                     self.retire(removed);
                 }
@@ -450,14 +474,15 @@ impl Live {
 }
 
 /// The fenced routes that the running output streams cannot fence (a reload that needs an
-/// output stream change, which takes a restart): refused rather than run unfenced.
+/// output stream change, which takes a restart): refused rather than run unfenced
+/// ([`reload::unfenced`]).
 fn unfenced(running: &Config) -> Vec<String> {
-    running
-        .routes
-        .iter()
-        .filter(|r| r.effects == EffectsMode::Fenced && running.fenced_stream(r).is_none())
-        .map(|r| format!("route `{}` is fenced, but no running `[[output_streams]]` entry with effects = \"fenced\" captures all of its allowed_outputs {:?}; output streams change only at a restart: restart the hosts with this config instead of reloading", r.name, r.allowed_outputs))
-        .collect()
+    reload::unfenced(running.routes.iter().map(|r| reload::Fencing {
+        route: &r.name,
+        fenced: r.effects == EffectsMode::Fenced,
+        captured: running.fenced_stream(r).is_some(),
+        allowed_outputs: &r.allowed_outputs,
+    }))
 }
 
 /// How long a route whose contract the server refused to follow waits to be tried again.

@@ -173,7 +173,7 @@ pub fn new_instance_id() -> String {
 /// consuming.
 pub async fn start(config: Config) -> anyhow::Result<RunningHost> {
     let runtime = crate::components::check::runtime(&config)?;
-    let routes = Routes::unloaded(&config);
+    let routes = Routes::unloaded(&config)?;
     let started = std::time::Instant::now();
     start_with_routes(config, routes, Some(runtime))
         .await

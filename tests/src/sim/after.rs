@@ -118,6 +118,9 @@ impl AfterDelivery for SimAfter<'_> {
     }
 
     async fn publish(&self, output: Output) -> Result<Vec<OutputRef>, String> {
+        if !self.ctx.reaches_server().await {
+            return Err("publish timed out: cut off from the server".into());
+        }
         match self.ctx.world().publish(&output) {
             true => Ok(Vec::new()),
             false => Err("publish refused".into()),
@@ -125,6 +128,11 @@ impl AfterDelivery for SimAfter<'_> {
     }
 
     async fn dead_letter(&self, _reason: &str, _attempt: u32) -> Result<(), LetterRefused> {
+        if !self.ctx.reaches_server().await {
+            return Err(LetterRefused::Transient(
+                "dead letter timed out: cut off from the server".into(),
+            ));
+        }
         match self.ctx.world().dead_letter(&self.at.key) {
             true => Ok(()),
             false => Err(LetterRefused::Transient("dead letter refused".into())),

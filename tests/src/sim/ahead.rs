@@ -36,7 +36,8 @@ impl Ahead for SimUnclaimed<'_> {
         Duration::from_millis(self.ctx.settings.skew_ms)
     }
 
-    /// Never asked: the model's reads are always answered.
+    /// A read refused by a leader election or cut off by a partition
+    /// ([`super::network`]): an infrastructure error, naked with the outage backoff.
     fn unread(&self, _error: &ClaimError) -> Duration {
         self.ctx.count(MessageOutcome::Error);
         self.ctx.outage_delay(self.at.number)

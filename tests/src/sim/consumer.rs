@@ -85,6 +85,8 @@ pub struct Streams {
     pub advisories: Vec<(Lane, u64)>,
     /// Stranded-message markers (`crate::stranded`): message → (not before, tries so far).
     pub markers: BTreeMap<(Lane, u64), (u64, u32)>,
+    /// Streams electing a leader now: their consumers hand out nothing.
+    pub leaderless: Vec<Lane>,
 }
 
 impl Streams {
@@ -103,6 +105,7 @@ impl Streams {
             exclusive,
             advisories: Vec::new(),
             markers: BTreeMap::new(),
+            leaderless: Vec::new(),
         };
         for (key, entity, at) in published {
             streams.publish(key, entity, *at, 0);
@@ -193,6 +196,7 @@ impl Streams {
         );
         self.offer(Lane::Queue, now, |m| m.partition, &mut offers);
         offers.retain(|o| o.message.partition.is_none_or(&pulled));
+        offers.retain(|o| !self.leaderless.contains(&o.lane));
         for o in &offers {
             let ack_wait = self.ack_wait_ms;
             let m = &mut self.lane_mut(o.lane)[o.message.sequence as usize - 1];

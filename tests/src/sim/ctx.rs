@@ -16,6 +16,7 @@ use dedup_delivery::settle::Settlement;
 use dedup_host::claim::{ClaimState, Claimer};
 
 use super::consumer::Lane;
+use super::network::REQUEST_TIMEOUT_MS;
 use super::route::Served;
 use super::store::{Shared, SimStore};
 use super::world::World;
@@ -115,7 +116,21 @@ impl Ctx {
     }
 
     fn settle(&self, at: &At, nak: Option<u64>) {
-        self.world().settle(at.lane, at.sequence, at.number, nak);
+        self.world()
+            .settle(self.host, at.lane, at.sequence, at.number, nak);
+    }
+
+    /// Whether a request this host sends now reaches the server: one sent while it is
+    /// partitioned from it is lost, and fails at the host's request timeout.
+    pub(super) async fn reaches_server(&self) -> bool {
+        let cut = {
+            let w = self.world();
+            w.network.cut_off(self.host, w.now)
+        };
+        if cut {
+            self.sleep(Duration::from_millis(REQUEST_TIMEOUT_MS)).await;
+        }
+        !cut
     }
 
     /// Settles a delivery with no check of its key's record.

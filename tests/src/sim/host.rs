@@ -3,7 +3,10 @@
 //! (not polled: its lease lapses while its requests stay in flight) or killed (its work
 //! dropped at an await point) and restarted under a new instance id. Each has its own config
 //! of the route (hosts differ in size), checked against the route's contract at start and at
-//! a reload; a host whose config differs from the contract does not serve the route. Hosts
+//! a reload, as the host decides: its record-or-read step and judgement
+//! ([`route::compare`]), what it does with the comparison ([`agreement::decide`]) and its
+//! reload plan ([`reload::plan`]); a host whose config differs from the contract does not
+//! serve the route. Hosts
 //! also handle MAX_DELIVERIES advisories and sweep stranded-message markers, deciding what
 //! becomes of each message as the host does ([`undeliverable::decide`]).
 //!
@@ -15,9 +18,12 @@ use std::sync::Arc;
 use std::task::Context;
 use std::time::Duration;
 
-use dedup_delivery::clock::Clock;
+use dedup_delivery::agreement;
+use dedup_delivery::reload;
 use dedup_delivery::undeliverable::{self, GivenUp};
 use dedup_host::claim::record::virtual_clock;
+use dedup_host::config::diff::ConfigDiff;
+use dedup_host::config::EffectsMode;
 use dedup_host::stranded;
 
 use super::consumer::{Delivery, Lane};
@@ -52,26 +58,69 @@ impl Host {
         !self.down && self.paused_until <= now
     }
 
-    /// Takes `config` (at start, restart or reload): serves the route if it agrees with the
-    /// contract, else refuses it (work in flight drains).
+    /// Takes `config` (at start, restart or a reload that starts the route anew): serves the
+    /// route if it agrees with the contract, else refuses it (work in flight drains), as the
+    /// host decides ([`agreement::decide`]).
     fn configure(&mut self, world: &Shared, config: HostConfig, i: usize) {
         self.config = config;
         let served = Served::new(&config);
-        let mut w = world.lock().expect("one thread");
-        let agreed = route::agree(&mut w.contract, &served, &format!("h{i}"));
-        w.log(|| {
+        let comparison = route::compare(world, &served, &format!("h{i}"));
+        let decided = agreement::decide(comparison, self.served.is_some());
+        log(world, || {
             format!(
                 "h{i} configured (changed: {}, partitions {}): {}",
                 config.changed,
                 served.partitions,
-                if agreed {
-                    "serves the route"
-                } else {
-                    "refuses the route: it differs from the contract"
+                match decided.serves() {
+                    true => "serves the route".to_string(),
+                    false => format!("refuses the route: {comparison:?} ({decided:?})"),
                 }
             )
         });
-        self.served = agreed.then_some(served);
+        self.served = decided.serves().then_some(served);
+    }
+
+    /// Reloads `config` as the host's `Live::reload` plans it ([`reload::plan`], from the
+    /// host's own `ConfigDiff`): refused whole if a fenced route would run unfenced, else the
+    /// route is kept as it runs, started anew (its contract checked again), or retired.
+    fn reload(&mut self, world: &Shared, config: HostConfig, i: usize) {
+        let (old, new) = (self.config.config(), config.config());
+        let refused = reload::unfenced(new.routes.iter().map(|r| reload::Fencing {
+            route: &r.name,
+            fenced: r.effects == EffectsMode::Fenced,
+            captured: new.fenced_stream(r).is_some(),
+            allowed_outputs: &r.allowed_outputs,
+        }));
+        if !refused.is_empty() {
+            log(world, || {
+                format!("h{i} refuses the reload: {}", refused.join("; "))
+            });
+            return;
+        }
+        let diff = ConfigDiff::between(&old, &new);
+        let running = |name: &str| old.routes.iter().any(|r| r.name == name);
+        let names = new
+            .routes
+            .iter()
+            .map(|r| (r.name.as_str(), running(&r.name)));
+        let plan = reload::plan(
+            names,
+            reload::Diff {
+                added: &diff.added,
+                removed: &diff.removed,
+                changed: &diff.changed,
+            },
+        );
+        for (name, step) in &plan.steps {
+            log(world, || format!("h{i} reloads route {name}: {step:?}"));
+            match step {
+                reload::Step::Keep => self.config = config,
+                reload::Step::Start { .. } => self.configure(world, config, i),
+            }
+        }
+        if !plan.retired.is_empty() {
+            self.served = None;
+        }
     }
 }
 
@@ -181,6 +230,8 @@ impl Hosts {
                 log(&self.world, || {
                     format!("h{i} restarts as generation {}", h.generation)
                 });
+                // A restarted host serves nothing until it agrees anew.
+                h.served = None;
                 let config = h.config;
                 h.configure(&self.world, config, i);
             }
@@ -191,7 +242,7 @@ impl Hosts {
                 changed: true,
                 ..self.hosts[0].config
             };
-            self.hosts[0].configure(&self.world, config, 0);
+            self.hosts[0].reload(&self.world, config, 0);
         }
         self.undeliverable(now);
         self.deliver(now);
@@ -209,6 +260,19 @@ impl Hosts {
     }
 
     fn faults(&mut self, now: u64) {
+        // A partition ([`super::network`]) costs the work in flight what a pause does.
+        for (i, h) in self.hosts.iter().enumerate() {
+            if self
+                .world
+                .lock()
+                .expect("one thread")
+                .network
+                .newly_cut(i, now)
+            {
+                disrupt(&self.world, &h.work);
+                log(&self.world, || format!("h{i} is cut off from the server"));
+            }
+        }
         let lease = self.settings.lease_ms;
         let i = self.rng.range(0, self.hosts.len() as u64 - 1) as usize;
         let h = &mut self.hosts[i];
@@ -238,8 +302,9 @@ impl Hosts {
     /// are due (any running host sweeps them): `pipeline::undeliverable`.
     fn undeliverable(&mut self, now: u64) {
         let skew = Duration::from_millis(self.settings.skew_ms);
-        let up = self.hosts.iter().any(|h| h.ready(now));
         let mut w = self.world.lock().expect("one thread");
+        let up = (self.hosts.iter().enumerate())
+            .any(|(i, h)| h.ready(now) && !w.network.cut_off(i, now));
         let advisories = std::mem::take(&mut w.streams.advisories);
         for (lane, sequence) in advisories {
             let rate = w.faults.missed_advisory;
@@ -271,6 +336,15 @@ impl Hosts {
     fn deliver(&mut self, now: u64) {
         let serving: Vec<(usize, usize)> = (0..self.hosts.len())
             .filter(|i| self.hosts[*i].ready(now))
+            // A partitioned host's pulls do not reach the server ([`super::network`]).
+            .filter(|i| {
+                !self
+                    .world
+                    .lock()
+                    .expect("one thread")
+                    .network
+                    .cut_off(*i, now)
+            })
             .filter_map(|i| self.hosts[i].served.as_ref().map(|s| (i, s.partitions)))
             .collect();
         if serving.is_empty() {
@@ -311,10 +385,8 @@ impl Hosts {
             host.work.push((
                 key,
                 Box::pin(async move {
-                    if let Some(ms) = wait {
-                        ctx.sleep(Duration::from_millis(ms)).await;
-                    }
-                    ctx.handle(offer, served).await
+                    let buffered = wait.map(Duration::from_millis);
+                    ctx.handle(offer, served, buffered).await
                 }),
             ));
         }

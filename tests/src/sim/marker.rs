@@ -15,6 +15,9 @@ pub(super) struct SimMarker<'a> {
 
 impl Marking for SimMarker<'_> {
     async fn mark(&self) {
+        if !self.ctx.reaches_server().await {
+            return; // the marker's write timed out: none is written
+        }
         let mut w = self.ctx.world();
         let due = w.now + 2 * self.ctx.settings.ack_wait_ms;
         w.streams
@@ -29,6 +32,9 @@ impl Marking for SimMarker<'_> {
     }
 
     async fn forget(&self) {
+        if !self.ctx.reaches_server().await {
+            return; // the marker stays, and the sweep finds its message settled
+        }
         let at = (self.at.lane, self.at.sequence);
         self.ctx.world().streams.markers.remove(&at);
     }

@@ -9,7 +9,8 @@
 //! with faults at every store call (answers lost after the write landed or not, writes landing
 //! after the writer's read-back, reads from a lagging replica), lost acks, refused publishes,
 //! outages of the output and dead-letter streams, missed advisories, hosts paused past their
-//! lease, hosts killed and restarted, clock skew, hosts of different sizes, a reload that
+//! lease, hosts killed and restarted, stream leader elections and hosts partitioned from the
+//! server ([`network`]), clock skew, hosts of different sizes, a reload that
 //! changes the route on one host, and a replay of every dead letter after a fix. A claim-before
 //! delivery runs the host's own loop and settle order over the model ([`running`],
 //! [`settling`]), a claim-after delivery the host's own run ([`after`]), an exclusive
@@ -30,6 +31,7 @@ mod ctx;
 mod handler;
 mod host;
 mod marker;
+mod network;
 mod queue;
 pub mod route;
 mod running;
@@ -185,9 +187,12 @@ pub fn run(seed: u64, settings: Settings, trace: bool) -> Report {
     let mut w = World::new(seed, EPOCH_MS, streams, faults, settings.window_ms);
     w.outage = outputs_out;
     w.dead_letter_outage = letters_out;
+    let fenced = settings.mode.fenced;
+    w.network = network::Network::draw(seed, hosts, fenced, settings.lease_ms, EPOCH_MS, FAULTS_MS);
     if trace {
         w.trace = Some(vec![format!(
-            "seed {seed}: {hosts} hosts {configs:?}, messages {published:?}, {settings:?}, {faults:?}, outages {outputs_out:?} {letters_out:?}, reload at {reload_at:?}, replay {replay}"
+            "seed {seed}: {hosts} hosts {configs:?}, messages {published:?}, {settings:?}, {faults:?}, outages {outputs_out:?} {letters_out:?}, reload at {reload_at:?}, replay {replay}, {}",
+            w.network.describe()
         )]);
     }
     let world = Arc::new(Mutex::new(w));
@@ -206,6 +211,10 @@ pub fn run(seed: u64, settings: Settings, trace: bool) -> Report {
             }
             let now = w.now;
             w.streams.expire(now);
+            w.streams.leaderless = [consumer::Lane::Source, consumer::Lane::Queue]
+                .into_iter()
+                .filter(|lane| w.network.electing((*lane).into(), now))
+                .collect();
             w.serve();
             now
         };

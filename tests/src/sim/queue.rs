@@ -11,6 +11,7 @@ use dedup_delivery::queue::{CopyRefused, Queueing};
 use dedup_delivery::settle::Settlement;
 
 use super::ctx::{At, Ctx, NakMs};
+use super::network::Stream;
 use super::route::Served;
 
 /// One delivery of an exclusive route's source consumer on a simulated host.
@@ -31,7 +32,17 @@ impl Queueing for SimQueue<'_> {
     /// Refused at the rate of refused publishes while faults last.
     async fn copy(&self, entity: &str) -> Result<(), CopyRefused> {
         let partition = self.served.partition_of(entity);
+        if !self.ctx.reaches_server().await {
+            return Err(CopyRefused::Transient(
+                "queue copy timed out: cut off from the server".into(),
+            ));
+        }
         let mut w = self.ctx.world();
+        if w.network.electing(Stream::Queue, w.now) {
+            return Err(CopyRefused::Transient(
+                "queue copy refused: no responders (leader election)".into(),
+            ));
+        }
         let rate = w.faults.refused_publish;
         if w.faulty && w.rng.chance(rate) {
             return Err(CopyRefused::Transient("queue copy refused".into()));

@@ -2,15 +2,21 @@
 //! parsed by the host's real parser, and what a host does with one comes from the host's real
 //! functions: where the claims live and the route's contract ([`contract::of`]), its partition
 //! count ([`exclusive::partitions`]), the work subject of an entity
-//! ([`exclusive::work_subject`]) and whether a host may serve it ([`contract::compare`]).
+//! ([`exclusive::work_subject`]) and how its config compares with the route's contract
+//! ([`compare`]: the host's record-or-read step and judgement).
 //! Hosts differ in size (host and route concurrency), and a reload or a rolling restart can
 //! bring a changed route: that is where findings 1 and 2 of issue 25 lived.
 
 use std::path::Path;
 
+use dedup_delivery::agreement::Comparison;
+use dedup_delivery::contract::Writer;
 use dedup_host::config::Config;
 use dedup_host::contract::{self, ContractRecord, RouteContract};
 use dedup_host::exclusive;
+use futures::FutureExt as _;
+
+use super::store::{Shared, SimContracts};
 
 /// The delivery modes of a run: every host starts with them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -164,22 +170,36 @@ impl Served {
     }
 }
 
-/// Agrees `served` with the recorded contract, recording it when there is none (the first host
-/// to set the route up), as `contract::agree` does on the server: `false` when the host must
-/// refuse the route.
-pub fn agree(recorded: &mut Option<ContractRecord>, served: &Served, by: &str) -> bool {
-    match recorded {
-        None => {
-            *recorded = Some(ContractRecord {
-                contract: served.contract.clone(),
-                recorded_by: by.to_string(),
-                recorded_ms: 0,
-                deployment: None,
-                consumer: None,
-                subjects: None,
-            });
-            true
-        }
-        Some(record) => contract::compare("r", record, served.contract.clone()).is_ok(),
-    }
+/// How `served` compares with the route's contract, read from the model server or recorded
+/// there when the route has none, as a serving host does it: the host's own
+/// `dedup_delivery::contract::settle` over the model's [`SimContracts`], the record judged by
+/// the host's `contract::judge`. The model's contract store answers at once.
+pub fn compare(world: &Shared, served: &Served, by: &str) -> Comparison {
+    let route = &served.config.routes[0];
+    let now = world.lock().expect("one thread").now;
+    let new = || ContractRecord {
+        // The model's time, not the machine's: a seed replays the same records.
+        recorded_ms: now,
+        ..ContractRecord::new(served.contract.clone(), by, &served.config, route)
+    };
+    // The model holds no contract a host agreed on before and deletes none.
+    let writer = Writer::Host {
+        holds_wanted: false,
+    };
+    let store = SimContracts {
+        world: world.clone(),
+    };
+    let settled = dedup_delivery::contract::settle(&store, &route.name, writer, new)
+        .now_or_never()
+        .expect("the model's contract store answers at once");
+    let settled = settled.unwrap_or_else(|never| match never {});
+    let bucket = contract::bucket_name(&served.config);
+    let judge = |recorded: &ContractRecord| {
+        contract::judge(&bucket, &served.config, route, recorded, &served.contract)
+            .map_err(|e| e.comparison().expect("a judgement is a comparison"))
+    };
+    settled
+        .verdict(judge)
+        .comparison()
+        .expect("the model's contract store always settles")
 }

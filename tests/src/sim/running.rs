@@ -20,6 +20,7 @@ use dedup_host::pipeline::busy_delay;
 
 use super::consumer::Lane;
 use super::ctx::{At, Ctx, NakMs, Running};
+use super::network::Stream;
 use super::route::Served;
 use super::settling::SimSettle;
 use super::store::SimStore;
@@ -129,7 +130,9 @@ impl<'a> SimRun<'a> {
 impl Progress for SimRun<'_> {
     async fn progress(&self) -> Result<(), String> {
         let at = self.at;
-        self.ctx.world().progress(at.lane, at.sequence, at.number);
+        self.ctx
+            .world()
+            .progress(self.ctx.host, at.lane, at.sequence, at.number);
         Ok(())
     }
 
@@ -234,8 +237,16 @@ impl<'a> ClaimedDelivery for SimRun<'a> {
     }
 
     /// The model's partition consumer, answered at once (no round trip: the seeds' runs
-    /// stay as they were before the host asked).
+    /// stay as they were before the host asked), unless the work queue has no leader or the
+    /// host is partitioned from the server.
     async fn partition(&self) -> Result<Partition, String> {
-        Ok(self.ctx.world().streams.partition(self.at.sequence))
+        if !self.ctx.reaches_server().await {
+            return Err("timed out: cut off from the server".into());
+        }
+        let w = self.ctx.world();
+        if w.network.electing(Stream::Queue, w.now) {
+            return Err("no responders: the work queue has no leader".into());
+        }
+        Ok(w.streams.partition(self.at.sequence))
     }
 }

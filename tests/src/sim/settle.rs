@@ -10,7 +10,9 @@
 //! still its own is checked here.
 
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
+use dedup_delivery::clock::Clock;
 use dedup_delivery::outcome::MessageOutcome;
 use dedup_delivery::{after, ahead, before, marker, queue};
 use dedup_host::claim::{ClaimState, Claimer, Lease};
@@ -26,8 +28,28 @@ use super::running::{SimRun, SimUnclaimed};
 use super::store::SimStore;
 
 impl Ctx {
-    /// Settles `offer` with the route as `served` describes it.
-    pub async fn handle(&self, offer: Offer, served: Served) {
+    /// Settles `offer` with the route as `served` describes it, once it waited `buffered` in
+    /// the host (behind the partition's permit), if it did.
+    pub async fn handle(&self, offer: Offer, served: Served, buffered: Option<Duration>) {
+        // The host marks a last delivery as it arrives, before it waits for its turn
+        // ([`marker::received`]); its work's marker follows.
+        let last = stranded::last_delivery(offer.number, self.settings.server_max_deliver as i64);
+        if let Some(wait) = buffered {
+            let arrived = At {
+                lane: offer.lane,
+                sequence: offer.message.sequence,
+                number: offer.number,
+                key: offer.message.key.clone(),
+                entity: offer.message.entity.clone(),
+                fresh_from: offer.message.fresh_from,
+                received: self.world().now,
+            };
+            let marked = SimMarker {
+                ctx: self,
+                at: &arrived,
+            };
+            marker::received(last.then_some(&marked), self.sleep(wait)).await;
+        }
         let at = At {
             lane: offer.lane,
             sequence: offer.message.sequence,
@@ -40,7 +62,6 @@ impl Ctx {
             received: self.world().now,
         };
         // The host's marker around a last delivery ([`marker::around`]).
-        let last = stranded::last_delivery(at.number, self.settings.server_max_deliver as i64);
         let marked = SimMarker { ctx: self, at: &at };
         let work = async {
             if at.lane == Lane::Source && self.settings.mode.exclusive {

@@ -44,6 +44,9 @@ impl Settling for SimSettle<'_> {
         let Some(output) = &self.output else {
             return Ok(Vec::new());
         };
+        if !self.ctx.reaches_server().await {
+            return Err("publish timed out: cut off from the server".into());
+        }
         match self.ctx.world().publish(output) {
             true => Ok(Vec::new()),
             false => Err("publish refused".into()),
@@ -58,6 +61,11 @@ impl Settling for SimSettle<'_> {
     }
 
     async fn dead_letter(&self, _reason: &str) -> Result<(), LetterRefused> {
+        if !self.ctx.reaches_server().await {
+            return Err(LetterRefused::Transient(
+                "dead letter timed out: cut off from the server".into(),
+            ));
+        }
         match self.ctx.world().dead_letter(&self.at.key) {
             true => Ok(()),
             false => Err(LetterRefused::Transient("dead letter refused".into())),

@@ -1,13 +1,16 @@
 //! The claim store of one simulated host: each call is sent to the [`World`] and waits for
 //! the answer the scheduler gives it, so every store call is a point where faults and other
-//! hosts' steps interleave.
+//! hosts' steps interleave. Beside it, the route's contract store ([`SimContracts`]), which
+//! the model answers at once.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
+use dedup_delivery::contract::{ContractStore, Found, Written};
 use dedup_host::claim::{ClaimError, ClaimRecord, ClaimStore};
+use dedup_host::contract::ContractRecord;
 
 use super::world::{Answer, Op, Output, World};
 
@@ -117,5 +120,46 @@ impl ClaimStore for SimStore {
             Answer::Wrote(r) => r,
             Answer::Read(_) => unreachable!("a write gets a write's answer"),
         }
+    }
+}
+
+/// The route's contract store on the model server ([`World::contract`]): one record, written
+/// once and never deleted or marked (the model has no contract change yet), at revision 1.
+/// It answers at once, never through the scheduler: a host checks its contract as it is
+/// configured, between steps, as the model always did.
+pub struct SimContracts {
+    /// The server.
+    pub world: Shared,
+}
+
+impl ContractStore for SimContracts {
+    type Record = ContractRecord;
+    type Error = std::convert::Infallible;
+
+    async fn get(&self, _: &str) -> Result<Found<ContractRecord>, Self::Error> {
+        let w = self.world.lock().expect("one thread");
+        Ok(match &w.contract {
+            None => Found::Never,
+            Some(record) => Found::Recorded {
+                record: record.clone(),
+                revision: 1,
+                changing: None,
+            },
+        })
+    }
+
+    async fn update(
+        &self,
+        _: &str,
+        record: &ContractRecord,
+        revision: u64,
+    ) -> Result<Written, Self::Error> {
+        let mut w = self.world.lock().expect("one thread");
+        let current = w.contract.as_ref().map_or(0, |_| 1);
+        if revision != current {
+            return Ok(Written::Raced);
+        }
+        w.contract = Some(record.clone());
+        Ok(Written::Written)
     }
 }

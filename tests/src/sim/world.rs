@@ -11,6 +11,7 @@ use dedup_delivery::undeliverable;
 use dedup_host::claim::{ClaimError, ClaimRecord, ClaimState};
 
 use super::consumer::{Delivery, Lane, Streams};
+use super::network::{Network, Stream, REQUEST_TIMEOUT_MS};
 
 /// Deterministic randomness (SplitMix64): the whole run follows from its seed.
 #[derive(Debug, Clone)]
@@ -67,6 +68,9 @@ pub struct Output {
 }
 
 /// The answer a host gets for an [`Op`].
+// A read carries a whole claim record; answers are short-lived values of the simulation,
+// so their size does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum Answer {
     /// A read's record and revision.
@@ -147,6 +151,8 @@ pub struct World {
     pub disrupted: BTreeMap<String, u32>,
     /// Each host's clock offset from the true time (ms), by host index.
     pub clock_offsets: Vec<i64>,
+    /// Partitioned hosts and leader elections ([`super::network`]).
+    pub network: Network,
 }
 
 impl World {
@@ -179,12 +185,16 @@ impl World {
             violations: Vec::new(),
             disrupted: BTreeMap::new(),
             clock_offsets: Vec::new(),
+            network: Network::default(),
         }
     }
 
     /// Whether no store operation is in flight, unanswered or landing late.
     pub fn quiet(&self) -> bool {
-        self.pending.is_empty() && self.answers.is_empty() && self.late.is_empty()
+        self.pending.is_empty()
+            && self.answers.is_empty()
+            && self.late.is_empty()
+            && self.network.quiet()
     }
 
     /// Notes an event in the trace.
@@ -240,6 +250,14 @@ impl World {
             }
         }
         self.next_op += 1;
+        if self.network.cut_off(host, self.now) {
+            // Sent over a cut connection: it never reaches the server.
+            let at = self.now + REQUEST_TIMEOUT_MS;
+            let read = matches!(op, Op::Get(_) | Op::GetLeader(_));
+            self.log(|| format!("h{host} (cut off) {} is lost", describe(&op)));
+            self.network.timing_out.insert(self.next_op, (at, read));
+            return self.next_op;
+        }
         self.pending.insert(self.next_op, (host, op));
         self.next_op
     }
@@ -251,6 +269,7 @@ impl World {
 
     /// Operation `id`'s sender is gone: the server still applies it, nobody reads the answer.
     pub fn abandon(&mut self, id: u64) {
+        self.network.timing_out.remove(&id);
         if let Some((host, op)) = self.pending.remove(&id) {
             let answer = self.serve_one(&op);
             self.log(|| format!("h{host} (gone) {} -> {answer:?}", describe(&op)));
@@ -270,12 +289,34 @@ impl World {
             let result = self.apply(&op);
             self.log(|| format!("late write lands: {} -> {result:?}", describe(&op)));
         }
+        for (id, read) in self.network.timed_out(self.now) {
+            let timeout = ClaimError::Unavailable("simulated: timed out".into());
+            let answer = match read {
+                true => Answer::Read(Err(timeout)),
+                false => Answer::Wrote(Err(timeout)),
+            };
+            self.answers.insert(id, answer);
+        }
         let ids: Vec<u64> = self.pending.keys().copied().collect();
         for id in ids {
             if !self.rng.chance(500) {
                 continue;
             }
             let (host, op) = self.pending.remove(&id).expect("listed");
+            if self.network.cut_off(host, self.now) {
+                // In flight as the cut came: it may have landed; its answer is lost.
+                let landed = self.rng.chance(500).then(|| self.apply(&op));
+                self.log(|| {
+                    format!(
+                        "h{host} (cut off) {} -> {landed:?}, unanswered",
+                        describe(&op)
+                    )
+                });
+                let read = matches!(op, Op::Get(_) | Op::GetLeader(_));
+                let at = self.now + REQUEST_TIMEOUT_MS;
+                self.network.timing_out.insert(id, (at, read));
+                continue;
+            }
             let answer = self.serve_one(&op);
             self.log(|| format!("h{host} {} -> {answer:?}", describe(&op)));
             self.answers.insert(id, answer);
@@ -286,6 +327,13 @@ impl World {
         let f = self.faults;
         let faulty = self.faulty;
         let lost = || ClaimError::Unavailable("simulated: no answer".into());
+        if self.network.electing(Stream::Claims, self.now) {
+            let none = ClaimError::Unavailable("simulated: no responders (leader election)".into());
+            return match op {
+                Op::Get(_) | Op::GetLeader(_) => Answer::Read(Err(none)),
+                _ => Answer::Wrote(Err(none)),
+            };
+        }
         match op {
             Op::Get(key) => {
                 let history = self.kv.get(key);
@@ -399,6 +447,7 @@ impl World {
                     effects_by: None,
                     unknown_effects: false,
                     outputs_as: None,
+                    calls_as: None,
                     reason: None,
                     permanent: true,
                     retry_at_ms: None,
@@ -437,6 +486,10 @@ impl World {
             self.log(|| format!("publish {id} refused: the output stream is gone"));
             return false;
         }
+        if self.network.electing(Stream::Outputs, self.now) {
+            self.log(|| format!("publish {id} refused: no responders (leader election)"));
+            return false;
+        }
         if self.faulty && self.rng.chance(self.faults.refused_publish) {
             self.log(|| format!("publish {id} refused"));
             return false;
@@ -471,9 +524,39 @@ fn describe(op: &Op) -> String {
 
 /// What a host's acks, naks, terms and progress acks do to the model's consumers.
 impl World {
-    /// Settles delivery `number` of `sequence` in `lane`; `None` acks or terms, `Some(delay)`
-    /// naks. An answer to an older delivery still settles the message, as on the server.
-    pub fn settle(&mut self, lane: Lane, sequence: u64, number: u64, nak: Option<u64>) {
+    /// Whether what host `host` sends to `lane`'s consumer is lost: the host is partitioned
+    /// from the server, or the stream is electing a leader.
+    fn unheard(&mut self, host: usize, lane: Lane, what: &str) -> bool {
+        let now = self.now;
+        let why = if self.network.cut_off(host, now) {
+            "the host is cut off"
+        } else if self.network.electing(lane.into(), now) {
+            "the stream has no leader"
+        } else {
+            return false;
+        };
+        self.log(|| format!("{what} from h{host} lost: {why}"));
+        true
+    }
+
+    /// Settles delivery `number` of `sequence` in `lane` for host `host`; `None` acks or
+    /// terms, `Some(delay)` naks. An answer to an older delivery still settles the message,
+    /// as on the server.
+    pub fn settle(
+        &mut self,
+        host: usize,
+        lane: Lane,
+        sequence: u64,
+        number: u64,
+        nak: Option<u64>,
+    ) {
+        if self.unheard(
+            host,
+            lane,
+            &format!("settle of {lane:?} {sequence}#{number}"),
+        ) {
+            return;
+        }
         if self.faulty && self.rng.chance(self.faults.lost_ack) {
             self.log(|| format!("settle of {lane:?} {sequence}#{number} lost"));
             return;
@@ -494,8 +577,15 @@ impl World {
         });
     }
 
-    /// A progress ack: the ack wait starts again.
-    pub fn progress(&mut self, lane: Lane, sequence: u64, number: u64) {
+    /// A progress ack from host `host`: the ack wait starts again.
+    pub fn progress(&mut self, host: usize, lane: Lane, sequence: u64, number: u64) {
+        if self.unheard(
+            host,
+            lane,
+            &format!("progress of {lane:?} {sequence}#{number}"),
+        ) {
+            return;
+        }
         let deadline = self.now + self.streams.ack_wait_ms;
         let m = &mut self.streams.lane_mut(lane)[sequence as usize - 1];
         if let Delivery::Out { number: n, .. } = m.delivery {

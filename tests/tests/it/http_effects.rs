@@ -402,3 +402,132 @@ async fn a_stale_owner_cannot_write_the_journal() {
         .await
         .expect("the new owner records");
 }
+
+/// A pending call record of key `http.k.<key>` at `index`.
+fn pending_record(key: &str, index: u32) -> CallRecord {
+    CallRecord {
+        index,
+        state: CallState::Pending,
+        method: "POST".into(),
+        url: "http://h/p".into(),
+        body_digest: "sha256:0".into(),
+        idempotency_key: format!("http.k.{key}.call.{index}"),
+        at_ms: 1,
+        response: None,
+        token: None,
+    }
+}
+
+#[tokio::test]
+async fn journal_writes_are_fenced_by_the_revision_the_lease_holds_without_reading_the_claim() {
+    use dedup_delivery::journal::{CallStore as _, JournalError};
+    use dedup_host::claim::kv::KvClaimStore;
+    use dedup_host::claim::{ClaimOutcome, ClaimStore as _, Claimer};
+    use futures::StreamExt as _;
+    let env = TestEnv::start().await;
+    let kv = env
+        .js
+        .create_key_value(async_nats::jetstream::kv::Config {
+            bucket: "journal".into(),
+            history: 2,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let store = Arc::new(KvClaimStore::new(kv));
+    let claimer = Claimer::new(
+        store.clone(),
+        "a",
+        Duration::from_secs(30),
+        Duration::from_millis(200),
+    );
+    let claim = |key: &'static str| {
+        let claimer = &claimer;
+        async move {
+            match claimer.claim(&format!("http.k.{key}"), "sha256:0").await {
+                Ok(ClaimOutcome::Acquired(lease)) => lease,
+                _ => panic!("the first claim of {key} wins"),
+            }
+        }
+    };
+    let lease = claim("k1").await;
+    // Everything this connection sends from now on, in order: reads of the stream among them.
+    let client = env.js.client();
+    let mut seen = client.subscribe(">").await.unwrap();
+    let owner = NatsCallStore::for_claim(&env.js, "journal", lease.key(), lease.fencing_token())
+        .held_at(lease.held_revision());
+    owner
+        .write(pending_record("k1", 0))
+        .await
+        .expect("recorded");
+    lease.renew().await.expect("a heartbeat");
+    owner
+        .write(pending_record("k1", 1))
+        .await
+        .expect("recorded at the renewed revision");
+    // Neither write read anything: one unfenced by a lease reads the claim once, and that is
+    // the only read before a marker published after it.
+    let unheld = NatsCallStore::for_claim(&env.js, "journal", lease.key(), lease.fencing_token());
+    unheld
+        .write(pending_record("k1", 2))
+        .await
+        .expect("recorded");
+    client.publish("marker.end", "".into()).await.unwrap();
+    let mut reads = 0;
+    while let Some(m) = seen.next().await {
+        let subject = m.subject.as_str();
+        if subject == "marker.end" {
+            break;
+        }
+        let read = subject.starts_with("$JS.API.STREAM.MSG.GET.")
+            || subject.starts_with("$JS.API.DIRECT.GET.");
+        reads += read as u32;
+    }
+    assert_eq!(
+        reads, 1,
+        "the unheld write read the claim; the held ones read nothing"
+    );
+    drop(seen);
+
+    // The claim renewed by this run behind the lease's back (a heartbeat whose answer the
+    // lease has not seen): refused at the held revision, read back once, ours, recorded.
+    let (ours, revision) = store.get(lease.key()).await.unwrap().unwrap();
+    store.update(lease.key(), &ours, revision).await.unwrap();
+    owner
+        .write(pending_record("k1", 3))
+        .await
+        .expect("our own renewal is told from a takeover");
+
+    // Taken over by another host: refused, whatever revision the lease holds.
+    let (mut taken, revision) = store.get(lease.key()).await.unwrap().unwrap();
+    taken.owner = "b".into();
+    taken.fencing_token = Some(revision + 1);
+    store.update(lease.key(), &taken, revision).await.unwrap();
+    assert_eq!(
+        owner.write(pending_record("k1", 4)).await,
+        Err(JournalError::Fenced),
+        "a stale owner records nothing"
+    );
+    assert!(lease.renew().await.is_err(), "the lease sees the takeover");
+    assert_eq!(
+        lease.held_revision().get(),
+        None,
+        "a lost lease holds nothing"
+    );
+    assert_eq!(
+        owner.write(pending_record("k1", 4)).await,
+        Err(JournalError::Fenced)
+    );
+    assert_eq!(owner.read(4).await.unwrap(), None, "nothing was recorded");
+
+    // A settled claim holds nothing either: nothing is recorded under it.
+    let lease = claim("k2").await;
+    let owner = NatsCallStore::for_claim(&env.js, "journal", lease.key(), lease.fencing_token())
+        .held_at(lease.held_revision());
+    lease.complete(Vec::new()).await.expect("completed");
+    assert_eq!(
+        owner.write(pending_record("k2", 0)).await,
+        Err(JournalError::Fenced),
+        "no call is recorded once the outcome is"
+    );
+}

@@ -475,3 +475,83 @@ async fn a_fenced_route_journals_its_calls_in_its_stream_and_replays_them() {
     );
     host.shutdown().await.unwrap();
 }
+
+/// Clearing a call record (what a replay does to a PENDING call) expects the sequence of the
+/// record it read, in a fenced output stream and in the claim bucket alike: a record a run
+/// wrote since (a host claimed the key between the read and the marker) is refused, named,
+/// and kept.
+#[tokio::test]
+async fn clearing_a_fenced_call_record_is_refused_when_a_run_wrote_it_since() {
+    let env = TestEnv::start().await;
+    env.js
+        .create_stream(async_nats::jetstream::stream::Config {
+            name: "FOUT".into(),
+            subjects: vec![dedup_host::fenced::claim_subjects("FOUT")],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let claim = dedup_host::fenced::claim_subject("FOUT", "http.k.k1");
+    a_clear_expects_the_record_read(&env, &claim, &format!("{claim}.call.0")).await;
+}
+
+/// [`clearing_a_fenced_call_record_is_refused_when_a_run_wrote_it_since`] in the claim
+/// bucket (a window route): a deletion marker, not a purge.
+#[tokio::test]
+async fn clearing_a_call_record_in_the_claim_bucket_is_refused_when_a_run_wrote_it_since() {
+    let env = TestEnv::start().await;
+    env.js
+        .create_key_value(async_nats::jetstream::kv::Config {
+            bucket: BUCKET.into(),
+            history: 1,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let subject = format!("$KV.{BUCKET}.http.k.k1.call.0");
+    a_clear_expects_the_record_read(&env, "http.k.k1", &subject).await;
+}
+
+/// Writes call 0 of claim `store_key` twice on `subject` and clears it, first at the
+/// sequence of the older record (refused), then at the newer one's.
+async fn a_clear_expects_the_record_read(env: &TestEnv, store_key: &str, subject: &str) {
+    use dedup_host::ops::calls::KeyCalls;
+    let record = |state| CallRecord {
+        index: 0,
+        state,
+        method: "POST".into(),
+        url: "http://h/p".into(),
+        body_digest: "sha256:0".into(),
+        idempotency_key: "http.k.k1.call.0".into(),
+        at_ms: 1,
+        response: None,
+        token: None,
+    };
+    let put = |r: CallRecord| {
+        let (js, subject) = (env.js.clone(), subject.to_string());
+        async move {
+            let ack = js.publish(subject, r.to_bytes().into()).await.unwrap();
+            ack.await.unwrap().sequence
+        }
+    };
+    let read = put(record(CallState::Pending)).await;
+    // A run of the key writes the call again after the operator's read.
+    let written = put(record(CallState::Sent)).await;
+    let calls = KeyCalls::of(&env.js, BUCKET, store_key);
+    let refused = calls.clear_at(0, read).await.unwrap_err().to_string();
+    assert!(
+        refused.contains("changed since it was read") && refused.contains(subject),
+        "{refused}"
+    );
+    let kept = calls.records().await.unwrap();
+    assert_eq!(
+        kept.iter().map(|r| r.state).collect::<Vec<_>>(),
+        [CallState::Sent],
+        "the run's record is kept"
+    );
+    calls
+        .clear_at(0, written)
+        .await
+        .expect("the record read is cleared");
+    assert!(calls.records().await.unwrap().is_empty());
+}

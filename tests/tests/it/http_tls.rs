@@ -206,3 +206,27 @@ fn a_ca_file_is_read_at_config_load_relative_to_the_config() {
         );
     }
 }
+
+/// A `ca_file` that became unreadable after the config was validated (deleted before the
+/// routes are built, as by a start or a reload): the route is refused with an error naming
+/// it, the file and the fix, never served without its grant (every call denied, unexplained).
+#[test]
+fn a_ca_file_gone_after_validation_refuses_the_route_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::new(dir.path(), "ca");
+    let config =
+        parse(&settings(Some(&ca.file)), dir.path()).expect("valid while the file is there");
+    std::fs::remove_file(&ca.file).unwrap();
+    let Err(refused) = dedup_host::routes::Routes::unloaded(&config) else {
+        panic!("the route is refused, not served without its grant");
+    };
+    let refused = refused.to_string();
+    let file = ca.file.display().to_string();
+    assert!(
+        refused.contains("route `r`")
+            && refused.contains(&file)
+            && refused.contains("ca_file")
+            && refused.contains("readable PEM file"),
+        "{refused}"
+    );
+}

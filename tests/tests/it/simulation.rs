@@ -75,6 +75,67 @@ fn the_seeds_that_found_a_partition_moving_past_a_running_message_pass() {
     }
 }
 
+/// The seeds that found a last delivery lost in a host's buffer: it waited there (behind the
+/// partition's permit) while the host was killed, and the server's max-deliveries advisory was
+/// missed; marked only when its work started, it left no marker, and the message stayed in the
+/// queue stream, delivered no more (its key never run, or left coalesced). The host now marks a
+/// last delivery as it arrives (`dedup_delivery::marker::received`).
+#[test]
+fn the_seeds_that_found_a_buffered_last_delivery_left_unmarked_pass() {
+    let mode = |fenced, coalesce| Mode {
+        claim_after: false,
+        fenced,
+        exclusive: true,
+        coalesce,
+    };
+    for (seed, mode) in [
+        (27908, mode(true, false)),
+        (38541, mode(true, false)),
+        (13978, mode(true, false)),
+        (15484, mode(true, false)),
+        (9193, mode(false, true)),
+    ] {
+        let settings = Settings {
+            mode,
+            ..Settings::default()
+        };
+        let report = sim::run(seed, settings, false);
+        assert!(
+            report.violations.is_empty(),
+            "seed {seed}{}: {:?}",
+            mode.flags(),
+            report.violations
+        );
+    }
+}
+
+/// The seed that found a coalesced key's given-up message dropped: a stream leader election
+/// refused every claim of the entity's newest message until the server gave up on it, and the
+/// sweep took the key (completed, coalesced, never run) for settled and deleted the message.
+/// The key now ends dead-lettered (`dedup_delivery::undeliverable::decide`).
+#[test]
+fn the_seed_that_found_a_coalesced_keys_given_up_message_dropped_passes() {
+    for fenced in [false, true] {
+        let mode = Mode {
+            claim_after: false,
+            fenced,
+            exclusive: true,
+            coalesce: true,
+        };
+        let settings = Settings {
+            mode,
+            ..Settings::default()
+        };
+        let report = sim::run(3153, settings, false);
+        assert!(
+            report.violations.is_empty(),
+            "seed 3153{}: {:?}",
+            mode.flags(),
+            report.violations
+        );
+    }
+}
+
 /// A failing seed replays identically: the run is a function of its seed. (Claim nonces come
 /// from the host's own randomness; they only tell writers apart and are left out.)
 #[test]

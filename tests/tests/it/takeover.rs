@@ -47,6 +47,7 @@ async fn a_claim_left_by_a_dead_owner_is_taken_over_after_its_lease() {
         effects_by: None,
         unknown_effects: false,
         outputs_as: None,
+        calls_as: None,
         reason: None,
         permanent: false,
         retry_at_ms: None,

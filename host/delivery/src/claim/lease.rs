@@ -9,6 +9,7 @@ use std::time::Duration;
 use thiserror::Error;
 use tokio::sync::Mutex;
 
+use super::held::HeldRevision;
 use super::record::virtual_clock::monotonic_ms;
 use super::record::{now_ms, ClaimRecord, ClaimState, OutputRef};
 use super::store::{ClaimError, ClaimStore};
@@ -75,10 +76,15 @@ pub struct Lease<S: ClaimStore> {
     lease: Duration,
     attempt: u32,
     fencing_token: u64,
+    /// [`ClaimRecord::calls_as`] of the claim.
+    calls_as: Option<String>,
     /// When the lease lapses by this host's clock ([`monotonic_ms`]): [`LOST`] once lost,
     /// [`SETTLED`] once the outcome is recorded. Kept beside the state, not in it, so the
     /// lapse is seen while a write hangs holding the state's lock.
     lapses_at_ms: AtomicU64,
+    /// The revision of the last landed write, kept beside the state for what fences its
+    /// own writes on the claim (the call journal) without taking the state's lock.
+    held: HeldRevision,
     state: Mutex<LeaseState>,
 }
 
@@ -105,11 +111,13 @@ impl<S: ClaimStore> Lease<S> {
         let written_at_ms = lapses_at_ms.saturating_sub(lease.as_millis() as u64);
         Lease {
             lapses_at_ms: AtomicU64::new(lapses_at_ms),
+            held: HeldRevision::new(revision),
             store,
             key: key.to_string(),
             lease,
             attempt: record.attempt,
             fencing_token: revision,
+            calls_as: record.calls_as.clone(),
             state: Mutex::new(LeaseState {
                 record,
                 revision,
@@ -128,6 +136,19 @@ impl<S: ClaimStore> Lease<S> {
     /// The revision of the write that won the claim: grows with every reclaim.
     pub fn fencing_token(&self) -> u64 {
         self.fencing_token
+    }
+
+    /// The claim's revision as this lease's last landed write left it, kept up to date by
+    /// every later write (heartbeats included): what the call journal's writes are fenced
+    /// by ([`HeldRevision`]). Holds none once the lease is lost or settled.
+    pub fn held_revision(&self) -> HeldRevision {
+        self.held.clone()
+    }
+
+    /// The claim key the key's outbound calls take their idempotency keys from, when not its
+    /// own ([`ClaimRecord::calls_as`]: a renamed route's key keeps its old name's).
+    pub fn calls_as(&self) -> Option<&str> {
+        self.calls_as.as_deref()
     }
 
     /// The KV key.
@@ -251,6 +272,7 @@ impl<S: ClaimStore> Lease<S> {
                         Err(_) => continue,
                         Ok(None) => {
                             state.lost = true; // deleted: not ours any more
+                            self.held.clear();
                             self.lapses_at_ms.store(LOST, Ordering::Release);
                             return Err(WriteError::Lost(LeaseLost::Reclaimed));
                         }
@@ -266,9 +288,11 @@ impl<S: ClaimStore> Lease<S> {
                     {
                         state.record = current;
                         state.revision = revision;
+                        self.held.set(revision);
                         return Err(WriteError::Adopted);
                     }
                     state.lost = true;
+                    self.held.clear();
                     self.lapses_at_ms.store(LOST, Ordering::Release);
                     return Err(WriteError::Lost(LeaseLost::Reclaimed));
                 }
@@ -284,6 +308,10 @@ impl<S: ClaimStore> Lease<S> {
         let revision = written?;
         state.record = next;
         state.revision = revision;
+        match last {
+            true => self.held.clear(),
+            false => self.held.set(revision),
+        }
         if !last && monotonic_ms() >= lapses_at {
             // Landed, but answered only after the lease lapsed by this host's clock: another
             // host may have gone ahead meanwhile, so the lease counts as lapsed all the same.
@@ -307,6 +335,7 @@ impl<S: ClaimStore> Lease<S> {
                 && current.fencing_token == Some(self.fencing_token);
             if revision > state.revision && !ours {
                 state.lost = true;
+                self.held.clear();
                 self.lapses_at_ms.store(LOST, Ordering::Release);
                 return LeaseLost::Reclaimed;
             }

@@ -7,9 +7,11 @@
 //!   [`memory::MemoryClaimStore`] (unit tests, `invoke`).
 //! - [`protocol`]: the claim protocol on top of a store (DESIGN.md §2).
 //! - [`lease`]: a held claim's writes (heartbeats, effects, the outcome), one at a time.
+//! - [`held`]: the revision a lease holds, which fences the run's other writes on the claim.
 //! - [`after`]: the single settled write of claim-after routes.
 
 pub mod after;
+pub mod held;
 pub mod key;
 pub mod lease;
 pub mod memory;
@@ -17,6 +19,7 @@ pub mod protocol;
 pub mod record;
 pub mod store;
 
+pub use held::HeldRevision;
 pub use lease::{Lease, LeaseLost};
 pub use protocol::{ClaimOutcome, Claimer};
 pub use record::{ClaimRecord, ClaimState, OutputRef};

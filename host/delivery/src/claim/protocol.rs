@@ -79,6 +79,8 @@ impl<S: ClaimStore> Claimer<S> {
             unknown_effects: previous.is_some_and(|p| p.unknown_effects),
             // A run publishes its outputs under this key's own ids.
             outputs_as: None,
+            // Its calls keep the idempotency keys of the name they were first sent under.
+            calls_as: previous.and_then(|p| p.calls_as.clone()),
             reason: previous.and_then(|p| p.reason.clone()),
             permanent: false,
             retry_at_ms: None,

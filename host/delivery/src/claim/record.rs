@@ -60,6 +60,14 @@ pub struct ClaimRecord {
     /// keys, and their outputs keep their ids (the old claim key + `#index`). `None`: its own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outputs_as: Option<String>,
+    /// The claim key this key's outbound calls take their idempotency keys from
+    /// (`<calls_as>.call.<index>`, DESIGN.md rule 24), when not the key the record is stored
+    /// under: `setup --rename-route` sets it to the old route's claim key (a key renamed
+    /// twice keeps the first), and every later claim of the key carries it on, so a call
+    /// sent under the old name and sent again under the new one (its dead letter replayed)
+    /// carries the key the provider saw. `None`: its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calls_as: Option<String>,
     /// Why the last attempt failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
@@ -121,6 +129,12 @@ impl ClaimRecord {
     /// `claim_key` ([`ClaimRecord::outputs_as`]).
     pub fn outputs_key<'a>(&'a self, claim_key: &'a str) -> &'a str {
         self.outputs_as.as_deref().unwrap_or(claim_key)
+    }
+
+    /// The claim key this key's outbound calls derive their idempotency keys from, the
+    /// record being stored under `claim_key` ([`ClaimRecord::calls_as`]).
+    pub fn calls_key<'a>(&'a self, claim_key: &'a str) -> &'a str {
+        self.calls_as.as_deref().unwrap_or(claim_key)
     }
 
     /// Whether a dead-letter replay may reset this record: failed for good, or reset by an

@@ -17,8 +17,10 @@ use wasmtime_wasi_http::{
 };
 
 use super::trace::{self, CallSpan};
-use super::{allow, resolve, send, CallResult, HttpGrant};
-use dedup_delivery::journal::{Begin, CallRequest, Journal, JournalError, RecordedResponse};
+use super::{allow, pool, resolve, send, CallResult, HttpGrant};
+use dedup_delivery::journal::{
+    Begin, CallRequest, Journal, JournalError, OnUnknown, RecordedResponse,
+};
 
 /// What the journal decided about the whole run, beyond the call the guest was answered.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -257,17 +259,24 @@ impl Call {
                     let why = "no TLS client for an https rule".to_string();
                     (Error::InternalError(Some(why)), CallResult::Failed)
                 };
-                let config = grant.tls.as_ref().ok_or_else(missing)?;
-                Some(send::Tls {
-                    config,
-                    host: &host,
-                })
+                Some(grant.tls.as_ref().ok_or_else(missing)?)
             }
             _ => None,
         };
+        // Every call resolves and checks its address; only then may a kept-alive connection
+        // to that very address be reused.
         let connection = tokio::time::timeout_at(deadline, async {
             let addr = checked_address(rule, &host, port).await?;
-            send::connect(addr, tls).await
+            let key = pool::Key {
+                scheme,
+                host,
+                port,
+                addr,
+            };
+            // Kept-alive connections only where an unknown outcome is resent (see
+            // `send::connect`).
+            let pool = (grant.on_unknown == OnUnknown::Resend).then_some(&grant.pool);
+            send::connect(pool, key, tls).await
         })
         .await
         .map_err(|_| timed_out())??;

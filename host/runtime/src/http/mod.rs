@@ -3,13 +3,15 @@
 //! only on routes that grant it. Every request goes through [`hooks::CallHooks`]: the
 //! allowlist ([`allow`]), the resolved-address check, the limits, the journal
 //! ([`dedup_delivery::journal`]) and the host's own client ([`send`], over [`tls`] for
-//! `https`). Each call is reported to the host's traces ([`trace`]).
+//! `https`, its keep-alive connections kept per route by [`pool`]). Each call is reported to
+//! the host's traces ([`trace`]).
 //!
 //! - [`HttpConfig`]: the route's settings, as written in the config file.
 //! - [`HttpGrant`]: the same, checked and parsed once per route.
 
 pub mod allow;
 pub mod hooks;
+mod pool;
 mod resolve;
 mod send;
 pub mod tls;
@@ -231,6 +233,8 @@ pub struct HttpGrant {
     pub(crate) tls: Option<Arc<tokio_rustls::rustls::ClientConfig>>,
     /// Where each call is reported as a span (set per message by the pipeline).
     pub(crate) tracer: Option<trace::CallTracer>,
+    /// The route's idle keep-alive connections (each grant has its own: routes never share).
+    pub(crate) pool: Arc<pool::Pool>,
 }
 
 impl HttpGrant {
@@ -266,6 +270,7 @@ impl HttpGrant {
             allow_any: false,
             tls,
             tracer: None,
+            pool: Arc::default(),
         })
     }
 
@@ -285,6 +290,7 @@ impl HttpGrant {
             allow_any: true,
             tls: None,
             tracer: None,
+            pool: Arc::default(),
         }
     }
 
