@@ -155,7 +155,7 @@ pub fn decide(
         (CallState::Sent, Some(response), _) => Decision::Replay(response.clone()),
         (_, _, OnUnknown::Resend) => Decision::Resend,
         (_, _, OnUnknown::Fail) => Decision::Unknown(format!(
-            "outcome unknown: outbound call {index} ({} {}, idempotency key `{}`) was sent by an earlier run whose answer was never recorded, and the route's http.on_unknown is \"fail\": check with the provider whether it took effect, then replay or drop this dead letter",
+            "outcome unknown: outbound call {index} ({} {}, idempotency key `{}`) was sent by an earlier run whose answer was never recorded, and the route's http.on_unknown is \"fail\": check with the provider whether it took effect, then replay this dead letter (its call is sent again under the same idempotency key) or leave it",
             recorded.method, mask_url(&recorded.url), mask_url(&recorded.idempotency_key)
         )),
     }

@@ -4,8 +4,10 @@
 //! (still retrying, or its dead letter replayed) replays its recorded answers instead of
 //! sending its calls again. Like the claim records, the journal is read in full before
 //! anything is written ([`plan`]), and each write expects the last sequence read on its
-//! subject, so a record that changed in between stops the move instead of being written
-//! over.
+//! subject in the new place, so a record written there in between stops the move instead of
+//! being written over. The old place's records are not written meanwhile: the move runs only
+//! once no host serves the route (the change's mark and probe), and no run of the key holds
+//! its claim.
 
 use std::collections::BTreeMap;
 
@@ -112,7 +114,9 @@ pub(crate) async fn plan(
         .filter_map(|(p, _)| p.as_ref().map(Bytes::len))
         .max();
     if let (Some(bytes), Some(max)) = (largest, max_bytes) {
-        if bytes > max {
+        // The server counts a message's headers too: those a copy carries
+        // ([`COPY_HEADER_BYTES`]) must fit beside the record.
+        if bytes + COPY_HEADER_BYTES > max {
             return Ok(Err(TooLarge {
                 key: from_key.to_string(),
                 bytes,
@@ -144,6 +148,11 @@ pub(crate) async fn plan(
     }
     Ok(Ok(CallsMove { writes }))
 }
+
+/// An upper bound of the header bytes a copied record carries (`NATS/1.0`, and
+/// `Nats-Expected-Last-Subject-Sequence` with a 20-digit sequence), which a stream's
+/// `max_message_size` counts with the payload.
+const COPY_HEADER_BYTES: usize = 128;
 
 /// The largest message stream `stream` takes (`None`: no limit set).
 pub(crate) async fn max_bytes(js: &Context, stream: &str) -> anyhow::Result<Option<usize>> {

@@ -90,6 +90,12 @@ impl Letter {
         self.stored.as_ref().map_or(&[], |m| &m.payload[..])
     }
 
+    /// The route, original subject and claim key of the letter, as
+    /// [`super::renamed::target`] takes them.
+    pub(super) fn parts(&self) -> (&str, &str, Option<String>) {
+        (&self.route, &self.subject, self.claim_key())
+    }
+
     /// The claim key of a letter that had a route and a key: the one the host recorded, or
     /// for letters older than that header, rebuilt from the shown key (exact unless the key
     /// was escaped or cut for display).
@@ -279,7 +285,7 @@ async fn list_letters(
             claims = Some(super::claims::Claims::new(js, config).await?);
         }
         let opened = claims.as_mut().expect("opened above");
-        let target = super::renamed::target(opened, config, &letter).await?;
+        let target = super::renamed::target(opened, config, letter.parts()).await?;
         if chosen || matches!(target, super::renamed::Target::Renamed { .. }) {
             letters.push(letter);
         }

@@ -11,7 +11,6 @@
 //! this deployment's claim stores, whatever the name and however many renames since.
 
 use super::claims::{Claim, Claims};
-use super::letters::Letter;
 use crate::config::Config;
 
 /// Where a letter's key is reset before its message is published again.
@@ -30,17 +29,18 @@ pub(super) enum Target {
     Gone(String),
 }
 
-/// Where `letter`'s key is replayed (see the module documentation).
+/// Where the key of a dead letter of route `old`, first stored on `subject` under claim key
+/// `claim_key`, is replayed (see the module documentation). Takes the letter's parts, not
+/// the letter: `super::letters` lists letters with this, so this module does not import it.
 pub(super) async fn target(
     claims: &mut Claims,
     config: &Config,
-    letter: &Letter,
+    (old, subject, claim_key): (&str, &str, Option<String>),
 ) -> anyhow::Result<Target> {
-    let old = letter.route.as_str();
     if old.is_empty() || config.routes.iter().any(|r| r.name == old) {
         return Ok(Target::Own);
     }
-    let Some(old_key) = letter.claim_key() else {
+    let Some(old_key) = claim_key else {
         return Ok(Target::Own);
     };
     // `<route>.k.<key>`: the same key under another route's name.
@@ -53,7 +53,7 @@ pub(super) async fn target(
     let consuming = config
         .routes
         .iter()
-        .filter(|r| crate::subject::matches(&r.subject, &letter.subject));
+        .filter(|r| crate::subject::matches(&r.subject, subject));
     for route in consuming {
         let claim_key = format!("{}{suffix}", route.name);
         match claims.get(&route.name, &claim_key).await {

@@ -119,7 +119,9 @@ pub async fn replay_observed(
         }
         // A letter of a renamed route is replayed against the route it was renamed to
         // ([`super::renamed`]): that route consumes the message and holds its claim.
-        let (own, renamed) = match super::renamed::target(&mut claims, config, &letter).await? {
+        let (own, renamed) = match super::renamed::target(&mut claims, config, letter.parts())
+            .await?
+        {
             Target::Own => (true, None),
             Target::Renamed { to, claim } => {
                 if let Some(run) = claims.change_running(&to).await? {

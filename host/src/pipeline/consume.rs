@@ -186,8 +186,8 @@ pub(super) async fn consume<S: ClaimStore>(
                             let marker = Received::of(
                                 &shared.markers,
                                 &message,
-                                config.server_max_deliver,
-                                config.ack_wait,
+                                (config.server_max_deliver, config.ack_wait),
+                                role == Role::Queue,
                             );
                             let turn = permits.clone().acquire_owned();
                             tokio::select! {

@@ -53,20 +53,22 @@ pub(super) struct Received<'a> {
 
 impl<'a> Received<'a> {
     /// The marker of `message` when it is the server's last delivery (`server_max_deliver`),
-    /// due two ack waits on, as the one its work writes; `None` otherwise, or when its
-    /// metadata cannot be read (its work then decides).
+    /// due two ack waits on, as the one its work writes (`queues`: the work is an exclusive
+    /// route's queue stage, whose marker says so); `None` otherwise, or when its metadata
+    /// cannot be read (its work then decides).
     pub(super) fn of(
         claims: &'a Store,
         message: &jetstream::Message,
-        server_max_deliver: i64,
-        ack_wait: Duration,
+        (server_max_deliver, ack_wait): (i64, Duration),
+        queues: bool,
     ) -> Option<Self> {
         let info = message.info().ok()?;
         let delivered = u64::try_from(info.delivered).ok()?;
         if !stranded::last_delivery(delivered, server_max_deliver) {
             return None;
         }
-        let reason = format!("its last delivery ({delivered}) did not settle it");
+        let what = if queues { "queue" } else { "settle" };
+        let reason = format!("its last delivery ({delivered}) did not {what} it");
         let marker = Marker::new(info.stream, info.stream_sequence, delivered, reason)
             .not_before(ack_wait * 2);
         Some(Self { claims, marker })

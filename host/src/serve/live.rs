@@ -353,7 +353,12 @@ impl Live {
                 continue;
             }
             match self.routes.new_route(&running, r) {
-                Ok(route) => drop(built.insert(r.name.clone(), route)),
+                Ok(route) => {
+                    report
+                        .problems
+                        .extend(ungranted(self.routes.get(&r.name), &route));
+                    built.insert(r.name.clone(), route);
+                }
                 Err(e) => report.problems.push(e.to_string()),
             }
         }
@@ -471,6 +476,20 @@ impl Live {
             )],
         }
     }
+}
+
+/// The problem of a reload that takes outbound HTTP away from a route whose served component
+/// makes calls (`current` is the route as it runs, `route` as the reload builds it): the
+/// component would be carried over and every call denied with nothing saying why, where a
+/// start refuses such a component.
+fn ungranted(current: Option<Arc<Route>>, route: &Route) -> Option<String> {
+    let guest = current?.guest()?;
+    let imports_http = matches!(&guest, crate::routes::Guest::Wasm(h) if h.imports_http());
+    (imports_http && route.options.http.is_none()).then(|| format!(
+        "route `{}`: the component it serves ({}) imports `wasi:http/outgoing-handler`, and this config no longer grants it outbound HTTP (no `[routes.http]`): keep the route's `[routes.http]`, or deploy a component that makes no HTTP calls first, then reload",
+        route.name,
+        guest.digest(),
+    ))
 }
 
 /// The fenced routes that the running output streams cannot fence (a reload that needs an

@@ -33,6 +33,7 @@ mod host;
 mod marker;
 mod network;
 mod queue;
+mod rng;
 pub mod route;
 mod running;
 mod settle;

@@ -19,7 +19,7 @@
 use std::collections::BTreeMap;
 
 use super::consumer::Lane;
-use super::world::Rng;
+use super::rng::Rng;
 
 /// How long a host waits for a request's answer (async-nats's JetStream context timeout,
 /// which the host keeps): a request sent over a cut connection fails after this.

@@ -531,3 +531,36 @@ async fn journal_writes_are_fenced_by_the_revision_the_lease_holds_without_readi
         "no call is recorded once the outcome is"
     );
 }
+
+/// A reload that takes `[routes.http]` away from a route whose served component makes calls
+/// is refused, naming the route and the fix: carried over, the component would run with every
+/// call denied and nothing saying why (a start refuses such a component).
+#[tokio::test]
+async fn a_reload_that_takes_http_away_from_a_calling_component_is_refused() {
+    let env = TestEnv::start().await;
+    let endpoint = Endpoint::start().await;
+    let granted = route(&endpoint, "");
+    let host = env.host(&Timing::default(), &granted, "h").await;
+    // Served: one message runs (no call) before the reload.
+    env.publish("in.http.k0", "k0", &[], json!({ "calls": [] }).to_string())
+        .await;
+    env.wait_completed("http", &["k0"], Duration::from_secs(60))
+        .await;
+    let ungranted = granted
+        .split("[routes.http]")
+        .next()
+        .expect("the route's lines")
+        .to_string();
+    let mut config = env.config(&Timing::default(), &ungranted);
+    config.host.instance_id = Some("h".into());
+    let report = host.reload(Ok(config)).await;
+    assert!(
+        !report.applied
+            && report.problems.iter().any(|p| p.contains("route `http`")
+                && p.contains("wasi:http/outgoing-handler")
+                && p.contains("[routes.http]")),
+        "{:?}",
+        report.problems
+    );
+    host.shutdown().await.unwrap();
+}

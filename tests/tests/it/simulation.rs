@@ -51,7 +51,7 @@ fn the_seeds_that_found_a_partition_moving_past_a_running_message_pass() {
         exclusive: true,
         coalesce: false,
     };
-    for (seed, mode) in [
+    replay(&[
         (2403, exclusive(true)),
         (16083, exclusive(false)),
         (16083, exclusive(true)),
@@ -60,19 +60,7 @@ fn the_seeds_that_found_a_partition_moving_past_a_running_message_pass() {
         (18514, exclusive(false)),
         (38541, exclusive(false)),
         (27819, exclusive(true)),
-    ] {
-        let settings = Settings {
-            mode,
-            ..Settings::default()
-        };
-        let report = sim::run(seed, settings, false);
-        assert!(
-            report.violations.is_empty(),
-            "seed {seed}{}: {:?}",
-            mode.flags(),
-            report.violations
-        );
-    }
+    ]);
 }
 
 /// The seeds that found a last delivery lost in a host's buffer: it waited there (behind the
@@ -88,25 +76,13 @@ fn the_seeds_that_found_a_buffered_last_delivery_left_unmarked_pass() {
         exclusive: true,
         coalesce,
     };
-    for (seed, mode) in [
+    replay(&[
         (27908, mode(true, false)),
         (38541, mode(true, false)),
         (13978, mode(true, false)),
         (15484, mode(true, false)),
         (9193, mode(false, true)),
-    ] {
-        let settings = Settings {
-            mode,
-            ..Settings::default()
-        };
-        let report = sim::run(seed, settings, false);
-        assert!(
-            report.violations.is_empty(),
-            "seed {seed}{}: {:?}",
-            mode.flags(),
-            report.violations
-        );
-    }
+    ]);
 }
 
 /// The seed that found a coalesced key's given-up message dropped: a stream leader election
@@ -122,14 +98,21 @@ fn the_seed_that_found_a_coalesced_keys_given_up_message_dropped_passes() {
             exclusive: true,
             coalesce: true,
         };
+        replay(&[(3153, mode)]);
+    }
+}
+
+/// Runs each seed in its mode and fails, naming the seed and its replay flags, on any violation.
+fn replay(seeds: &[(u64, Mode)]) {
+    for &(seed, mode) in seeds {
         let settings = Settings {
             mode,
             ..Settings::default()
         };
-        let report = sim::run(3153, settings, false);
+        let report = sim::run(seed, settings, false);
         assert!(
             report.violations.is_empty(),
-            "seed 3153{}: {:?}",
+            "seed {seed}{}: {:?}",
             mode.flags(),
             report.violations
         );

@@ -129,6 +129,22 @@ fn default_idempotency_header() -> String {
     DEFAULT_IDEMPOTENCY_HEADER.to_string()
 }
 
+/// What HTTP does with header `name` when the protocol itself owns it (the host sets `Host`
+/// and hyper the framing headers, so an idempotency key there would replace or be dropped);
+/// `None` for a header of the application's.
+fn reserved_header(name: &str) -> Option<&'static str> {
+    let name = name.to_ascii_lowercase();
+    match name.as_str() {
+        "host" => Some("the host sets it to the URL's authority"),
+        "content-length" | "transfer-encoding" | "te" | "trailer" => Some("it frames the message"),
+        "connection" | "keep-alive" | "upgrade" | "proxy-connection" => {
+            Some("it manages the connection")
+        }
+        _ if name.starts_with("proxy-") => Some("proxies read it"),
+        _ => None,
+    }
+}
+
 impl HttpConfig {
     /// Every problem with these settings, each naming the fix (empty when they are usable).
     pub fn problems(&self) -> Vec<String> {
@@ -147,6 +163,11 @@ impl HttpConfig {
         if http::HeaderName::from_bytes(self.idempotency_header.as_bytes()).is_err() {
             problems.push(format!(
                 "`idempotency_header` `{}` is not a valid header name",
+                self.idempotency_header
+            ));
+        } else if let Some(taken) = reserved_header(&self.idempotency_header) {
+            problems.push(format!(
+                "`idempotency_header` `{}` is a header HTTP itself uses ({taken}): the key would replace it or be dropped; name a header of its own, such as the default `{DEFAULT_IDEMPOTENCY_HEADER}`",
                 self.idempotency_header
             ));
         }
@@ -325,5 +346,41 @@ impl std::fmt::Debug for HttpGrant {
             .field("rules", &self.rules)
             .field("max_calls", &self.max_calls)
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_header(name: &str) -> HttpConfig {
+        serde_json::from_value(serde_json::json!({
+            "allow": ["https://api.example.com"],
+            "idempotency_header": name,
+        }))
+        .expect("a valid [routes.http]")
+    }
+
+    #[test]
+    fn an_idempotency_header_http_itself_uses_is_refused_naming_it() {
+        for name in [
+            "Host",
+            "content-length",
+            "Transfer-Encoding",
+            "Connection",
+            "Proxy-Authorization",
+        ] {
+            let problems = with_header(name).problems();
+            assert!(
+                problems
+                    .iter()
+                    .any(|p| p.contains(&format!("`idempotency_header` `{name}`"))
+                        && p.contains("Idempotency-Key")),
+                "{name}: {problems:?}"
+            );
+        }
+        for name in ["Idempotency-Key", "X-Request-Id"] {
+            assert_eq!(with_header(name).problems(), Vec::<String>::new(), "{name}");
+        }
     }
 }
