@@ -65,3 +65,16 @@ pub fn cli(config: &std::path::Path, args: &[&str]) -> CliRun {
         stderr: String::from_utf8_lossy(&out.stderr).to_string(),
     }
 }
+
+/// [`cli`] off the async runtime's threads, for a `#[tokio::test]`: (exit 0, all output).
+pub async fn cli_async(config: &std::path::Path, args: &[&str]) -> (bool, String) {
+    let config = config.to_path_buf();
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let run = cli(&config, &args);
+        (run.code == 0, format!("{}{}", run.stdout, run.stderr))
+    })
+    .await
+    .expect("the command's thread")
+}

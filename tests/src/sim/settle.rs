@@ -34,33 +34,26 @@ impl Ctx {
         // The host marks a last delivery as it arrives, before it waits for its turn
         // ([`marker::received`]); its work's marker follows.
         let last = stranded::last_delivery(offer.number, self.settings.server_max_deliver as i64);
+        // A proven replay's reset holds on every delivery (the host confirms it with the
+        // stream leader; the model's replays are always proven).
+        let at_now = |now| At {
+            lane: offer.lane,
+            sequence: offer.message.sequence,
+            number: offer.number,
+            key: offer.message.key.clone(),
+            entity: offer.message.entity.clone(),
+            fresh_from: offer.message.fresh_from,
+            received: now,
+        };
         if let Some(wait) = buffered {
-            let arrived = At {
-                lane: offer.lane,
-                sequence: offer.message.sequence,
-                number: offer.number,
-                key: offer.message.key.clone(),
-                entity: offer.message.entity.clone(),
-                fresh_from: offer.message.fresh_from,
-                received: self.world().now,
-            };
+            let arrived = at_now(self.world().now);
             let marked = SimMarker {
                 ctx: self,
                 at: &arrived,
             };
             marker::received(last.then_some(&marked), self.sleep(wait)).await;
         }
-        let at = At {
-            lane: offer.lane,
-            sequence: offer.message.sequence,
-            number: offer.number,
-            key: offer.message.key.clone(),
-            entity: offer.message.entity.clone(),
-            // A proven replay's reset holds on every delivery (the host confirms it with the
-            // stream leader; the model's replays are always proven).
-            fresh_from: offer.message.fresh_from,
-            received: self.world().now,
-        };
+        let at = at_now(self.world().now);
         // The host's marker around a last delivery ([`marker::around`]).
         let marked = SimMarker { ctx: self, at: &at };
         let work = async {

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use dedup_host::claim::ClaimState;
 use dedup_host_tests::endpoint::Endpoint;
-use dedup_host_tests::guests::cli;
+use dedup_host_tests::guests::cli_async as run;
 use dedup_host_tests::harness::{wait_for, TestEnv, Timing, BUCKET, DEAD};
 use serde_json::{json, Value};
 
@@ -52,19 +52,6 @@ async fn host(env: &TestEnv, text: &str, instance: &str) -> dedup_host::serve::R
             .unwrap();
     config.host.instance_id = Some(instance.to_string());
     dedup_host::serve::start(config).await.expect("host starts")
-}
-
-/// `dedup-host ARGS --config PATH` off the runtime's threads: (exit 0, all output).
-async fn run(config: &Path, args: &[&str]) -> (bool, String) {
-    let config = config.to_path_buf();
-    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-    tokio::task::spawn_blocking(move || {
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let run = cli(&config, &args);
-        (run.code == 0, format!("{}{}", run.stdout, run.stderr))
-    })
-    .await
-    .unwrap()
 }
 
 /// The JSON object a `--json` command printed last.

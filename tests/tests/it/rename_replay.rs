@@ -7,13 +7,13 @@
 //! renamed is refused. Against a real nats-server and a local endpoint counting requests per
 //! idempotency key.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use dedup_delivery::journal::{CallRecord, CallRequest, CallState};
 use dedup_host::claim::ClaimState;
 use dedup_host_tests::endpoint::Endpoint;
-use dedup_host_tests::guests::cli;
+use dedup_host_tests::guests::cli_async as run;
 use dedup_host_tests::harness::{wait_for, TestEnv, Timing, BUCKET, DEAD};
 use serde_json::json;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
@@ -43,19 +43,6 @@ fn config(env: &TestEnv, file: &str, routes: &str) -> (PathBuf, String) {
     let path = env.path(file);
     std::fs::write(&path, &text).unwrap();
     (path, text)
-}
-
-/// `dedup-host ARGS --config PATH` off the runtime's threads: (exit 0, all output).
-async fn run(config: &Path, args: &[&str]) -> (bool, String) {
-    let config = config.to_path_buf();
-    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-    tokio::task::spawn_blocking(move || {
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let run = cli(&config, &args);
-        (run.code == 0, format!("{}{}", run.stdout, run.stderr))
-    })
-    .await
-    .unwrap()
 }
 
 /// Sends `POST path` with idempotency key `key` to `endpoint` by hand: what a host that
