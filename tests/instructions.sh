@@ -13,7 +13,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 baseline="$root/tests/instructions.baseline"
-bench="$root/target/release/dedup-bench"
+bench="${DEDUP_BENCH_BIN:-$root/target/release/dedup-bench}"
 # A rise above this many percent fails the step.
 allowed=5
 # Counts compare only on the CPU they were measured on: wasmtime compiles guests for the CPU's

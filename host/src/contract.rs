@@ -418,6 +418,9 @@ pub fn judge(
             mine: crate::consumers::route_consumer_name(config, &route.name),
         });
     }
+    if dedup_delivery::revert::reverted(dedup_delivery::revert::Fix::ContractCheck) {
+        return Ok(());
+    }
     compare(&route.name, recorded, wanted.clone()).map(drop)
 }
 

@@ -46,8 +46,13 @@ pub fn stream_subjects(config: &Config) -> String {
 }
 
 /// The number of partitions of a route: its `partitions` setting, never a host's size (hosts
-/// of different sizes must put an entity on the same partition).
-pub fn partitions(route: &crate::config::RouteConfig) -> usize {
+/// of different sizes must put an entity on the same partition; `config` is the host's own,
+/// read only by the test-only revert of that fix).
+pub fn partitions(config: &Config, route: &crate::config::RouteConfig) -> usize {
+    use dedup_delivery::revert::{reverted, Fix};
+    if reverted(Fix::PartitionsFromContract) {
+        return route.concurrency(&config.host).max(1);
+    }
     route.partitions()
 }
 

@@ -360,7 +360,7 @@ impl Routes {
             compile_timeout: r.compile_timeout,
             exclusive: r.exclusive_by.as_ref().map(|by| Exclusive {
                 by: by.clone(),
-                partitions: crate::exclusive::partitions(r),
+                partitions: crate::exclusive::partitions(config, r),
                 coalesce: r.coalesce,
             }),
             fenced,

@@ -133,6 +133,19 @@ pub fn to_write(
     bound
 }
 
+/// Whether a host's re-bind of route `route`'s consumer makes it an exclusive route's (one
+/// message at a time): the route as served decides (`served`: it is exclusive now), never
+/// `started`, the config the host started with (frozen in `pipeline::Shared`): a reload may
+/// have added the route or made it exclusive since (issue 42, finding 2).
+pub fn binds_exclusive(started: &Config, route: &str, served: bool) -> bool {
+    if dedup_delivery::revert::reverted(dedup_delivery::revert::Fix::RebindLiveConfig) {
+        // Test-only: the old re-bind, which read the route from the start-up config.
+        let at_start = started.routes.iter().find(|r| r.name == route);
+        return at_start.is_some_and(|r| r.exclusive_by.is_some());
+    }
+    served
+}
+
 /// Creates or updates the durable consumer of one route: it sees only the route's subject,
 /// so a slow route never holds back another, and a route that is not served leaves its
 /// messages waiting in the stream. `exclusive` comes from the route as it is served now (a

@@ -290,6 +290,11 @@ async fn record_outcome<A: AfterDelivery>(
         source_sequence: a.source_sequence(),
         ..record
     };
+    // Reverted (test-only): settled before the write, the order before the fix.
+    let early = crate::revert::reverted(crate::revert::Fix::AfterAckOrder);
+    if early {
+        a.settle_recorded(how).await;
+    }
     let claimer = a.claimer();
     match claimer
         .record_settled(a.claim_key(), &record, r.reset)
@@ -306,7 +311,9 @@ async fn record_outcome<A: AfterDelivery>(
         }
     }
     // The settled record is stored: settle as the route asks (rule 7).
-    a.settle_recorded(how).await
+    if !early {
+        a.settle_recorded(how).await
+    }
 }
 
 #[cfg(test)]

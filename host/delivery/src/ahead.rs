@@ -16,19 +16,15 @@
 //! ([`crate::before::Unclaimed`]) that can read what is ahead of it.
 
 use std::future::Future;
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use crate::before::Unclaimed;
 use crate::claim::record::now_ms;
 use crate::claim::{ClaimError, ClaimRecord};
 use crate::outcome::MessageOutcome;
+use crate::revert::{self, Fix};
 use crate::settle::Settlement;
 use crate::undeliverable::{decide, GivenUp};
-
-/// Test-only: set (to anything) to revert this wait, so the simulation and the integration
-/// tests can show what it prevents.
-pub const REVERT_ENV: &str = "DEDUP_HOST_TEST_REVERT_AHEAD_WAIT";
 
 /// A queued delivery of an exclusive route, not claimed yet, that can read what is ahead of
 /// it in its partition.
@@ -71,7 +67,7 @@ pub async fn clear<A: Ahead>(a: &A) -> bool {
 /// records are `ahead`, at `now_ms` with skew margin `skew`: until the last live lease among
 /// them lapses; `None` when none is live (settled, lapsed, never claimed).
 pub fn wait(ahead: &[Option<ClaimRecord>], now_ms: u64, skew: Duration) -> Option<Duration> {
-    if reverted() {
+    if revert::reverted(Fix::AheadWait) {
         return None;
     }
     ahead
@@ -83,12 +79,6 @@ pub fn wait(ahead: &[Option<ClaimRecord>], now_ms: u64, skew: Duration) -> Optio
             Duration::from_millis(lapses.saturating_sub(now_ms).max(1))
         })
         .max()
-}
-
-/// Whether the test-only switch [`REVERT_ENV`] is set (read once per process).
-pub(crate) fn reverted() -> bool {
-    static REVERTED: OnceLock<bool> = OnceLock::new();
-    *REVERTED.get_or_init(|| std::env::var_os(REVERT_ENV).is_some())
 }
 
 #[cfg(test)]

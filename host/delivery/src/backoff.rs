@@ -31,6 +31,9 @@ pub const POOL_FULL_RETRY_MAX: Duration = Duration::from_secs(10);
 /// server's delivery bound lasts hours for it too). One transient error after a run of
 /// successes waits seconds, however often the message was delivered for benign reasons.
 pub fn outage_ceiling(streak: u64, delivered: u64) -> Duration {
+    if crate::revert::reverted(crate::revert::Fix::OutageBackoff) {
+        return INFRA_RETRY_FIRST;
+    }
     let failures = streak
         .min(delivered)
         .max(delivered / DELIVERIES_PER_FAILURE)
@@ -68,6 +71,9 @@ pub fn pool_full(jittered_retry: Duration) -> Duration {
 /// it: polling sooner would only spend the copy's deliveries (`server_max_deliver`), and once
 /// those are spent the copy would be dead-lettered for nothing.
 pub fn busy_delay(retry_in: Duration, lease_and_skew: Duration, max_backoff: Duration) -> Duration {
+    if crate::revert::reverted(crate::revert::Fix::BusyDelayCoversOutage) {
+        return retry_in.min(lease_and_skew.max(max_backoff));
+    }
     retry_in.min(lease_and_skew.max(max_backoff).max(OUTAGE_BACKOFF_MAX))
 }
 

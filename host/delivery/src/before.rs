@@ -60,7 +60,11 @@ pub async fn claimed<U: Unclaimed, S: ClaimStore>(
         Ok(ClaimOutcome::Busy { retry_in }) => {
             // Never ack: if the owner dies, this delivery may be the only copy left.
             u.count(MessageOutcome::Busy);
-            u.settle(Settlement::Nak(u.busy_delay(retry_in))).await;
+            let how = match crate::revert::reverted(crate::revert::Fix::BusyNaks) {
+                true => Settlement::Ack,
+                false => Settlement::Nak(u.busy_delay(retry_in)),
+            };
+            u.settle(how).await;
         }
         Err(e @ ClaimError::Corrupt { .. }) => {
             // Not a record this host wrote: retrying would loop for as long as it stays.
@@ -178,7 +182,14 @@ pub trait ClaimedDelivery: Progress {
 /// server moved past it before its claim landed. Asks its partition's consumer once, after
 /// the claim, for queued deliveries only.
 async fn late<C: ClaimedDelivery>(c: &C) -> Option<Late> {
-    let queued = c.queued()?;
+    let mut queued = c.queued()?;
+    // A copy that reclaimed a coalesced key: its message was skipped (and acked) by another
+    // delivery, so a later message handed out means this copy is stale, as on a route that
+    // does not coalesce; run, it could follow the entity's next message (the simulation's
+    // seed 299 `--fenced --coalesce`, once a skip needed a newer message that will run).
+    if queued.coalescing && c.lease().previous_reason().await.as_deref() == Some(COALESCED_REASON) {
+        queued.coalescing = false;
+    }
     let read = match c.partition().await {
         Ok(read) => Some(read),
         Err(e) => {

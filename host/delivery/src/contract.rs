@@ -130,6 +130,13 @@ pub async fn settle<S: ContractStore>(
             }
             (Found::Never, _) => 0,
             (Found::Deleted(revision), Writer::Setup) => revision,
+            // Test-only: the old read, which took a deleted record for none, so any host
+            // recorded its own config over it (issue 42, finding 4).
+            (Found::Deleted(revision), Writer::Host { .. })
+                if crate::revert::reverted(crate::revert::Fix::DeletedContractStays) =>
+            {
+                revision
+            }
             (Found::Unreadable { revision, .. }, Writer::Setup) => revision,
             (Found::Deleted(_), Writer::Host { holds_wanted: true }) => {
                 tracing::warn!(

@@ -23,7 +23,10 @@
 //!   becomes of a message the server gave up delivering, from its key's record; [`ahead`]: a
 //!   queued message waits while an earlier one of its entity, given up by the server, may
 //!   still run; [`partition`]: a queued delivery whose claim was won does not run if its
-//!   partition's consumer moved past it meanwhile.
+//!   partition's consumer moved past it meanwhile; [`coalesce`]: whether a newer message
+//!   of the entity will run, so that an older one may be skipped.
+//! - [`group`]: fenced commits of several messages sent as one atomic batch, one batch of a
+//!   stream in flight at a time, over the [`group::Batches`] seam.
 //! - [`journal`]: the journal of a run's outbound HTTP calls (PENDING before sending, SENT
 //!   before the guest sees the answer, replayed by a re-run), over the [`journal::CallStore`]
 //!   seam.
@@ -31,6 +34,7 @@
 //!   [`contract::ContractStore`] seam; [`agreement`]: what a host does with a route once it
 //!   compared it with its contract, and when the record changes; [`reload`]: which routes a
 //!   config reload keeps, starts and retires, and which fenced routes refuse it.
+//! - [`revert`]: test-only switches that each undo one fix (the simulation's canaries).
 //! - [`outcome`]: how a delivery ended and where a repeat was caught.
 //! - [`subject`]: NATS subject grammar (filters, literals, the server's and the host's reserved
 //!   namespaces); [`text`]: reasons and header values made safe to store and show;
@@ -45,7 +49,9 @@ pub mod backoff;
 pub mod before;
 pub mod claim;
 pub mod clock;
+pub mod coalesce;
 pub mod contract;
+pub mod group;
 pub mod heartbeat;
 pub mod journal;
 pub mod marker;
@@ -55,6 +61,7 @@ pub mod partition;
 pub mod queue;
 pub mod redact;
 pub mod reload;
+pub mod revert;
 pub mod settle;
 pub mod subject;
 pub mod text;

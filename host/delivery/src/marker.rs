@@ -9,6 +9,8 @@
 
 use std::future::Future;
 
+use crate::revert::{self, Fix};
+
 /// One message's marker.
 pub trait Marking: Sync {
     /// Writes the marker (a write that fails is reported: the advisory is then the message's
@@ -25,11 +27,14 @@ pub trait Marking: Sync {
 /// Runs `work`, a delivery's handling, under `marker` when there is one (the delivery is the
 /// server's last): marked before, forgotten after only if the delivery ended the message.
 pub async fn around<M: Marking, F: Future>(marker: Option<&M>, work: F) -> F::Output {
+    let marker =
+        marker.filter(|_| !crate::revert::reverted(crate::revert::Fix::LastDeliveryMarker));
     if let Some(marker) = marker {
         marker.mark().await;
     }
     let out = work.await;
-    if let Some(marker) = marker.filter(|m| m.ended()) {
+    let kept = |m: &&M| m.ended() || crate::revert::reverted(crate::revert::Fix::MarkerKept);
+    if let Some(marker) = marker.filter(kept) {
         marker.forget().await;
     }
     out
@@ -43,6 +48,7 @@ pub async fn around<M: Marking, F: Future>(marker: Option<&M>, work: F) -> F::Ou
 /// 27908, 38541, 13978, 15484 `--fenced --exclusive` and 9193 `--coalesce`). [`around`]
 /// marks it again when the work starts and forgets it once the work ended the message.
 pub async fn received<M: Marking, F: Future>(marker: Option<&M>, taken_up: F) -> F::Output {
+    let marker = marker.filter(|_| !revert::reverted(Fix::MarkerOnReceipt)); // test-only
     if let Some(marker) = marker {
         marker.mark().await;
     }

@@ -15,6 +15,8 @@
 
 use std::time::Duration;
 
+use crate::revert::{reverted, Fix};
+
 /// What a partition's consumer says of itself (its info).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Partition {
@@ -73,9 +75,11 @@ impl Late {
 /// Whether queued delivery `q` must not run, given its partition's consumer as `read` (its
 /// info, or `None` when it could not be read: then by the host's config).
 pub fn late(q: &Queued, read: Option<&Partition>) -> Option<Late> {
-    if crate::ahead::reverted() {
+    if reverted(Fix::AheadLate) {
         return None;
     }
+    // Reverted (test-only): judged by the host's clock and config alone.
+    let read = read.filter(|_| !reverted(Fix::PartitionConsumerInfo));
     let bounds = read.unwrap_or(&q.configured);
     let last = bounds.max_deliver > 0 && q.delivered >= bounds.max_deliver as u64;
     // The server moves past a message only once it is acked or out of deliveries. A claim
@@ -85,7 +89,8 @@ pub fn late(q: &Queued, read: Option<&Partition>) -> Option<Late> {
     // waited in a paused host's buffer, its delivery not the last). A coalescing route acks
     // the updates it skips while the first one runs, so there only a last delivery says so.
     let moved_past = read.is_some_and(|p| p.handed_out > q.sequence);
-    if moved_past && (last || !q.coalescing) {
+    let stale = !q.coalescing && !reverted(Fix::LateBeforeLast);
+    if moved_past && (last || stale) {
         return Some(Late::MovedPast);
     }
     (last && q.since + q.skew >= bounds.ack_wait).then_some(Late::AckWaitSpent)

@@ -11,6 +11,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use crate::outcome::MessageOutcome;
+use crate::revert::{reverted, Fix};
 use crate::settle::Settlement;
 
 /// Why a message's copy onto the work queue was not stored.
@@ -47,6 +48,14 @@ pub trait Queueing: Sync {
     fn dead_letter(&self, reason: &str) -> impl Future<Output = ()> + Send;
 }
 
+/// Whether the queue stage marks a source message's last delivery, as it arrives
+/// ([`crate::marker::received`]) and around its work ([`crate::marker::around`]): always, so
+/// that a message the server gave up on is lettered though its advisory reached no host
+/// (issue 42, finding 10). `false` only with [`Fix::QueueStageMarker`] reverted (test-only).
+pub fn marks_last_delivery() -> bool {
+    !reverted(Fix::QueueStageMarker)
+}
+
 /// Queues delivery `q`: copy onto its entity's partition, then ack.
 pub async fn queue<Q: Queueing>(q: &Q) {
     let entity = match q.entity() {
@@ -56,7 +65,13 @@ pub async fn queue<Q: Queueing>(q: &Q) {
             return q.dead_letter(&reason).await;
         }
     };
+    // Reverted (test-only): acked before the copy is stored, the order before the fix.
+    let acked = crate::revert::reverted(crate::revert::Fix::QueueAckOrder);
+    if acked {
+        q.settle(Settlement::Ack).await;
+    }
     match q.copy(&entity).await {
+        Ok(()) if acked => {}
         // Stored: only now may the source forget it.
         Ok(()) => q.settle(Settlement::Ack).await,
         Err(CopyRefused::ForGood(reason)) => q.dead_letter(&reason).await,

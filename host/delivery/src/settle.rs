@@ -101,6 +101,17 @@ pub async fn succeed<T: Settling>(
         return write_failed(t, e, false).await;
     }
     published.store(has_outputs, Ordering::Relaxed);
+    if crate::revert::reverted(crate::revert::Fix::SettleOrder) {
+        // The order before the fix: recorded completed, then published.
+        if let Err(e) = t.recording(t.lease().complete(Vec::new())).await {
+            return write_failed(t, e, has_outputs).await;
+        }
+        if let Err(e) = t.publish().await {
+            return release_or_give_up(t, &e).await;
+        }
+        t.settle(Settlement::Ack).await;
+        return MessageOutcome::Processed;
+    }
     let refs = match t.publish().await {
         Ok(refs) => refs,
         Err(e) => return release_or_give_up(t, &e).await,

@@ -9,6 +9,7 @@
 use std::time::Duration;
 
 use crate::claim::{ClaimRecord, ClaimState};
+use crate::revert::{reverted, Fix};
 
 /// What to do with a message the server gave up on, from its key's record.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,10 +46,14 @@ pub fn decide(record: Option<&ClaimRecord>, now_ms: u64, skew: Duration) -> Give
         // still run it, and this may be that message (its claims refused by a leader election
         // until the server gave up: the simulation's seed 3153 `--coalesce`). Dropped, the key
         // would never run and nothing would say so; lettered, the operator's replay runs it.
-        ClaimState::Completed if record.is_coalesced() => GivenUp::Letter {
-            attempt: record.attempt,
-            last_reason: record.reason.clone(),
-        },
+        ClaimState::Completed
+            if record.is_coalesced() && !reverted(Fix::CoalescedGivenUpLettered) =>
+        {
+            GivenUp::Letter {
+                attempt: record.attempt,
+                last_reason: record.reason.clone(),
+            }
+        }
         ClaimState::Completed => GivenUp::Settled,
         ClaimState::Failed if record.permanent => GivenUp::Settled,
         ClaimState::InProgress if !record.lease_lapsed(now_ms, skew) => GivenUp::Running {

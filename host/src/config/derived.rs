@@ -109,9 +109,21 @@ impl Config {
         deadline
             + self.claims.lease
             + self.claims.clock_skew
-            + self.max_backoff().max(OUTAGE_BACKOFF_MAX)
+            + self.largest_backoff()
             + self.source.ack_wait
             + self.claims.pause_margin
+    }
+
+    /// The largest nak delay of a run that may have published: the largest backoff, or the
+    /// outage backoff's ceiling when longer (issue 42, finding 9). Without the outage backoff
+    /// only with [`Fix::WindowCoversOutage`] reverted (test-only).
+    ///
+    /// [`Fix::WindowCoversOutage`]: dedup_delivery::revert::Fix::WindowCoversOutage
+    fn largest_backoff(&self) -> Duration {
+        match dedup_delivery::revert::reverted(dedup_delivery::revert::Fix::WindowCoversOutage) {
+            true => self.max_backoff(),
+            false => self.max_backoff().max(OUTAGE_BACKOFF_MAX),
+        }
     }
 
     /// What the dead-letter stream's duplicate window must exceed: a letter is repeated only

@@ -46,6 +46,26 @@ pub struct BatchMessage {
     payload: bytes::Bytes,
 }
 
+impl BatchMessage {
+    /// The subject it is published on.
+    pub fn subject(&self) -> &str {
+        &self.subject
+    }
+
+    /// Every header line it carries before the batch headers, as (name, value), in order.
+    pub fn header_lines(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.headers.iter().flat_map(|(name, values)| {
+            let name: &str = name.as_ref();
+            values.iter().map(move |v| (name, v.as_str()))
+        })
+    }
+
+    /// Its payload's size in bytes.
+    pub fn payload_len(&self) -> usize {
+        self.payload.len()
+    }
+}
+
 /// The messages of one fenced commit, in batch order: `outputs` (each with [`OUTPUT_ID`]
 /// `<claim_key>#<index>`; headers checked at the sandbox boundary, plus the event's `trace`
 /// context where an output sets none), then `record` on `claim_subject`, expecting the claim

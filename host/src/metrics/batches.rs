@@ -20,28 +20,8 @@ struct StreamLabel {
     stream: String,
 }
 
-/// How a fenced batch ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BatchResult {
-    /// Stored: every commit in it landed.
-    Committed,
-    /// Refused by the server (a stale owner's fence, or another error): nothing stored, its
-    /// commits sent again one by one.
-    Refused,
-    /// No answer (or not taken after the retries): each commit reads its record back.
-    Unanswered,
-}
-
-impl BatchResult {
-    /// The `result` label.
-    pub fn label(self) -> &'static str {
-        match self {
-            BatchResult::Committed => "committed",
-            BatchResult::Refused => "refused",
-            BatchResult::Unanswered => "unanswered",
-        }
-    }
-}
+/// How a fenced batch ended (decided by [`dedup_delivery::group`]).
+pub use dedup_delivery::group::BatchResult;
 
 type CommitHistograms = Family<StreamLabel, Histogram, fn() -> Histogram>;
 

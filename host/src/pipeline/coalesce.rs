@@ -8,10 +8,11 @@
 //! values may share.
 
 use async_nats::jetstream::message::StreamMessage;
+use dedup_delivery::coalesce;
 
 use super::message::{Claimed, Delivery};
 use super::Shared;
-use crate::claim::{ClaimState, ClaimStore};
+use crate::claim::ClaimStore;
 use crate::config::{KeySource, MissingKey};
 use crate::idempotency;
 use crate::routes::Route;
@@ -49,7 +50,7 @@ impl<S: ClaimStore> Shared<S> {
             tracing::debug!("the newer message on this queue subject is of another entity (their hashes collide), running this one");
             return false;
         }
-        match self.will_run(c.route, &newest).await {
+        match self.will_run(c.route, &newest, c.d.sequence).await {
             Ok(will) => will,
             Err(why) => {
                 tracing::debug!(
@@ -62,8 +63,14 @@ impl<S: ClaimStore> Shared<S> {
 
     /// Whether the queued message `newest` of `route` will run: it has a key (or the route
     /// keys such messages by sequence), fits the route, and its key is neither completed
-    /// (other than by coalescing, which a later message runs again) nor dead-lettered.
-    async fn will_run(&self, route: &Route, newest: &StreamMessage) -> Result<bool, String> {
+    /// (other than by coalescing, which a later message runs again, or by a message after
+    /// ours, source sequence `ours`) nor dead-lettered ([`coalesce::will_run`]).
+    async fn will_run(
+        &self,
+        route: &Route,
+        newest: &StreamMessage,
+        ours: u64,
+    ) -> Result<bool, String> {
         let (subject, sequence, headers) = crate::exclusive::original(Some(&newest.headers))
             .ok_or("the queued copy lacks its source headers")?;
         if newest.payload.len() > route.max_payload_bytes {
@@ -80,20 +87,16 @@ impl<S: ClaimStore> Shared<S> {
                 MissingKey::StreamSequence => format!("seq-{sequence}"),
             },
         };
+        // From the leader: a lagging replica can show a key that completed as still in
+        // progress, and both messages would then go unrun (the simulation's seed 61
+        // `--coalesce`).
         let record = self
             .claimer
             .store()
-            .get(&route.claim_key(&key))
+            .get_from_leader(&route.claim_key(&key))
             .await
             .map_err(|e| e.to_string())?;
-        Ok(match record {
-            None => true,
-            Some((r, _)) => match r.state {
-                ClaimState::Completed => r.is_coalesced(),
-                ClaimState::Failed => !r.permanent,
-                ClaimState::InProgress => true,
-            },
-        })
+        Ok(coalesce::will_run(record.as_ref().map(|(r, _)| r), ours))
     }
 }
 

@@ -68,7 +68,11 @@ impl<S: ClaimStore> Shared<S> {
                 &self.config,
                 &r.name,
                 &r.subject,
-                r.exclusive.is_some(),
+                crate::source_consumer::binds_exclusive(
+                    &self.config,
+                    &r.name,
+                    r.exclusive.is_some(),
+                ),
             )
             .await
             .map(Some),

@@ -14,8 +14,9 @@ use thiserror::Error;
 use crate::bindings::Output;
 use crate::claim::OutputRef;
 use crate::forever;
-use crate::runtime::outputs::{header_map, CONTROL_HEADER_PREFIX};
+use crate::runtime::outputs::{header_map, CONTROL_HEADER_PREFIX, HOST_HEADER_PREFIX};
 use crate::text;
+use dedup_delivery::revert::{self, Fix};
 
 /// Header names the host sets on dead letters.
 pub mod headers {
@@ -83,12 +84,55 @@ impl Outgoing {
     pub fn subject(&self) -> &str {
         &self.subject
     }
+
+    /// Every header line it is published with, as (name, value), in order.
+    pub fn header_lines(&self) -> impl Iterator<Item = (&str, &str)> {
+        header_lines(&self.headers)
+    }
+}
+
+/// Every line of header block `h`, as (name, value), in order.
+fn header_lines(h: &HeaderMap) -> impl Iterator<Item = (&str, &str)> {
+    h.iter().flat_map(|(name, values)| {
+        let name: &str = name.as_ref();
+        values.iter().map(move |v| (name, v.as_str()))
+    })
 }
 
 /// What nats-server counts against `max_payload` for one HPUB: the whole header block
 /// (`NATS/1.0\r\n`, each `name: value\r\n`, the final `\r\n`) plus the payload.
 pub fn wire_size(headers: &HeaderMap, payload: usize) -> usize {
+    if revert::reverted(Fix::WireSize) {
+        return counted_before_wire_size(headers) + payload;
+    }
     header_bytes(headers) + payload
+}
+
+/// Test-only ([`Fix::WireSize`] reverted): what the size check counted of a header block
+/// before it was sized as the wire counts it: the names and values of the guest's own headers,
+/// without `: `, CRLF or `NATS/1.0` framing; the host's headers (its message id, the trace
+/// context) were left to a fixed budget ([`budget_before_wire_size`]).
+fn counted_before_wire_size(h: &HeaderMap) -> usize {
+    let host_set = |name: &str| {
+        crate::runtime::outputs::TRACE_HEADERS
+            .iter()
+            .any(|t| name.eq_ignore_ascii_case(t))
+            || [CONTROL_HEADER_PREFIX, HOST_HEADER_PREFIX].iter().any(|p| {
+                name.get(..p.len())
+                    .is_some_and(|n| n.eq_ignore_ascii_case(p))
+            })
+    };
+    header_lines(h)
+        .filter(|(name, _)| !host_set(name))
+        .map(|(name, value)| name.len() + value.len())
+        .sum()
+}
+
+/// Test-only ([`Fix::WireSize`] reverted): what the size check added to that count for an
+/// output of `claim_key` to `subject`: the subject's length and a fixed budget for the host's
+/// headers, which an inherited `tracestate` outgrows.
+fn budget_before_wire_size(claim_key: &str, subject: &str) -> usize {
+    subject.len() + 2 * (claim_key.len() + 64) + SIZE_MARGIN
 }
 
 /// The headers output `o` is published with: its own, then each of `trace` it does not set
@@ -160,7 +204,14 @@ pub fn over_max_payload<'a>(
     claim_key: &str,
     outputs: impl IntoIterator<Item = (&'a str, usize)>,
 ) -> Option<String> {
+    if revert::reverted(Fix::OutputSizeCheck) {
+        return None;
+    }
     outputs.into_iter().enumerate().find_map(|(i, (subject, size))| {
+        let size = match revert::reverted(Fix::WireSize) {
+            true => size + budget_before_wire_size(claim_key, subject),
+            false => size,
+        };
         (max > 0 && size > max).then(|| {
             format!(
                 "output {i} (`{}`) to `{}` is {size} bytes as published (headers, the host's and the inherited trace context included, plus payload), over the server's max_payload of {max} bytes: it can never be stored; return smaller outputs (or raise max_payload on every server)",
@@ -182,7 +233,11 @@ pub fn fenced_sizes<'a>(
     outputs.iter().enumerate().map(move |(i, o)| {
         let id = output_id(claim_key, i);
         let headers = output_headers(o, trace, (crate::fenced::OUTPUT_ID, &id));
-        let size = wire_size(&headers, o.payload.len()) + FENCED_BATCH_HEADER_BYTES;
+        let batch = match revert::reverted(Fix::WireSize) {
+            true => 0,
+            false => FENCED_BATCH_HEADER_BYTES,
+        };
+        let size = wire_size(&headers, o.payload.len()) + batch;
         (o.subject.as_str(), size)
     })
 }

@@ -64,7 +64,9 @@ impl<'a> Received<'a> {
     ) -> Option<Self> {
         let info = message.info().ok()?;
         let delivered = u64::try_from(info.delivered).ok()?;
-        if !stranded::last_delivery(delivered, server_max_deliver) {
+        if !stranded::last_delivery(delivered, server_max_deliver)
+            || (queues && !dedup_delivery::queue::marks_last_delivery())
+        {
             return None;
         }
         let what = if queues { "queue" } else { "settle" };

@@ -396,8 +396,8 @@ impl Delivery {
     /// [`RESET_REVISION`](crate::claim::record::RESET_REVISION) header, honoured only on a
     /// proven replay whose reset the claim store's leader holds: `reset.rs`); 0 otherwise.
     pub(super) fn fresh_from(&self) -> u64 {
-        self.reset_revision
-            .load(std::sync::atomic::Ordering::Relaxed)
+        let reset = (self.reset_revision).load(std::sync::atomic::Ordering::Relaxed);
+        crate::claim::record::fresh_from(reset, self.delivered)
     }
 
     /// Records the revision a proven replay reset this message's key at.

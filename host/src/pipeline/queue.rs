@@ -47,18 +47,18 @@ impl<S: ClaimStore> Shared<S> {
         let d = Delivery::new(message, sequence, delivered);
         // The server delivers it no more: until it is queued or dead-lettered, a marker says
         // so, in case the host dies now and the advisory reaches no host (`crate::stranded`).
-        let marked = stranded::last_delivery(d.delivered, self.config.source.server_max_deliver)
-            .then(|| {
-                let reason = format!("its last delivery ({}) did not queue it", d.delivered);
-                let marker = Marker::new(&self.config.source.stream, sequence, d.delivered, reason)
-                    .not_before(self.config.source.ack_wait * 2);
-                Marked {
-                    claims: &self.markers,
-                    marker,
-                    span: d.span(&route.name),
-                    ended: &d.ended,
-                }
-            });
+        let last = stranded::last_delivery(d.delivered, self.config.source.server_max_deliver);
+        let marked = (last && queue::marks_last_delivery()).then(|| {
+            let reason = format!("its last delivery ({}) did not queue it", d.delivered);
+            let marker = Marker::new(&self.config.source.stream, sequence, d.delivered, reason)
+                .not_before(self.config.source.ack_wait * 2);
+            Marked {
+                claims: &self.markers,
+                marker,
+                span: d.span(&route.name),
+                ended: &d.ended,
+            }
+        });
         marker::around(marked.as_ref(), self.queue_delivery(&d, route, exclusive)).await
     }
 

@@ -201,7 +201,7 @@ async fn publish_queued(
         2_000_000
     };
     let route = config.routes.iter().find(|r| r.name == "bench");
-    let partitions = route.map_or(1, exclusive::partitions);
+    let partitions = route.map_or(1, |r| exclusive::partitions(config, r));
     let mut acks = Vec::with_capacity(1024);
     for i in 0..n {
         let original = subject(i);

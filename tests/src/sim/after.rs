@@ -12,11 +12,10 @@ use dedup_delivery::before::Handled;
 use dedup_delivery::claim::{Claimer, OutputRef};
 use dedup_delivery::outcome::{DedupLayer, MessageOutcome};
 use dedup_delivery::settle::{LetterRefused, Retries, Settlement};
-use dedup_host::pipeline::effects;
 
 use super::ctx::{At, Ctx, NakMs};
+use super::outputs::Outputs;
 use super::store::SimStore;
-use super::world::Output;
 
 /// One claim-after delivery of a simulated host.
 pub(super) struct SimAfter<'a> {
@@ -28,7 +27,7 @@ pub(super) struct SimAfter<'a> {
 
 impl AfterDelivery for SimAfter<'_> {
     type Store = SimStore;
-    type Outputs = Output;
+    type Outputs = Outputs;
 
     fn claimer(&self) -> &Claimer<SimStore> {
         self.claimer
@@ -108,23 +107,18 @@ impl AfterDelivery for SimAfter<'_> {
 
     /// The seeded handler ([`Ctx::invoke`]); no heartbeat and no progress acks, as on the
     /// host: a claim-after handler is short.
-    async fn invoke(&self, attempt: u32) -> Result<Handled<Output>, String> {
+    async fn invoke(&self, attempt: u32) -> Result<Handled<Outputs>, String> {
         self.ctx.invoke(&self.at.key, attempt).await
     }
 
-    fn oversized(&self, output: &Output) -> Option<String> {
+    /// The host's size check of a claim-after route (never fenced).
+    fn oversized(&self, output: &Outputs) -> Option<String> {
         let max = self.ctx.world().max_payload;
-        effects::over_max_payload(max, &self.at.key, [("out.r", output.size)])
+        output.oversized(&self.at.key, false, max)
     }
 
-    async fn publish(&self, output: Output) -> Result<Vec<OutputRef>, String> {
-        if !self.ctx.reaches_server().await {
-            return Err("publish timed out: cut off from the server".into());
-        }
-        match self.ctx.world().publish(&output) {
-            true => Ok(Vec::new()),
-            false => Err("publish refused".into()),
-        }
+    async fn publish(&self, output: Outputs) -> Result<Vec<OutputRef>, String> {
+        self.ctx.publish(output.published(&self.at.key)).await
     }
 
     async fn dead_letter(&self, _reason: &str, _attempt: u32) -> Result<(), LetterRefused> {

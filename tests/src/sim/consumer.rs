@@ -2,11 +2,17 @@
 //! work queue with one consumer per partition. A consumer delivers, redelivers after its ack
 //! wait, takes acks, naks (with a delay) and terms, and stops after the server's delivery
 //! bound (`server_max_deliver`) with a MAX_DELIVERIES advisory, leaving the message in its
-//! stream. An exclusive route's consumers hand out one message at a time (`max_ack_pending =
-//! 1`: a message waiting for its redelivery still counts), so the next waits for the one
-//! before it to be acked.
+//! stream. The source consumer's settings are a value the server holds
+//! ([`Streams::source_consumer`]: ack wait, delivery bound, `max_ack_pending`), as `setup`
+//! wrote them and as each host's re-bind rewrites them (`route::rebind`); it hands out a message
+//! only while fewer than `max_ack_pending` before it are unsettled (a message waiting for its
+//! redelivery still counts). An exclusive route's consumers hand out one message at a time
+//! (`max_ack_pending = 1`), so the next waits for the one before it to be acked.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
+
+use dedup_host::source_consumer::Settings;
 
 /// Which stream a message is in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -71,16 +77,16 @@ pub struct Offer {
 /// The streams, their consumers, and the hosts' stranded-message markers.
 #[derive(Debug)]
 pub struct Streams {
+    /// The source consumer's settings on the server (its filter is not modelled).
+    pub source_consumer: Settings,
     /// The source stream.
     pub source: Vec<Message>,
     /// The exclusive route's work queue (empty for other routes).
     pub queue: Vec<Message>,
-    /// The consumers' ack wait.
+    /// The work queue's consumers' ack wait.
     pub ack_wait_ms: u64,
-    /// The server's delivery bound.
+    /// The server's delivery bound (the work queue's consumers').
     pub server_max_deliver: u64,
-    /// Whether the route is exclusive (its source consumer hands out one message at a time).
-    pub exclusive: bool,
     /// MAX_DELIVERIES advisories not handled yet.
     pub advisories: Vec<(Lane, u64)>,
     /// Stranded-message markers (`crate::stranded`): message → (not before, tries so far).
@@ -90,7 +96,9 @@ pub struct Streams {
 }
 
 impl Streams {
-    /// A source stream of `published` (key, entity, publish time).
+    /// A source stream of `published` (key, entity, publish time), its consumer with
+    /// `ack_wait_ms` and `server_max_deliver`, one message at a time if `exclusive` (until
+    /// the hosts' `setup` writes it, `route::set_up_consumer`).
     pub fn new(
         published: &[(String, String, u64)],
         ack_wait_ms: u64,
@@ -98,11 +106,16 @@ impl Streams {
         exclusive: bool,
     ) -> Self {
         let mut streams = Self {
+            source_consumer: Settings {
+                ack_wait: Duration::from_millis(ack_wait_ms),
+                max_deliver: server_max_deliver as i64,
+                max_ack_pending: if exclusive { 1 } else { i64::MAX },
+                filter_subjects: Vec::new(),
+            },
             source: Vec::new(),
             queue: Vec::new(),
             ack_wait_ms,
             server_max_deliver,
-            exclusive,
             advisories: Vec::new(),
             markers: BTreeMap::new(),
             leaderless: Vec::new(),
@@ -187,18 +200,18 @@ impl Streams {
     /// only if `pulled(p)`: some running host pulls that partition.
     pub fn due(&mut self, now: u64, pulled: impl Fn(usize) -> bool) -> Vec<Offer> {
         let mut offers = Vec::new();
-        let one_at_a_time = self.exclusive;
-        self.offer(
-            Lane::Source,
-            now,
-            |_| one_at_a_time.then_some(0),
-            &mut offers,
-        );
-        self.offer(Lane::Queue, now, |m| m.partition, &mut offers);
+        let source = &self.source_consumer;
+        let (pending, bound) = (source.max_ack_pending, source.max_deliver as u64);
+        self.offer(Lane::Source, now, |_| Some(0), pending, bound, &mut offers);
+        let bound = self.server_max_deliver;
+        self.offer(Lane::Queue, now, |m| m.partition, 1, bound, &mut offers);
         offers.retain(|o| o.message.partition.is_none_or(&pulled));
         offers.retain(|o| !self.leaderless.contains(&o.lane));
         for o in &offers {
-            let ack_wait = self.ack_wait_ms;
+            let ack_wait = match o.lane {
+                Lane::Source => self.source_consumer.ack_wait.as_millis() as u64,
+                Lane::Queue => self.ack_wait_ms,
+            };
             let m = &mut self.lane_mut(o.lane)[o.message.sequence as usize - 1];
             m.deliveries = o.number;
             m.delivery = Delivery::Out {
@@ -209,20 +222,23 @@ impl Streams {
         offers
     }
 
-    /// Offers of `lane`; `group(m)` is the message's one-at-a-time group, if any.
+    /// Offers of `lane`, of which the server delivers each message up to `bound` times;
+    /// `group(m)` is the message's consumer, if it has a `max_ack_pending` (`pending`): a
+    /// message goes out only while fewer than `pending` of its group before it are unsettled.
     fn offer(
         &mut self,
         lane: Lane,
         now: u64,
         group: impl Fn(&Message) -> Option<usize>,
+        pending: i64,
+        bound: u64,
         offers: &mut Vec<Offer>,
     ) {
-        let bound = self.server_max_deliver;
-        let mut blocked = std::collections::BTreeSet::new();
+        let mut unsettled = BTreeMap::<usize, i64>::new();
         let mut exhausted = Vec::new();
         for m in self.lane(lane) {
             let g = group(m);
-            if g.is_some_and(|g| blocked.contains(&g)) {
+            if g.is_some_and(|g| unsettled.get(&g).is_some_and(|n| *n >= pending)) {
                 continue;
             }
             match m.delivery {
@@ -239,7 +255,7 @@ impl Streams {
                 _ => {}
             }
             if let Some(g) = g {
-                blocked.insert(g);
+                *unsettled.entry(g).or_default() += 1;
             }
         }
         for sequence in exhausted {
@@ -265,13 +281,14 @@ impl Streams {
         });
     }
 
-    /// Whether a message of the same entity was queued after queued message `sequence` on the
-    /// same subject (what `get_last_raw_message_by_subject` tells a coalescing host).
-    pub fn newer_waiting(&self, sequence: u64) -> bool {
+    /// The newest message of the same entity queued after queued message `sequence` on the
+    /// same subject, if any (what `get_last_raw_message_by_subject` tells a coalescing host).
+    pub fn newest_after(&self, sequence: u64) -> Option<&Message> {
         let m = self.message(Lane::Queue, sequence);
         self.queue[sequence as usize..]
             .iter()
-            .any(|n| n.entity == m.entity && n.partition == m.partition)
+            .rev()
+            .find(|n| n.entity == m.entity && n.partition == m.partition)
     }
 
     /// What the consumer of queued message `sequence`'s partition says of itself (its

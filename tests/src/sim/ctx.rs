@@ -9,6 +9,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use dedup_delivery::claim::OutputRef;
 use dedup_delivery::clock::Clock;
 use dedup_delivery::outage::OutageStreak;
 use dedup_delivery::outcome::MessageOutcome;
@@ -19,7 +20,7 @@ use super::consumer::Lane;
 use super::network::REQUEST_TIMEOUT_MS;
 use super::route::Served;
 use super::store::{Shared, SimStore};
-use super::world::World;
+use super::world::{Output, World};
 use super::Settings;
 
 /// What one host generation needs to settle a delivery.
@@ -131,6 +132,30 @@ impl Ctx {
             self.sleep(Duration::from_millis(REQUEST_TIMEOUT_MS)).await;
         }
         !cut
+    }
+
+    /// Publishes `outputs` in order, as the host pipelines them: each stored or refused on
+    /// its own (a publish failing part-way), except that once the server refuses one over its
+    /// `max_payload` it closes the connection and the rest are not sent. An error names the
+    /// outputs not stored.
+    pub(super) async fn publish(&self, outputs: Vec<Output>) -> Result<Vec<OutputRef>, String> {
+        if !self.reaches_server().await {
+            return Err("publish timed out: cut off from the server".into());
+        }
+        let mut w = self.world();
+        let mut refused = Vec::new();
+        for o in &outputs {
+            if !w.publish(self.host, o) {
+                refused.push(o.id.as_str());
+                if o.size > w.max_payload {
+                    break;
+                }
+            }
+        }
+        match refused.is_empty() {
+            true => Ok(Vec::new()),
+            false => Err(format!("publish of {} refused", refused.join(", "))),
+        }
     }
 
     /// Settles a delivery with no check of its key's record.

@@ -8,7 +8,9 @@
 //! reload plan ([`reload::plan`]); a host whose config differs from the contract does not
 //! serve the route. Hosts
 //! also handle MAX_DELIVERIES advisories and sweep stranded-message markers, deciding what
-//! becomes of each message as the host does ([`undeliverable::decide`]).
+//! becomes of each message as the host does ([`undeliverable::decide`]). An operator may
+//! delete the route's contract record, which the hosts' contract watches see, and a host
+//! whose pulls failed re-binds the source consumer ([`edges`]).
 //!
 //! [`SimStore`]: super::store::SimStore
 
@@ -18,21 +20,26 @@ use std::sync::Arc;
 use std::task::Context;
 use std::time::Duration;
 
-use dedup_delivery::agreement;
+use dedup_delivery::agreement::{self, Comparison};
 use dedup_delivery::reload;
 use dedup_delivery::undeliverable::{self, GivenUp};
 use dedup_host::claim::record::virtual_clock;
 use dedup_host::config::diff::ConfigDiff;
 use dedup_host::config::EffectsMode;
+use dedup_host::contract::RouteContract;
 use dedup_host::stranded;
 
 use super::consumer::{Delivery, Lane};
 use super::ctx::Ctx;
 use super::handler::{handler, Handler};
-use super::route::{self, HostConfig, Served};
+use super::route::{self, HostConfig, Mode, Served};
 use super::store::Shared;
 use super::world::Rng;
 use super::Settings;
+
+mod edges;
+
+use edges::Edges;
 
 type Work = Pin<Box<dyn Future<Output = ()> + Send>>;
 
@@ -51,6 +58,17 @@ struct Host {
     config: HostConfig,
     /// What it serves: `None` while its config differs from the route's contract.
     served: Option<Served>,
+    /// The config its process started with (`pipeline::Shared.config`, frozen until a
+    /// restart): what its re-binds read.
+    started: HostConfig,
+    /// The contract it last agreed on (none after a restart): it keeps serving under it
+    /// when the record is deleted.
+    held: Option<RouteContract>,
+    /// The contract record's revision its contract watch has seen.
+    seen: u64,
+    /// Its pulls failed (its source stream electing, or it was cut off): it re-binds the
+    /// source consumer once they work again.
+    rebind: bool,
 }
 
 impl Host {
@@ -64,8 +82,12 @@ impl Host {
     fn configure(&mut self, world: &Shared, config: HostConfig, i: usize) {
         self.config = config;
         let served = Served::new(&config);
-        let comparison = route::compare(world, &served, &format!("h{i}"));
+        let comparison = route::compare(world, &served, &format!("h{i}"), self.held.as_ref());
         let decided = agreement::decide(comparison, self.served.is_some());
+        if comparison == Comparison::Agrees {
+            self.held = Some(served.contract.clone());
+        }
+        self.seen = world.lock().expect("one thread").contract.revision;
         log(world, || {
             format!(
                 "h{i} configured (changed: {}, partitions {}): {}",
@@ -138,6 +160,13 @@ pub struct Hosts {
     /// that seeds without it run as they did before it was modelled.
     buffered: u64,
     buffer: Rng,
+    /// When an operator deletes the route's contract record, and when an operator's `setup`
+    /// records it again, if they do ([`Edges`]).
+    delete_at: Option<u64>,
+    setup_at: Option<u64>,
+    /// The draws of the contract deletion, the stale start and the contract watches' latency,
+    /// apart from the other draws (runs without them run as before).
+    edges: Rng,
 }
 
 impl Hosts {
@@ -150,8 +179,33 @@ impl Hosts {
         reload_at: Option<u64>,
     ) -> Self {
         let mut rng = Rng::new(seed.rotate_left(17) ^ 0x5151);
+        let mut edges = Rng::new(seed.rotate_left(53) ^ 0xC047);
+        let drawn = Edges::draw(
+            &mut edges,
+            configs.len(),
+            settings.mode.exclusive,
+            reload_at,
+        );
+        // `setup` wrote the route's source consumer.
+        let consumer = route::set_up_consumer(
+            &configs[0],
+            settings.ack_wait_ms,
+            settings.server_max_deliver,
+        );
+        world.lock().expect("one thread").streams.source_consumer = consumer;
         let mut hosts = Vec::new();
         for (i, config) in configs.iter().enumerate() {
+            let started = match drawn.stale == Some(i) {
+                true => HostConfig {
+                    mode: Mode {
+                        exclusive: false,
+                        coalesce: false,
+                        ..config.mode
+                    },
+                    ..*config
+                },
+                false => *config,
+            };
             let skew = rng.range(0, settings.skew_ms) as i64 - settings.skew_ms as i64 / 2;
             let mut host = Host {
                 ctx: Ctx::new(&world, settings, seed, i, 0),
@@ -162,6 +216,10 @@ impl Hosts {
                 work: Vec::new(),
                 config: *config,
                 served: None,
+                started,
+                held: None,
+                seen: 0,
+                rebind: false,
             };
             world.lock().expect("one thread").clock_offsets.push(skew);
             host.configure(&world, *config, i);
@@ -183,6 +241,9 @@ impl Hosts {
             reload_at,
             buffered,
             buffer,
+            delete_at: drawn.delete_at,
+            setup_at: drawn.setup_at,
+            edges,
         }
     }
 
@@ -212,6 +273,8 @@ impl Hosts {
             .iter()
             .map(|h| h.paused_until)
             .chain(self.reload_at)
+            .chain(self.delete_at)
+            .chain(self.setup_at)
             .filter(|t| *t > now)
             .min()
     }
@@ -230,8 +293,12 @@ impl Hosts {
                 log(&self.world, || {
                     format!("h{i} restarts as generation {}", h.generation)
                 });
-                // A restarted host serves nothing until it agrees anew.
+                // A restarted host serves nothing until it agrees anew, holds no contract, and
+                // its process starts with its config as it is now.
                 h.served = None;
+                h.held = None;
+                h.started = h.config;
+                h.rebind = false;
                 let config = h.config;
                 h.configure(&self.world, config, i);
             }
@@ -244,6 +311,9 @@ impl Hosts {
             };
             self.hosts[0].reload(&self.world, config, 0);
         }
+        self.operator(now);
+        self.watch(now);
+        self.rebinds(now);
         self.undeliverable(now);
         self.deliver(now);
         let waker = std::task::Waker::noop();
@@ -414,7 +484,10 @@ impl Hosts {
                 record.reset_for_replay(letter as u64 + 1);
                 virtual_clock::set(None);
                 match w.operator_update(&format!("{space}{key}"), &record, revision) {
-                    Some(reset) => fresh_from = reset,
+                    Some(reset) => {
+                        fresh_from = reset;
+                        w.lag_replay(&format!("{space}{key}"), reset);
+                    }
                     None => continue,
                 }
             }
@@ -437,7 +510,7 @@ impl Hosts {
 
 /// The claim key space the route's contract names.
 pub fn space(w: &super::world::World) -> &'static str {
-    match &w.contract {
+    match &w.contract.record {
         Some(c) if c.contract.claims.starts_with("stream ") => "s:",
         _ => "b:",
     }

@@ -25,6 +25,7 @@
 
 mod after;
 mod ahead;
+pub mod canary;
 mod check;
 mod consumer;
 mod ctx;
@@ -32,6 +33,7 @@ mod handler;
 mod host;
 mod marker;
 mod network;
+mod outputs;
 mod queue;
 mod rng;
 pub mod route;
@@ -66,14 +68,14 @@ pub struct Settings {
     pub server_max_deliver: u64,
     /// Delay before a failed attempt's retry.
     pub backoff_ms: u64,
-    /// The output stream's duplicate window: what the host requires of a stream a route
-    /// publishes to (`Config::longest_rerun_gap`, checked by `setup`), for these settings.
-    /// Its largest term is the outage backoff's ceiling: a key whose output was stored but
-    /// whose completion was lost, then refused by an outage, runs again up to
-    /// `OUTAGE_BACKOFF_MAX` later (seed 7850 `--claim-after` re-ran after 184 s, when the
-    /// model's window was 120 s). The other terms (the 6 s wall limit, lease, skew, ack wait,
-    /// pauses of up to three leases) stay under the 60 s added.
-    pub window_ms: u64,
+    /// The output stream's duplicate window; `None`: the shortest the host accepts of a
+    /// stream a route publishes to (`Config::longest_rerun_gap`, checked by `setup`), for
+    /// these settings, from the host's own function ([`route::required_window_ms`]). Its
+    /// largest term is the outage backoff's ceiling: a key whose output was stored but whose
+    /// completion was lost, then refused by an outage, runs again up to `OUTAGE_BACKOFF_MAX`
+    /// later (seed 7850 `--claim-after` re-ran after 184 s, when the model's window was
+    /// 120 s). `Some`: a window of the test's choosing.
+    pub window_ms: Option<u64>,
 }
 
 impl Default for Settings {
@@ -87,7 +89,7 @@ impl Default for Settings {
             max_deliver: 3,
             server_max_deliver: 100,
             backoff_ms: 300,
-            window_ms: dedup_host::config::OUTAGE_BACKOFF_MAX.as_millis() as u64 + 60_000,
+            window_ms: None,
         }
     }
 }
@@ -150,12 +152,14 @@ pub fn run(seed: u64, settings: Settings, trace: bool) -> Report {
         .collect();
     // One run in four loses its output streams (deleted and created again); one in four its
     // dead-letter stream, for one to six minutes. A window route's outputs can be re-run
-    // after the outage plus the backoff then in force (about twice the outage), which the
-    // duplicate window covers only up to `claims.pause_margin` (README): its output outages
-    // last at most 30 s. Fenced routes need no window: theirs last up to six minutes.
+    // after the outage plus the backoff then in force (about twice the outage): the
+    // duplicate window the host requires (its outage backoff's ceiling plus
+    // `claims.pause_margin`) covers outages of the margin's length, so its output outages
+    // last up to 60 s (the default margin; a window without the outage backoff covers only
+    // about half of that). Fenced routes need no window: theirs last up to six minutes.
     let longest = match settings.mode.fenced {
         true => 360_000,
-        false => 30_000,
+        false => 60_000,
     };
     let mut outage = |longest: u64| match rng.chance(250) {
         true => {
@@ -185,9 +189,16 @@ pub fn run(seed: u64, settings: Settings, trace: bool) -> Report {
         settings.server_max_deliver,
         settings.mode.exclusive,
     );
-    let mut w = World::new(seed, EPOCH_MS, streams, faults, settings.window_ms);
+    let window_ms = (settings.window_ms).unwrap_or_else(|| route::required_window_ms(&settings));
+    let mut w = World::new(seed, EPOCH_MS, streams, faults, window_ms);
     w.outage = outputs_out;
     w.dead_letter_outage = letters_out;
+    // One run in four whose server bound is the default, a replica lags each replay's reset
+    // for 2 to 10 s: the replay's deliveries (more than five) read its key from before the
+    // reset and are read again, then naked, until it catches up. Drawn from a generator of
+    // its own, so that runs without it are as before.
+    let mut lag = world::Rng::new(seed.wrapping_mul(131).wrapping_add(11));
+    w.replay_lag_ms = (low_bound.is_none() && lag.chance(250)).then(|| lag.range(2_000, 10_000));
     let fenced = settings.mode.fenced;
     w.network = network::Network::draw(seed, hosts, fenced, settings.lease_ms, EPOCH_MS, FAULTS_MS);
     if trace {

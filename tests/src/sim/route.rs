@@ -14,6 +14,7 @@ use dedup_delivery::contract::Writer;
 use dedup_host::config::Config;
 use dedup_host::contract::{self, ContractRecord, RouteContract};
 use dedup_host::exclusive;
+use dedup_host::source_consumer::{self, Settings};
 use futures::FutureExt as _;
 
 use super::store::{Shared, SimContracts};
@@ -133,6 +134,33 @@ impl HostConfig {
     }
 }
 
+/// The duplicate window the host requires of a stream the route publishes to, with the run's
+/// `settings`: just over the host's own `Config::longest_rerun_gap` (what `setup` and the
+/// config check refuse a shorter window by) of a config with the run's lease, heartbeat,
+/// clock skew, ack wait and backoff, parsed by the host's real parser. Computed, not
+/// restated: a host that left a term out would make the model's window short, and the
+/// simulation would see outputs stored twice.
+pub fn required_window_ms(settings: &super::Settings) -> u64 {
+    // The gap does not depend on the route's modes; a plain claim-before route has no rule
+    // that ties its ack wait to its deadline.
+    let host = HostConfig {
+        mode: Mode::all()[1],
+        partitions: 1,
+        host_concurrency: 1,
+        route_concurrency: None,
+        changed: false,
+    };
+    let s = settings;
+    let timing = format!(
+        "[claims]\nlease = \"{}ms\"\nheartbeat = \"{}ms\"\nclock_skew = \"{}ms\"\n[source]\nack_wait = \"{}ms\"\nbackoff = [\"{}ms\"]\nmax_deliver = {}\n",
+        s.lease_ms, s.heartbeat_ms, s.skew_ms, s.ack_wait_ms, s.backoff_ms, s.max_deliver
+    );
+    let toml = host.toml().replacen("[source]\n", &timing, 1);
+    let config = Config::parse(&toml, Path::new("sim.toml"), std::env::temp_dir())
+        .unwrap_or_else(|e| panic!("the simulation's timing config is valid: {e:#}\n{toml}"));
+    config.longest_rerun_gap().as_millis() as u64 + 1
+}
+
 /// What a host does with its config of the route.
 #[derive(Debug, Clone)]
 pub struct Served {
@@ -156,7 +184,7 @@ impl Served {
         Self {
             fenced: contract.claims.starts_with("stream "),
             claim_after: route.claim == dedup_host::config::ClaimMode::After,
-            partitions: exclusive::partitions(route),
+            partitions: exclusive::partitions(&config, route),
             contract,
             config,
         }
@@ -173,18 +201,34 @@ impl Served {
 /// How `served` compares with the route's contract, read from the model server or recorded
 /// there when the route has none, as a serving host does it: the host's own
 /// `dedup_delivery::contract::settle` over the model's [`SimContracts`], the record judged by
-/// the host's `contract::judge`. The model's contract store answers at once.
-pub fn compare(world: &Shared, served: &Served, by: &str) -> Comparison {
+/// the host's `contract::judge`. `held` is the contract the host last agreed on (none after a
+/// restart): it keeps serving under it when the record was deleted, if its config still asks
+/// for it. The model's contract store answers at once.
+pub fn compare(
+    world: &Shared,
+    served: &Served,
+    by: &str,
+    held: Option<&RouteContract>,
+) -> Comparison {
+    let writer = Writer::Host {
+        holds_wanted: held == Some(&served.contract),
+    };
+    settle(world, served, by, writer)
+}
+
+/// An operator's `dedup-host setup` with `served`'s config: records the route's contract
+/// when it was deleted (or never recorded), else judges the record found.
+pub fn setup(world: &Shared, served: &Served) -> Comparison {
+    settle(world, served, "setup", Writer::Setup)
+}
+
+fn settle(world: &Shared, served: &Served, by: &str, writer: Writer) -> Comparison {
     let route = &served.config.routes[0];
     let now = world.lock().expect("one thread").now;
     let new = || ContractRecord {
         // The model's time, not the machine's: a seed replays the same records.
         recorded_ms: now,
         ..ContractRecord::new(served.contract.clone(), by, &served.config, route)
-    };
-    // The model holds no contract a host agreed on before and deletes none.
-    let writer = Writer::Host {
-        holds_wanted: false,
     };
     let store = SimContracts {
         world: world.clone(),
@@ -202,4 +246,35 @@ pub fn compare(world: &Shared, served: &Served, by: &str) -> Comparison {
         .verdict(judge)
         .comparison()
         .expect("the model's contract store always settles")
+}
+
+/// The settings a host's re-bind of the route's source consumer (after a pull error) writes
+/// over `have`, the consumer's on the model server, as `pipeline/consume.rs` binds: whether
+/// it is an exclusive route's ([`source_consumer::binds_exclusive`], from `served` or from
+/// `started`, the config the host started with), what that config asks of it
+/// ([`source_consumer::Settings::wanted`], from `started`: a host's `Shared.config`), and
+/// what a host's bind keeps of what exists ([`source_consumer::to_write`]).
+pub fn rebind(started: &HostConfig, served: &Served, have: &Settings) -> Settings {
+    let config = started.config();
+    let route = &served.config.routes[0];
+    let queue =
+        source_consumer::binds_exclusive(&config, &route.name, route.exclusive_by.is_some());
+    let wanted = Settings::wanted(&config, vec![route.subject.clone()], queue);
+    source_consumer::to_write(source_consumer::Writer::Host, Some(have), &wanted, queue)
+}
+
+/// The source consumer's settings as `setup` writes them for `host`'s config of the route
+/// ([`source_consumer::Settings::wanted`]), but with the model's ack wait and delivery bound
+/// (the model's configs leave `source.ack_wait` and `source.server_max_deliver` at their
+/// defaults): an exclusive route's hands out one message at a time, with the order ack wait.
+pub fn set_up_consumer(host: &HostConfig, ack_wait_ms: u64, max_deliver: u64) -> Settings {
+    let config = host.config();
+    let route = &config.routes[0];
+    let exclusive = route.exclusive_by.is_some();
+    let mut s = Settings::wanted(&config, vec![route.subject.clone()], exclusive);
+    if !exclusive {
+        s.ack_wait = std::time::Duration::from_millis(ack_wait_ms);
+    }
+    s.max_deliver = max_deliver as i64;
+    s
 }

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use dedup_delivery::before::{ClaimedDelivery, Handled, Unclaimed};
 use dedup_delivery::claim::{ClaimError, Lease};
+use dedup_delivery::coalesce;
 use dedup_delivery::heartbeat::Progress;
 use dedup_delivery::outcome::MessageOutcome;
 use dedup_delivery::partition::{Partition, Queued};
@@ -21,10 +22,10 @@ use dedup_host::pipeline::busy_delay;
 use super::consumer::Lane;
 use super::ctx::{At, Ctx, NakMs, Running};
 use super::network::Stream;
+use super::outputs::Outputs;
 use super::route::Served;
 use super::settling::SimSettle;
 use super::store::SimStore;
-use super::world::Output;
 
 /// A delivery whose claim a simulated host did not win.
 pub(super) struct SimUnclaimed<'a> {
@@ -115,13 +116,14 @@ impl<'a> SimRun<'a> {
         }
     }
 
-    fn settle_with(&self, output: Option<Output>) -> SimSettle<'a> {
+    fn settle_with(&self, output: Option<Outputs>) -> SimSettle<'a> {
         SimSettle {
             ctx: self.ctx,
             at: self.at,
             lease: self.lease,
             store: self.store,
             output,
+            fenced: self.served.fenced,
             checked: !self.coalescing.load(Ordering::Relaxed),
         }
     }
@@ -148,7 +150,7 @@ impl Progress for SimRun<'_> {
 
 impl<'a> ClaimedDelivery for SimRun<'a> {
     type Store = SimStore;
-    type Outputs = Output;
+    type Outputs = Outputs;
     type Settle = SimSettle<'a>;
     type Clock = Ctx;
 
@@ -160,29 +162,46 @@ impl<'a> ClaimedDelivery for SimRun<'a> {
         self.served.fenced
     }
 
-    fn count_outputs(_output: &Output) -> u32 {
-        1
+    fn count_outputs(output: &Outputs) -> u32 {
+        output.list.len() as u32
     }
 
     fn settling(&self) -> SimSettle<'a> {
         self.settle_with(None)
     }
 
-    fn succeeded(&self, output: Output) -> SimSettle<'a> {
+    fn succeeded(&self, output: Outputs) -> SimSettle<'a> {
         self.settle_with(Some(output))
     }
 
+    /// Whether a newer message of the entity waits that will run: its key read as the host
+    /// reads it (from the leader), judged by the host's [`coalesce::will_run`]. A dead-letter
+    /// replay is not judged (the host cannot key it before its letter proves it), nor a key
+    /// whose read fails: this one runs.
     async fn superseded(&self) -> bool {
-        let newer = self.ctx.settings.mode.coalesce
-            && self.at.lane == Lane::Queue
-            && self.ctx.world().streams.newer_waiting(self.at.sequence);
+        if !self.ctx.settings.mode.coalesce || self.at.lane != Lane::Queue {
+            return false;
+        }
+        let newest = {
+            let w = self.ctx.world();
+            let newest = w.streams.newest_after(self.at.sequence);
+            let ours = w.streams.message(Lane::Queue, self.at.sequence).source;
+            newest.map(|m| (m.key.clone(), ours, m.fresh_from > 0))
+        };
+        let newer = match newest {
+            None | Some((_, _, true)) => false,
+            Some((key, ours, false)) => match self.store.get_fresh(&key).await {
+                Ok(read) => coalesce::will_run(read.as_ref().map(|(r, _)| r), ours),
+                Err(_) => false,
+            },
+        };
         self.coalescing.store(newer, Ordering::Relaxed);
         newer
     }
 
     /// The seeded handler ([`Ctx::invoke`]), registered first on an exclusive route, where
     /// overlapping runs of an entity are checked.
-    async fn invoke(&self, attempt: u32) -> Result<Handled<Output>, String> {
+    async fn invoke(&self, attempt: u32) -> Result<Handled<Outputs>, String> {
         let ctx = self.ctx;
         if ctx.settings.mode.exclusive {
             let running = ctx.exclusive_start(self.at, self.served, self.owner);

@@ -15,7 +15,7 @@ use std::time::Duration;
 use dedup_delivery::clock::Clock;
 use dedup_delivery::outcome::MessageOutcome;
 use dedup_delivery::{after, ahead, before, marker, queue};
-use dedup_host::claim::{ClaimState, Claimer, Lease};
+use dedup_host::claim::{record, ClaimState, Claimer, Lease};
 use dedup_host::stranded;
 
 use super::after::SimAfter;
@@ -34,6 +34,9 @@ impl Ctx {
         // The host marks a last delivery as it arrives, before it waits for its turn
         // ([`marker::received`]); its work's marker follows.
         let last = stranded::last_delivery(offer.number, self.settings.server_max_deliver as i64);
+        // The queue stage marks a last delivery too, as the host's does.
+        let queues = offer.lane == Lane::Source && self.settings.mode.exclusive;
+        let last = last && (!queues || queue::marks_last_delivery());
         // A proven replay's reset holds on every delivery (the host confirms it with the
         // stream leader; the model's replays are always proven).
         let at_now = |now| At {
@@ -42,7 +45,7 @@ impl Ctx {
             number: offer.number,
             key: offer.message.key.clone(),
             entity: offer.message.entity.clone(),
-            fresh_from: offer.message.fresh_from,
+            fresh_from: record::fresh_from(offer.message.fresh_from, offer.number),
             received: now,
         };
         if let Some(wait) = buffered {
@@ -57,7 +60,7 @@ impl Ctx {
         // The host's marker around a last delivery ([`marker::around`]).
         let marked = SimMarker { ctx: self, at: &at };
         let work = async {
-            if at.lane == Lane::Source && self.settings.mode.exclusive {
+            if queues {
                 let source = offer.message.source;
                 return queue::queue(&SimQueue {
                     ctx: self,
@@ -89,7 +92,9 @@ impl Ctx {
         if at.lane == Lane::Queue && !ahead::clear(&unclaimed).await {
             return;
         }
-        let claim = claimer.claim_fresh(&at.key, "d", at.fresh_from).await;
+        // Every record the claim writes names its source message, as the host's do.
+        let sequence = Some(self.world().streams.message(at.lane, at.sequence).source);
+        let claim = (claimer.claim_message(&at.key, "d", at.fresh_from, sequence)).await;
         let Some(lease) = before::claimed(&unclaimed, claim).await else {
             return;
         };

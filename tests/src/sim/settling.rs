@@ -7,11 +7,10 @@ use std::time::Duration;
 
 use dedup_delivery::claim::{ClaimError, ClaimRecord, Lease, OutputRef};
 use dedup_delivery::settle::{LetterRefused, Settlement, Settling};
-use dedup_host::pipeline::effects;
 
 use super::ctx::{At, Ctx};
+use super::outputs::Outputs;
 use super::store::SimStore;
-use super::world::Output;
 
 /// One delivery a simulated host holds the claim for, settling.
 pub struct SimSettle<'a> {
@@ -20,8 +19,11 @@ pub struct SimSettle<'a> {
     pub(super) lease: &'a Lease<SimStore>,
     /// The claims' store (the bucket, or the fenced stream's claim subjects).
     pub(super) store: &'a SimStore,
-    /// The handler's one output, when it succeeded.
-    pub(super) output: Option<Output>,
+    /// The handler's outputs, when it succeeded.
+    pub(super) output: Option<Outputs>,
+    /// Whether the route is fenced (its outputs committed with the record, sized as batch
+    /// members), as the delivery's host serves it.
+    pub(super) fenced: bool,
     /// Whether an ack is checked against the key's record: not for a coalesced key, which any
     /// later delivery of it (this message's own redelivery included) may reclaim at once.
     pub(super) checked: bool,
@@ -37,26 +39,24 @@ impl Settling for SimSettle<'_> {
     fn oversized(&self) -> Option<String> {
         let output = self.output.as_ref()?;
         let max = self.ctx.world().max_payload;
-        effects::over_max_payload(max, &self.at.key, [("out.r", output.size)])
+        output.oversized(&self.at.key, self.fenced, max)
     }
 
     async fn publish(&self) -> Result<Vec<OutputRef>, String> {
         let Some(output) = &self.output else {
             return Ok(Vec::new());
         };
-        if !self.ctx.reaches_server().await {
-            return Err("publish timed out: cut off from the server".into());
-        }
-        match self.ctx.world().publish(output) {
-            true => Ok(Vec::new()),
-            false => Err("publish refused".into()),
-        }
+        self.ctx.publish(output.published(&self.at.key)).await
     }
 
     async fn commit(&self, record: ClaimRecord, revision: u64) -> Result<u64, ClaimError> {
-        let output = self.output.clone().expect("a fenced commit has the output");
+        let output = self
+            .output
+            .as_ref()
+            .expect("a fenced commit has its outputs");
+        let members = output.committed(&self.at.key, &record, revision);
         self.store
-            .commit(&self.at.key, &record, revision, output)
+            .commit(&self.at.key, &record, revision, members)
             .await
     }
 

@@ -12,7 +12,7 @@ use dedup_delivery::contract::{ContractStore, Found, Written};
 use dedup_host::claim::{ClaimError, ClaimRecord, ClaimStore};
 use dedup_host::contract::ContractRecord;
 
-use super::world::{Answer, Op, Output, World};
+use super::world::{Answer, ContractKey, Op, Output, World};
 
 /// The shared simulated server.
 pub type Shared = Arc<Mutex<World>>;
@@ -56,15 +56,15 @@ impl Drop for Pending {
 }
 
 impl SimStore {
-    /// A fenced commit: the claim record at `revision` and `output` in one atomic batch.
+    /// A fenced commit: the claim record at `revision` and `outputs` in one atomic batch.
     pub async fn commit(
         &self,
         key: &str,
         record: &ClaimRecord,
         revision: u64,
-        output: Output,
+        outputs: Vec<Output>,
     ) -> Result<u64, ClaimError> {
-        let op = Op::Commit(self.key(key), record.clone(), revision, output);
+        let op = Op::Commit(self.key(key), record.clone(), revision, outputs);
         match self.send(op).await {
             Answer::Wrote(r) => r,
             Answer::Read(_) => unreachable!("a write gets a write's answer"),
@@ -123,10 +123,11 @@ impl ClaimStore for SimStore {
     }
 }
 
-/// The route's contract store on the model server ([`World::contract`]): one record, written
-/// once and never deleted or marked (the model has no contract change yet), at revision 1.
-/// It answers at once, never through the scheduler: a host checks its contract as it is
-/// configured, between steps, as the model always did.
+/// The route's contract store on the model server ([`World::contract`]): one key, read and
+/// written by revision, which an operator may delete ([`ContractKey::delete`]; the model has
+/// no contract change under way). It answers at once, never through the scheduler: a host
+/// checks its contract as it is configured and as its contract watch sees a change, between
+/// steps, as the model always did.
 pub struct SimContracts {
     /// The server.
     pub world: Shared,
@@ -138,11 +139,13 @@ impl ContractStore for SimContracts {
 
     async fn get(&self, _: &str) -> Result<Found<ContractRecord>, Self::Error> {
         let w = self.world.lock().expect("one thread");
-        Ok(match &w.contract {
-            None => Found::Never,
-            Some(record) => Found::Recorded {
+        let key = &w.contract;
+        Ok(match (&key.record, key.deleted) {
+            (_, true) => Found::Deleted(key.revision),
+            (None, false) => Found::Never,
+            (Some(record), false) => Found::Recorded {
                 record: record.clone(),
-                revision: 1,
+                revision: key.revision,
                 changing: None,
             },
         })
@@ -155,11 +158,14 @@ impl ContractStore for SimContracts {
         revision: u64,
     ) -> Result<Written, Self::Error> {
         let mut w = self.world.lock().expect("one thread");
-        let current = w.contract.as_ref().map_or(0, |_| 1);
-        if revision != current {
+        if revision != w.contract.revision {
             return Ok(Written::Raced);
         }
-        w.contract = Some(record.clone());
+        w.contract = ContractKey {
+            record: Some(record.clone()),
+            revision: revision + 1,
+            deleted: false,
+        };
         Ok(Written::Written)
     }
 }

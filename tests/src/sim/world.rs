@@ -10,9 +10,14 @@ use std::collections::BTreeMap;
 use dedup_delivery::undeliverable;
 use dedup_host::claim::{ClaimError, ClaimRecord, ClaimState};
 
-use super::consumer::{Delivery, Lane, Streams};
+use super::consumer::Streams;
 use super::network::{Network, Stream, REQUEST_TIMEOUT_MS};
+pub use super::outputs::Output;
 pub use super::rng::Rng;
+pub use contract::ContractKey;
+
+mod acks;
+mod contract;
 
 /// A store operation sent by a host and not answered yet.
 #[derive(Debug, Clone)]
@@ -25,17 +30,8 @@ pub enum Op {
     Create(String, ClaimRecord),
     /// Update a key at an expected revision.
     Update(String, ClaimRecord, u64),
-    /// A fenced commit: the update and the output stored in one atomic batch.
-    Commit(String, ClaimRecord, u64, Output),
-}
-
-/// An output a run publishes: its message id and its size in bytes.
-#[derive(Debug, Clone)]
-pub struct Output {
-    /// The id its copies are counted under (`<key>#<index>`).
-    pub id: String,
-    /// Its size, which the server refuses above `max_payload`.
-    pub size: usize,
+    /// A fenced commit: the update and the outputs stored in one atomic batch.
+    Commit(String, ClaimRecord, u64, Vec<Output>),
 }
 
 /// The answer a host gets for an [`Op`].
@@ -81,6 +77,11 @@ pub struct World {
     /// Fault rates.
     pub faults: Faults,
     kv: BTreeMap<String, Vec<(ClaimRecord, u64)>>,
+    /// How long a replica lags each replay's reset in this run (`None`: it does not): direct
+    /// gets of a replayed key answer its record from before the reset until then.
+    pub replay_lag_ms: Option<u64>,
+    /// Replayed keys a replica lags: until when, and the reset's revision.
+    lagging: BTreeMap<String, (u64, u64)>,
     revision: u64,
     next_op: u64,
     /// Operations sent, by id: the sending host and the operation.
@@ -96,8 +97,8 @@ pub struct World {
     pub window_ms: u64,
     /// Dead letters: keys, one entry per letter stored.
     pub dead_letters: Vec<String>,
-    /// The route's contract, once a host recorded it.
-    pub contract: Option<dedup_host::contract::ContractRecord>,
+    /// The route's contract key: recorded by the first host, maybe deleted by an operator.
+    pub contract: ContractKey,
     /// When the output streams refuse every write (deleted, then recreated): from, until.
     pub outage: (u64, u64),
     /// When the dead-letter stream refuses every write: from, until.
@@ -135,6 +136,8 @@ impl World {
             faulty: true,
             faults,
             kv: BTreeMap::new(),
+            replay_lag_ms: None,
+            lagging: BTreeMap::new(),
             revision: 0,
             next_op: 0,
             pending: BTreeMap::new(),
@@ -144,7 +147,7 @@ impl World {
             outputs: BTreeMap::new(),
             window_ms,
             dead_letters: Vec::new(),
-            contract: None,
+            contract: Default::default(),
             outage: (0, 0),
             dead_letter_outage: (0, 0),
             max_payload: 1 << 20,
@@ -306,6 +309,16 @@ impl World {
             };
         }
         match op {
+            Op::Get(key)
+                if self
+                    .lagging
+                    .get(key)
+                    .is_some_and(|(until, _)| self.now < *until) =>
+            {
+                let reset = self.lagging[key].1;
+                let history = self.kv.get(key).into_iter().flatten();
+                Answer::Read(Ok(history.rev().find(|(_, r)| *r < reset).cloned()))
+            }
             Op::Get(key) => {
                 let history = self.kv.get(key);
                 let stale = faulty && self.rng.chance(f.stale_read);
@@ -323,9 +336,19 @@ impl World {
                 "simulated: the fenced stream is gone".into(),
             ))),
             // The server refuses a message above its max payload, and the batch with it.
-            Op::Commit(_, _, _, out) if out.size > self.max_payload => Answer::Wrote(Err(
-                ClaimError::Unavailable("simulated: maximum payload exceeded".into()),
-            )),
+            Op::Commit(key, _, _, outs) if outs.iter().any(|o| o.size > self.max_payload) => {
+                let max = self.max_payload;
+                for o in outs.iter().filter(|o| o.size > max) {
+                    let what = format!(
+                        "a fenced batch of {key} carries {} to `{}`: {} bytes on the wire, over the server's max_payload of {max}: nats-server refuses the whole batch (and closes the host's connection), every time; the host's size check must dead-letter the key",
+                        o.id, o.subject, o.size
+                    );
+                    self.violation(what);
+                }
+                Answer::Wrote(Err(ClaimError::Unavailable(
+                    "simulated: maximum payload exceeded".into(),
+                )))
+            }
             Op::Create(..) | Op::Update(..) | Op::Commit(..) => {
                 let roll = if faulty { self.rng.bits() % 1000 } else { 1000 };
                 if roll < f.lost {
@@ -367,13 +390,23 @@ impl World {
             .entry(key.clone())
             .or_default()
             .push((record.clone(), revision));
-        if let Op::Commit(_, _, _, Output { id, .. }) = op {
+        if let Op::Commit(_, _, _, outs) = op {
             // A fenced output carries no message id: the fence, not a window, keeps it single.
             let now = self.now;
-            self.outputs.entry(id.clone()).or_default().push(now);
-            self.log(|| format!("fenced commit stores {id}"));
+            for Output { id, .. } in outs {
+                self.outputs.entry(id.clone()).or_default().push(now);
+                self.log(|| format!("fenced commit stores {id}"));
+            }
         }
         Ok(revision)
+    }
+
+    /// A replay reset `key` at revision `reset`: a replica lags it for the run's
+    /// [`World::replay_lag_ms`], if any.
+    pub fn lag_replay(&mut self, key: &str, reset: u64) {
+        if let Some(ms) = self.replay_lag_ms {
+            self.lagging.insert(key.to_string(), (self.now + ms, reset));
+        }
     }
 
     /// Writes `record` over `key` at `revision` for an operator's tool (no faults): its new
@@ -445,12 +478,26 @@ impl World {
         (self.outage.0..self.outage.1).contains(&self.now)
     }
 
-    /// Stores `out` unless a copy is inside the window; `false` when the publish is refused
-    /// (a fault, an outage, or an output above the server's max payload).
-    pub fn publish(&mut self, out: &Output) -> bool {
+    /// Notes a broken invariant once (a refusal repeated on every retry says nothing more).
+    fn violation(&mut self, what: String) {
+        self.log(|| format!("VIOLATION {what}"));
+        if !self.violations.contains(&what) {
+            self.violations.push(what);
+        }
+    }
+
+    /// Stores `out`, published by host `host`, unless a copy is inside the window; `false`
+    /// when the publish is refused (a fault, an outage, or an output above the server's max
+    /// payload, which the host's size check must never let out).
+    pub fn publish(&mut self, host: usize, out: &Output) -> bool {
         let id = &out.id;
         if out.size > self.max_payload {
-            self.log(|| format!("publish {id} refused: maximum payload exceeded"));
+            self.log(|| format!("h{host} publishes {id}: maximum payload exceeded"));
+            let what = format!(
+                "a host publishes {id} to `{}`: {} bytes on the wire, over the server's max_payload of {}: nats-server refuses it (and closes the host's connection), every time; the host's size check must dead-letter the key",
+                out.subject, out.size, self.max_payload
+            );
+            self.violation(what);
             return false;
         }
         if self.in_outage() {
@@ -487,82 +534,12 @@ fn describe(op: &Op) -> String {
         Op::GetLeader(key) => format!("get {key} from the leader"),
         Op::Create(key, r) => format!("create {key} {:?} by {}", r.state, r.owner),
         Op::Update(key, r, rev) => format!("update {key}@{rev} {:?} by {}", r.state, r.owner),
-        Op::Commit(key, r, rev, Output { id, .. }) => {
-            format!("commit {key}@{rev} {:?} with {id} by {}", r.state, r.owner)
-        }
-    }
-}
-
-/// What a host's acks, naks, terms and progress acks do to the model's consumers.
-impl World {
-    /// Whether what host `host` sends to `lane`'s consumer is lost: the host is partitioned
-    /// from the server, or the stream is electing a leader.
-    fn unheard(&mut self, host: usize, lane: Lane, what: &str) -> bool {
-        let now = self.now;
-        let why = if self.network.cut_off(host, now) {
-            "the host is cut off"
-        } else if self.network.electing(lane.into(), now) {
-            "the stream has no leader"
-        } else {
-            return false;
-        };
-        self.log(|| format!("{what} from h{host} lost: {why}"));
-        true
-    }
-
-    /// Settles delivery `number` of `sequence` in `lane` for host `host`; `None` acks or
-    /// terms, `Some(delay)` naks. An answer to an older delivery still settles the message,
-    /// as on the server.
-    pub fn settle(
-        &mut self,
-        host: usize,
-        lane: Lane,
-        sequence: u64,
-        number: u64,
-        nak: Option<u64>,
-    ) {
-        if self.unheard(
-            host,
-            lane,
-            &format!("settle of {lane:?} {sequence}#{number}"),
-        ) {
-            return;
-        }
-        if self.faulty && self.rng.chance(self.faults.lost_ack) {
-            self.log(|| format!("settle of {lane:?} {sequence}#{number} lost"));
-            return;
-        }
-        let now = self.now;
-        let m = &mut self.streams.lane_mut(lane)[sequence as usize - 1];
-        if matches!(m.delivery, Delivery::Out { .. }) {
-            m.delivery = match nak {
-                None => Delivery::Done,
-                Some(delay) => Delivery::Available(now + delay),
-            };
-        }
-        self.log(|| {
+        Op::Commit(key, r, rev, outs) => {
+            let ids: Vec<&str> = outs.iter().map(|o| o.id.as_str()).collect();
             format!(
-                "settle {lane:?} {sequence}#{number}: {}",
-                nak.map_or("ack".into(), |d| format!("nak {d} ms"))
+                "commit {key}@{rev} {:?} with {ids:?} by {}",
+                r.state, r.owner
             )
-        });
-    }
-
-    /// A progress ack from host `host`: the ack wait starts again.
-    pub fn progress(&mut self, host: usize, lane: Lane, sequence: u64, number: u64) {
-        if self.unheard(
-            host,
-            lane,
-            &format!("progress of {lane:?} {sequence}#{number}"),
-        ) {
-            return;
-        }
-        let deadline = self.now + self.streams.ack_wait_ms;
-        let m = &mut self.streams.lane_mut(lane)[sequence as usize - 1];
-        if let Delivery::Out { number: n, .. } = m.delivery {
-            if n == number {
-                m.delivery = Delivery::Out { number, deadline };
-            }
         }
     }
 }

@@ -31,7 +31,12 @@ pub enum Found {
 /// `fresh_from` is the revision a replay reset the key at (0 for other messages).
 pub fn found(read: Option<&(ClaimRecord, u64)>, fresh_from: u64) -> Found {
     match read {
-        Some((_, revision)) if *revision < fresh_from => Found::Stale,
+        Some((_, revision))
+            if *revision < fresh_from
+                && !crate::revert::reverted(crate::revert::Fix::ReplayResetRevision) =>
+        {
+            Found::Stale
+        }
         Some((r, _)) if r.state == ClaimState::Completed => Found::Completed,
         Some((r, _)) if r.state == ClaimState::Failed && r.permanent => Found::FailedForGood,
         Some((_, revision)) => Found::Run {
@@ -194,8 +199,10 @@ impl<S: ClaimStore> Claimer<S> {
         reset: Option<u64>,
     ) -> Result<bool, ClaimError> {
         match reset {
-            Some(revision) => self.update_settled(key, record, revision).await,
-            None => self.create_settled(key, record).await,
+            Some(revision) if !crate::revert::reverted(crate::revert::Fix::ReplayReplaces) => {
+                self.update_settled(key, record, revision).await
+            }
+            _ => self.create_settled(key, record).await,
         }
     }
 }
@@ -205,7 +212,10 @@ impl<S: ClaimStore> Claimer<S> {
 /// for the replayed message to run; a delivery that read the key before it (a late copy of the
 /// old run) must lose to it, or its dead record would end the replay unrun.
 fn unsettled(record: &ClaimRecord) -> bool {
-    record.state == ClaimState::Failed && !record.permanent && !record.replayable()
+    !crate::revert::reverted(crate::revert::Fix::PublishFailedMark)
+        && record.state == ClaimState::Failed
+        && !record.permanent
+        && !record.replayable()
 }
 
 /// `record`, written over `current`: a failed record keeps the mark saying window outputs of

@@ -13,6 +13,7 @@ use super::held::HeldRevision;
 use super::record::virtual_clock::monotonic_ms;
 use super::record::{now_ms, ClaimRecord, ClaimState, OutputRef};
 use super::store::{ClaimError, ClaimStore};
+use crate::revert::{self, Fix};
 
 /// How many reads a lease write refused for a conflict makes to learn what the key became.
 const READ_BACKS: usize = 3;
@@ -107,6 +108,11 @@ impl<S: ClaimStore> Lease<S> {
         // host, not from when its answer came back: what is left of it by this host's wall
         // clock, counted on the monotonic one from now.
         let left = (record.lease_expires_ms.saturating_sub(now_ms())).min(lease.as_millis() as u64);
+        // Reverted (test-only): counted from when the answer came back.
+        let left = match revert::reverted(Fix::LeaseFromSend) {
+            true => lease.as_millis() as u64,
+            false => left,
+        };
         let lapses_at_ms = monotonic_ms() + left;
         let written_at_ms = lapses_at_ms.saturating_sub(lease.as_millis() as u64);
         Lease {
@@ -249,7 +255,8 @@ impl<S: ClaimStore> Lease<S> {
         // entity's next message started (an exclusive route's order; the simulation's seed
         // 27819 `--fenced --exclusive`); the key's next delivery, or its dead letter, decides.
         let lapses_at = self.lapses_at_ms.load(Ordering::Acquire);
-        if monotonic_ms() >= lapses_at {
+        let exempt = last && revert::reverted(Fix::OutcomeWriteFenced); // test-only
+        if monotonic_ms() >= lapses_at && !exempt {
             return Err(WriteError::Lost(self.lapsed(&mut state).await));
         }
         let mut next = state.record.clone();
@@ -259,6 +266,13 @@ impl<S: ClaimStore> Lease<S> {
         let started = monotonic_ms();
         let written = match put(next.clone(), state.revision).await {
             Ok(revision) => Ok(revision),
+            // Reverted (test-only): any conflict loses the lease, read back or not.
+            Err(ClaimError::Conflict) if revert::reverted(Fix::LateWriteAdopted) => {
+                state.lost = true;
+                self.held.clear();
+                self.lapses_at_ms.store(LOST, Ordering::Release);
+                return Err(WriteError::Lost(LeaseLost::Reclaimed));
+            }
             Err(ClaimError::Conflict) => {
                 // The key moved past the revision we hold. Ours still, at a later revision:
                 // an earlier write of this lease landed after its read-back (rule 13 with a
@@ -277,11 +291,14 @@ impl<S: ClaimStore> Lease<S> {
                             return Err(WriteError::Lost(LeaseLost::Reclaimed));
                         }
                     };
-                    if revision <= state.revision {
+                    // Reverted (test-only): a stale read is taken for the key's state.
+                    let stale = revision <= state.revision;
+                    if stale && !revert::reverted(Fix::StaleReadAfterConflict) {
                         continue; // a lagging replica
                     }
                     let theirs = &state.record;
-                    if current.state == ClaimState::InProgress
+                    if !stale
+                        && current.state == ClaimState::InProgress
                         && current.owner == theirs.owner
                         && current.nonce == theirs.nonce
                         && current.fencing_token == Some(self.fencing_token)

@@ -152,7 +152,9 @@ impl<S: ClaimStore> Claimer<S> {
                 deleted = true;
                 continue;
             };
-            if revision < fresh_from {
+            if revision < fresh_from
+                && !crate::revert::reverted(crate::revert::Fix::ReplayResetRevision)
+            {
                 stale += 1;
                 if stale < super::record::STALE_READS {
                     continue;
@@ -170,7 +172,9 @@ impl<S: ClaimStore> Claimer<S> {
             }
             match current.state {
                 // Skipped for a newer message, not run: a later message with its key runs.
-                ClaimState::Completed if current.is_coalesced() => {}
+                ClaimState::Completed
+                    if current.is_coalesced()
+                        && !crate::revert::reverted(crate::revert::Fix::CoalescedNotCompleted) => {}
                 ClaimState::Completed => return Ok(ClaimOutcome::Completed),
                 ClaimState::Failed if current.permanent => return Ok(ClaimOutcome::DeadLettered),
                 ClaimState::Failed => {

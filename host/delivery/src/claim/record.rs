@@ -202,6 +202,20 @@ pub const STALE_READS: u32 = 3;
 /// claim store's leader holds (`pipeline/reset.rs`), on every delivery.
 pub const RESET_REVISION: &str = "Dedup-Reset-Revision";
 
+/// The revision delivery number `delivered` of a message reads its key against: `reset`, the
+/// revision a proven replay reset the key at ([`RESET_REVISION`]; 0: none), on every delivery,
+/// however long a replica lags (issue 42, finding 10). With [`Fix::LaggingReplayRuns`]
+/// reverted (test-only), only on the first five deliveries, as before that fix.
+///
+/// [`Fix::LaggingReplayRuns`]: crate::revert::Fix::LaggingReplayRuns
+pub fn fresh_from(reset: u64, delivered: u64) -> u64 {
+    use crate::revert::{reverted, Fix};
+    match delivered > 5 && reverted(Fix::LaggingReplayRuns) {
+        true => 0,
+        false => reset,
+    }
+}
+
 /// The reason a replay writes into the claim record it resets.
 pub const REPLAY_REASON: &str = "replay of dead letter";
 

@@ -1,0 +1,210 @@
+//! Test-only switches that each undo one fix, so that the simulation (`simulate --revert`,
+//! `simulate --canaries`) and the integration tests can show what the fix prevents: the
+//! reverted-fix canaries of `docs/src/how/simulation.md`.
+//!
+//! A switch is off unless the process sets [`ENV`] (a comma-separated list of [`Fix`] names)
+//! or the simulation calls [`set`] on its thread. Checking one costs a thread-local read and
+//! one atomic load.
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Test-only: a comma-separated list of fix names (`Fix::name`) to revert in this process.
+/// Never set in production: each name undoes a fix that keeps a guarantee.
+pub const ENV: &str = "DEDUP_HOST_TEST_REVERT";
+
+/// The former one-fix switch, still honoured: reverts [`Fix::AheadWait`] and
+/// [`Fix::AheadLate`].
+pub const AHEAD_ENV: &str = "DEDUP_HOST_TEST_REVERT_AHEAD_WAIT";
+
+macro_rules! fixes {
+    ($($(#[doc = $doc:literal])* $variant:ident = $name:literal,)*) => {
+        /// One fix that a test-only switch can undo.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum Fix {
+            $($(#[doc = $doc])* $variant,)*
+        }
+
+        impl Fix {
+            /// Every fix with a switch, in the order of the table in `docs/src/how/simulation.md`.
+            pub const ALL: &'static [Fix] = &[$(Fix::$variant,)*];
+
+            /// The fix's name, as [`ENV`] and `simulate --revert` take it.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(Fix::$variant => $name,)*
+                }
+            }
+
+            /// What reverting it does, one sentence (the first line of its doc comment).
+            pub fn reverted_means(self) -> &'static str {
+                match self {
+                    $(Fix::$variant => first_line(&[$($doc,)*]),)*
+                }
+            }
+        }
+    };
+}
+
+fn first_line(docs: &[&'static str]) -> &'static str {
+    docs.first().map_or("", |line| line.trim())
+}
+
+fixes! {
+    // The seven findings of the first guarantees issue.
+    /// 1: an exclusive route's partition count from the host's own size, not its contract.
+    PartitionsFromContract = "partitions-from-contract",
+    /// 2: a host serves a route whatever its recorded contract says (no contract check).
+    /// `contract::judge` skips the comparison; the owner and consumer checks stay.
+    ContractCheck = "contract-check",
+    /// 3: a claim-after replay creates the key's record instead of replacing the failed one.
+    ReplayReplaces = "replay-replaces",
+    /// 4a: retries after an outage every second, with no outage backoff.
+    /// Alone, not found: the marker before the last delivery (4b) and the sweep letter a
+    /// message whose deliveries it spent, and the end check excuses a key the sweep gave up on.
+    OutageBackoff = "outage-backoff",
+    /// 4b: no stranded-message marker before a message's last delivery.
+    /// (`marker::around`; the marker of a queued delivery on receipt, `marker::received`, stays.)
+    LastDeliveryMarker = "last-delivery-marker",
+    /// 5: no per-output size check (every output passes `over_max_payload`).
+    OutputSizeCheck = "output-size-check",
+    /// 6: a coalesced key counts as completed at the claim.
+    CoalescedNotCompleted = "coalesced-not-completed",
+    /// 7: a write conflict loses the lease (a write that landed late is not adopted).
+    LateWriteAdopted = "late-write-adopted",
+    // Found by the simulation.
+    /// A stale read after a write conflict loses the lease.
+    StaleReadAfterConflict = "stale-read-after-conflict",
+    /// A read that lags a replay's reset revision is taken as the key's state, not read again.
+    ReplayResetRevision = "replay-reset-revision",
+    /// A busy key's nak delay is capped below the outage backoff's ceiling.
+    /// Alone, not found, as with [`Fix::OutageBackoff`]: the sweep letters the spent copies.
+    BusyDelayCoversOutage = "busy-delay-covers-outage",
+    /// The settle order records the outcome before publishing the outputs.
+    SettleOrder = "settle-order",
+    /// A claim-before delivery that finds its key busy acks instead of naking.
+    BusyNaks = "busy-naks",
+    /// A claim-after delivery acks before its settled write.
+    AfterAckOrder = "after-ack-order",
+    /// The queue stage acks a source message before its copy is stored.
+    QueueAckOrder = "queue-ack-order",
+    /// The stranded-message marker is removed after a last delivery that did not end the message.
+    MarkerKept = "marker-kept",
+    /// A claim-after write that meets another delivery's publish-failed mark counts as a duplicate.
+    PublishFailedMark = "publish-failed-mark",
+    /// A queued message does not wait behind a given-up one still running under a live lease.
+    AheadWait = "ahead-wait",
+    /// A claimed last queued delivery whose ack wait ran out is run, not released.
+    AheadLate = "ahead-late",
+    /// A claimed queued delivery is judged by its host's clock and config, not its partition consumer's info.
+    PartitionConsumerInfo = "partition-consumer-info",
+    /// A queued delivery its partition moved past is judged late only if it is the last one.
+    LateBeforeLast = "late-before-last",
+    /// The outcome write is exempt from the lease's local expiry check.
+    OutcomeWriteFenced = "outcome-write-fenced",
+    /// A claim's lease is counted from when its answer came back, not from when it was sent.
+    LeaseFromSend = "lease-from-send",
+    /// A last delivery is marked only when its work starts, not as it reaches the host.
+    MarkerOnReceipt = "marker-on-receipt",
+    /// A coalesced key's message the server gave up on counts as settled and is deleted.
+    CoalescedGivenUpLettered = "coalesced-given-up-lettered",
+    // The findings of "Guarantees at the edges" (issue 42).
+    /// 42.2: a rebind uses the config the host started with, not the live one.
+    RebindLiveConfig = "rebind-live-config",
+    /// 42.4: a deleted contract record lets a host record its own config again.
+    DeletedContractStays = "deleted-contract-stays",
+    /// 42.5: an output's size counts its own header names and values only (no `: `, CRLF or `NATS/1.0` framing), plus a fixed budget for the host's headers that an inherited trace context outgrows.
+    WireSize = "wire-size",
+    /// 42.6: a message is coalesced behind a newer sibling whose key will not run.
+    CoalesceBehindRunnable = "coalesce-behind-runnable",
+    /// 42.9: the duplicate window required of an output stream leaves out the outage backoff.
+    WindowCoversOutage = "window-covers-outage",
+    /// 42.10: the queue stage writes no stranded-message marker.
+    QueueStageMarker = "queue-stage-marker",
+    /// 42.10: a replay's reset holds for five deliveries only; a lagging read after that ends it.
+    LaggingReplayRuns = "lagging-replay-runs",
+}
+
+/// Unset: [`ENV`] not read yet.
+const UNREAD: u64 = u64::MAX;
+
+static REVERTED: AtomicU64 = AtomicU64::new(UNREAD);
+
+thread_local! {
+    /// What [`set`] chose for this thread, over [`ENV`].
+    static ON_THIS_THREAD: Cell<Option<u64>> = const { Cell::new(None) };
+}
+
+impl Fix {
+    /// The fix named `name`, if any.
+    pub fn parse(name: &str) -> Option<Fix> {
+        Fix::ALL.iter().copied().find(|f| f.name() == name)
+    }
+
+    fn bit(self) -> u64 {
+        let at = Fix::ALL.iter().position(|f| *f == self).unwrap_or(0);
+        1 << at
+    }
+}
+
+/// Whether `fix` is reverted on this thread (test-only).
+pub fn reverted(fix: Fix) -> bool {
+    if let Some(mask) = ON_THIS_THREAD.with(Cell::get) {
+        return mask & fix.bit() != 0;
+    }
+    let mut mask = REVERTED.load(Ordering::Relaxed);
+    if mask == UNREAD {
+        mask = from_env();
+        REVERTED.store(mask, Ordering::Relaxed);
+    }
+    mask & fix.bit() != 0
+}
+
+/// Reverts exactly `fixes` from now on, on this thread only, whatever [`ENV`] says
+/// (test-only: the simulation runs every host on one thread, and sets it between runs).
+pub fn set(fixes: &[Fix]) {
+    let mask = fixes.iter().fold(0, |m, f| m | f.bit());
+    ON_THIS_THREAD.with(|on| on.set(Some(mask)));
+}
+
+fn from_env() -> u64 {
+    let mut mask = 0;
+    if std::env::var_os(AHEAD_ENV).is_some() {
+        mask |= Fix::AheadWait.bit() | Fix::AheadLate.bit();
+    }
+    if let Ok(names) = std::env::var(ENV) {
+        for name in names.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+            match Fix::parse(name) {
+                Some(f) => mask |= f.bit(),
+                None => eprintln!("{ENV}: no fix is named `{name}`; ignored"),
+            }
+        }
+    }
+    mask
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_fix_has_a_distinct_name_and_a_bit_and_a_sentence() {
+        assert!(Fix::ALL.len() < 64);
+        for (i, f) in Fix::ALL.iter().enumerate() {
+            assert_eq!(Fix::parse(f.name()), Some(*f));
+            assert_eq!(f.bit(), 1 << i);
+            assert!(!f.reverted_means().is_empty(), "{f:?}");
+        }
+    }
+
+    #[test]
+    fn a_switch_set_on_one_thread_leaves_the_others_alone() {
+        set(&[Fix::SettleOrder]);
+        assert!(reverted(Fix::SettleOrder));
+        assert!(!reverted(Fix::BusyNaks));
+        let elsewhere = std::thread::spawn(|| reverted(Fix::SettleOrder)).join();
+        assert!(!elsewhere.expect("thread"));
+        set(&[]);
+        assert!(!reverted(Fix::SettleOrder));
+    }
+}
