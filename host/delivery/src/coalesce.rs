@@ -9,14 +9,16 @@
 use crate::claim::{ClaimRecord, ClaimState};
 use crate::revert::{reverted, Fix};
 
-/// Whether a newer queued message than the one of source sequence `ours`, whose key's record
-/// is `record` (`None`: never claimed), will run, or an update newer than ours already ran:
-/// its key is neither completed (other than by coalescing, which a later message runs again)
-/// nor failed for good, or a message after ours completed it
-/// ([`ClaimRecord::source_sequence`]: a stale copy of a skipped message must not run after
-/// that; the simulation's seed 1252 `--fenced --coalesce`). With
+/// Whether the newer queued message of source sequence `newest` than ours (source sequence
+/// `ours`), whose key's record is `record` (`None`: never claimed), will run, or an update
+/// newer than ours already ran: its key is neither completed (other than by coalescing, which
+/// a later message runs again) nor failed for good, or a message after ours and no later than
+/// the newest completed it ([`ClaimRecord::source_sequence`]: a stale copy of a skipped
+/// message must not run after that; the simulation's seed 1252 `--fenced --coalesce`). A key
+/// completed by a message past the newest (another entity's, with a key shared across
+/// entities) does not count: the newest is then a duplicate and ours must run. With
 /// [`Fix::CoalesceBehindRunnable`] reverted (test-only): always, as before that fix.
-pub fn will_run(record: Option<&ClaimRecord>, ours: u64) -> bool {
+pub fn will_run(record: Option<&ClaimRecord>, (ours, newest): (u64, u64)) -> bool {
     if reverted(Fix::CoalesceBehindRunnable) {
         return true;
     }
@@ -24,7 +26,7 @@ pub fn will_run(record: Option<&ClaimRecord>, ours: u64) -> bool {
         None => true,
         Some(r) => match r.state {
             ClaimState::Completed => {
-                r.is_coalesced() || r.source_sequence.is_some_and(|s| s > ours)
+                r.is_coalesced() || r.source_sequence.is_some_and(|s| s > ours && s <= newest)
             }
             ClaimState::Failed => !r.permanent,
             ClaimState::InProgress => true,
@@ -38,32 +40,16 @@ mod tests {
 
     fn record(state: ClaimState, permanent: bool, reason: Option<&str>) -> ClaimRecord {
         ClaimRecord {
-            state,
-            owner: "h1".into(),
-            nonce: 0,
-            attempt: 1,
-            lease_expires_ms: 0,
-            digest: String::new(),
-            effects_by: None,
-            unknown_effects: false,
-            outputs_as: None,
-            calls_as: None,
             reason: reason.map(str::to_string),
-            permanent,
-            retry_at_ms: None,
-            fencing_token: None,
-            source_sequence: None,
-            outputs: Vec::new(),
-            batch_outputs: None,
-            created_ms: 0,
-            updated_ms: 0,
+            ..crate::claim::record::sample(state, permanent)
         }
     }
 
     #[test]
     fn a_newer_message_whose_key_is_settled_will_not_run() {
-        let at = |r: ClaimRecord| will_run(Some(&r), 9);
-        assert!(will_run(None, 9));
+        // Ours is source message 9, the newest of its entity 12.
+        let at = |r: ClaimRecord| will_run(Some(&r), (9, 12));
+        assert!(will_run(None, (9, 12)));
         assert!(at(record(ClaimState::InProgress, false, None)));
         assert!(at(record(ClaimState::Failed, false, None)));
         let coalesced = Some(crate::claim::record::COALESCED_REASON);
@@ -76,7 +62,11 @@ mod tests {
         assert!(!at(record(ClaimState::Completed, false, None)));
         assert!(!at(before(8)));
         assert!(!at(record(ClaimState::Failed, true, None)));
-        // Completed by a message after ours: a newer update ran.
+        // Completed by a message after ours, up to the newest: a newer update ran.
         assert!(at(before(10)));
+        assert!(at(before(12)));
+        // Completed by a message past the newest (another entity's, the key shared): the
+        // newest is a duplicate, and ours must run.
+        assert!(!at(before(13)));
     }
 }

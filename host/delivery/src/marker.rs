@@ -33,8 +33,8 @@ pub async fn around<M: Marking, F: Future>(marker: Option<&M>, work: F) -> F::Ou
         marker.mark().await;
     }
     let out = work.await;
-    let kept = |m: &&M| m.ended() || crate::revert::reverted(crate::revert::Fix::MarkerKept);
-    if let Some(marker) = marker.filter(kept) {
+    let forgotten = |m: &&M| m.ended() || crate::revert::reverted(crate::revert::Fix::MarkerKept);
+    if let Some(marker) = marker.filter(forgotten) {
         marker.forget().await;
     }
     out

@@ -60,8 +60,8 @@ fixes! {
     /// 3: a claim-after replay creates the key's record instead of replacing the failed one.
     ReplayReplaces = "replay-replaces",
     /// 4a: retries after an outage every second, with no outage backoff.
-    /// Alone, not found: the marker before the last delivery (4b) and the sweep letter a
-    /// message whose deliveries it spent, and the end check excuses a key the sweep gave up on.
+    /// Found since the end check counts a message the server gave up on at its default
+    /// bound (the sweep letters it, which the other checks excuse).
     OutageBackoff = "outage-backoff",
     /// 4b: no stranded-message marker before a message's last delivery.
     /// (`marker::around`; the marker of a queued delivery on receipt, `marker::received`, stays.)
@@ -78,7 +78,7 @@ fixes! {
     /// A read that lags a replay's reset revision is taken as the key's state, not read again.
     ReplayResetRevision = "replay-reset-revision",
     /// A busy key's nak delay is capped below the outage backoff's ceiling.
-    /// Alone, not found, as with [`Fix::OutageBackoff`]: the sweep letters the spent copies.
+    /// Found as [`Fix::OutageBackoff`] is: the copies' deliveries are spent.
     BusyDelayCoversOutage = "busy-delay-covers-outage",
     /// The settle order records the outcome before publishing the outputs.
     SettleOrder = "settle-order",
@@ -141,9 +141,10 @@ impl Fix {
         Fix::ALL.iter().copied().find(|f| f.name() == name)
     }
 
+    /// Its bit in a mask: its place in [`Fix::ALL`], which lists the variants in declaration
+    /// order (checked by a unit test).
     fn bit(self) -> u64 {
-        let at = Fix::ALL.iter().position(|f| *f == self).unwrap_or(0);
-        1 << at
+        1 << (self as u64)
     }
 }
 
@@ -158,6 +159,11 @@ pub fn reverted(fix: Fix) -> bool {
         REVERTED.store(mask, Ordering::Relaxed);
     }
     mask & fix.bit() != 0
+}
+
+/// The fixes reverted on this thread (what a host logs at start: never empty in production).
+pub fn active() -> Vec<Fix> {
+    Fix::ALL.iter().copied().filter(|f| reverted(*f)).collect()
 }
 
 /// Reverts exactly `fixes` from now on, on this thread only, whatever [`ENV`] says
@@ -176,7 +182,7 @@ fn from_env() -> u64 {
         for name in names.split(',').map(str::trim).filter(|n| !n.is_empty()) {
             match Fix::parse(name) {
                 Some(f) => mask |= f.bit(),
-                None => eprintln!("{ENV}: no fix is named `{name}`; ignored"),
+                None => tracing::error!("{ENV}: no fix is named `{name}`; ignored"),
             }
         }
     }
@@ -192,7 +198,7 @@ mod tests {
         assert!(Fix::ALL.len() < 64);
         for (i, f) in Fix::ALL.iter().enumerate() {
             assert_eq!(Fix::parse(f.name()), Some(*f));
-            assert_eq!(f.bit(), 1 << i);
+            assert_eq!(f.bit(), 1 << i, "{f:?} is not in ALL at its declared place");
             assert!(!f.reverted_means().is_empty(), "{f:?}");
         }
     }
@@ -200,10 +206,12 @@ mod tests {
     #[test]
     fn a_switch_set_on_one_thread_leaves_the_others_alone() {
         set(&[Fix::SettleOrder]);
+        // The other thread reads the environment: only meaningful where it names no fix.
+        let env_clean = std::env::var_os(ENV).is_none() && std::env::var_os(AHEAD_ENV).is_none();
         assert!(reverted(Fix::SettleOrder));
         assert!(!reverted(Fix::BusyNaks));
         let elsewhere = std::thread::spawn(|| reverted(Fix::SettleOrder)).join();
-        assert!(!elsewhere.expect("thread"));
+        assert!(!elsewhere.expect("thread") || !env_clean);
         set(&[]);
         assert!(!reverted(Fix::SettleOrder));
     }

@@ -91,25 +91,11 @@ mod tests {
 
     fn record(state: ClaimState, permanent: bool, lease_expires_ms: u64) -> ClaimRecord {
         ClaimRecord {
-            state,
-            owner: "h1".into(),
-            nonce: 0,
-            attempt: 2,
             lease_expires_ms,
-            digest: String::new(),
-            effects_by: None,
-            unknown_effects: false,
-            outputs_as: None,
-            calls_as: None,
             reason: Some("boom".into()),
-            permanent,
             retry_at_ms: Some(5),
-            fencing_token: None,
-            source_sequence: None,
-            outputs: Vec::new(),
-            batch_outputs: None,
-            created_ms: 0,
-            updated_ms: 0,
+            attempt: 2,
+            ..crate::claim::record::sample(state, permanent)
         }
     }
 

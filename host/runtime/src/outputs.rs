@@ -128,6 +128,14 @@ fn has_prefix(name: &str, prefix: &str) -> bool {
         .is_some_and(|p| p.eq_ignore_ascii_case(prefix))
 }
 
+/// Every line of header block `h`, as (name, value), in order (what goes on the wire).
+pub fn header_lines(h: &HeaderMap) -> impl Iterator<Item = (&str, &str)> {
+    h.iter().flat_map(|(name, values)| {
+        let name: &str = name.as_ref();
+        values.iter().map(move |v| (name, v.as_str()))
+    })
+}
+
 /// Builds the header map of an already checked output.
 pub fn header_map(headers: &[Header]) -> HeaderMap {
     let mut map = HeaderMap::new();

@@ -54,10 +54,7 @@ impl BatchMessage {
 
     /// Every header line it carries before the batch headers, as (name, value), in order.
     pub fn header_lines(&self) -> impl Iterator<Item = (&str, &str)> {
-        self.headers.iter().flat_map(|(name, values)| {
-            let name: &str = name.as_ref();
-            values.iter().map(move |v| (name, v.as_str()))
-        })
+        crate::runtime::outputs::header_lines(&self.headers)
     }
 
     /// Its payload's size in bytes.

@@ -96,7 +96,10 @@ impl<S: ClaimStore> Shared<S> {
             .get_from_leader(&route.claim_key(&key))
             .await
             .map_err(|e| e.to_string())?;
-        Ok(coalesce::will_run(record.as_ref().map(|(r, _)| r), ours))
+        Ok(coalesce::will_run(
+            record.as_ref().map(|(r, _)| r),
+            (ours, sequence),
+        ))
     }
 }
 

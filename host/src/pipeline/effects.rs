@@ -87,16 +87,8 @@ impl Outgoing {
 
     /// Every header line it is published with, as (name, value), in order.
     pub fn header_lines(&self) -> impl Iterator<Item = (&str, &str)> {
-        header_lines(&self.headers)
+        crate::runtime::outputs::header_lines(&self.headers)
     }
-}
-
-/// Every line of header block `h`, as (name, value), in order.
-fn header_lines(h: &HeaderMap) -> impl Iterator<Item = (&str, &str)> {
-    h.iter().flat_map(|(name, values)| {
-        let name: &str = name.as_ref();
-        values.iter().map(move |v| (name, v.as_str()))
-    })
 }
 
 /// What nats-server counts against `max_payload` for one HPUB: the whole header block
@@ -122,7 +114,7 @@ fn counted_before_wire_size(h: &HeaderMap) -> usize {
                     .is_some_and(|n| n.eq_ignore_ascii_case(p))
             })
     };
-    header_lines(h)
+    crate::runtime::outputs::header_lines(h)
         .filter(|(name, _)| !host_set(name))
         .map(|(name, value)| name.len() + value.len())
         .sum()

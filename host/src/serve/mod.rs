@@ -188,6 +188,14 @@ pub async fn start_with_routes(
     routes: Routes,
     runtime: Option<Runtime>,
 ) -> anyhow::Result<RunningHost> {
+    for fix in dedup_delivery::revert::active() {
+        tracing::error!(
+            fix = fix.name(),
+            "test-only switch {} is set: this host runs WITHOUT the fix \"{}\"; unset it outside tests",
+            dedup_delivery::revert::ENV,
+            fix.reverted_means()
+        );
+    }
     let instance_id = config
         .host
         .instance_id

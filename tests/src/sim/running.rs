@@ -186,12 +186,12 @@ impl<'a> ClaimedDelivery for SimRun<'a> {
             let w = self.ctx.world();
             let newest = w.streams.newest_after(self.at.sequence);
             let ours = w.streams.message(Lane::Queue, self.at.sequence).source;
-            newest.map(|m| (m.key.clone(), ours, m.fresh_from > 0))
+            newest.map(|m| (m.key.clone(), (ours, m.source), m.fresh_from > 0))
         };
         let newer = match newest {
             None | Some((_, _, true)) => false,
-            Some((key, ours, false)) => match self.store.get_fresh(&key).await {
-                Ok(read) => coalesce::will_run(read.as_ref().map(|(r, _)| r), ours),
+            Some((key, sequences, false)) => match self.store.get_fresh(&key).await {
+                Ok(read) => coalesce::will_run(read.as_ref().map(|(r, _)| r), sequences),
                 Err(_) => false,
             },
         };

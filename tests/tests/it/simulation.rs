@@ -127,6 +127,7 @@ fn every_reverted_fix_is_found_by_its_seed_within_the_ci_budget() {
             mode,
             ..Settings::default()
         };
+        revert::set(&[]);
         let clean = sim::run(seed, settings, false);
         revert::set(&[fix]);
         let reverted = sim::run(seed, settings, false);

@@ -271,3 +271,29 @@ pub mod virtual_clock {
         NOW.with(|c| c.set(now_ms));
     }
 }
+
+/// A record of `state` owned by `h1`, every other field empty: the unit tests' fixture.
+#[cfg(test)]
+pub(crate) fn sample(state: ClaimState, permanent: bool) -> ClaimRecord {
+    ClaimRecord {
+        state,
+        owner: "h1".into(),
+        nonce: 0,
+        attempt: 1,
+        lease_expires_ms: 0,
+        digest: String::new(),
+        effects_by: None,
+        unknown_effects: false,
+        outputs_as: None,
+        calls_as: None,
+        reason: None,
+        permanent,
+        retry_at_ms: None,
+        fencing_token: None,
+        source_sequence: None,
+        outputs: Vec::new(),
+        batch_outputs: None,
+        created_ms: 0,
+        updated_ms: 0,
+    }
+}
