@@ -180,14 +180,16 @@ pub trait ClaimedDelivery: Progress {
 
 /// Whether claimed delivery `c` came too late to run ([`crate::partition::late`]): the
 /// server moved past it before its claim landed. Asks its partition's consumer once, after
-/// the claim, for queued deliveries only.
-async fn late<C: ClaimedDelivery>(c: &C) -> Option<Late> {
+/// the claim, for queued deliveries only; also says whether the claim reclaimed a coalesced
+/// key.
+async fn late<C: ClaimedDelivery>(c: &C) -> Option<(Late, bool)> {
     let mut queued = c.queued()?;
+    let reclaimed = c.lease().previous_reason().await.as_deref() == Some(COALESCED_REASON);
     // A copy that reclaimed a coalesced key: its message was skipped (and acked) by another
     // delivery, so a later message handed out means this copy is stale, as on a route that
     // does not coalesce; run, it could follow the entity's next message (the simulation's
     // seed 299 `--fenced --coalesce`, once a skip needed a newer message that will run).
-    if queued.coalescing && c.lease().previous_reason().await.as_deref() == Some(COALESCED_REASON) {
+    if queued.coalescing && reclaimed {
         queued.coalescing = false;
     }
     let read = match c.partition().await {
@@ -199,15 +201,15 @@ async fn late<C: ClaimedDelivery>(c: &C) -> Option<Late> {
             None
         }
     };
-    partition::late(&queued, read.as_ref())
+    partition::late(&queued, read.as_ref()).map(|late| (late, reclaimed))
 }
 
 /// Runs a claimed delivery's handler beside its heartbeat and settles its outcome; returns how
 /// the delivery ended. The heartbeat runs until the outcome is recorded (rule 16), not just
 /// until the handler returns.
 pub async fn run<C: ClaimedDelivery>(c: &C) -> MessageOutcome {
-    if let Some(late) = late(c).await {
-        if c.lease().previous_reason().await.as_deref() == Some(COALESCED_REASON) {
+    if let Some((late, reclaimed)) = late(c).await {
+        if reclaimed {
             // Reclaimed from a coalesced record (a newer message of the entity was waiting),
             // most likely by a stale copy of a message another delivery settled: recorded
             // coalesced again, as found, so no attempt is spent; a later message of the key

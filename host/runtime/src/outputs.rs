@@ -122,6 +122,14 @@ pub fn check_header(h: &Header) -> Result<(), String> {
     Ok(())
 }
 
+/// Whether header `name` is one only the host sets: a JetStream control header (`Nats-*`),
+/// the host's own (`Dedup-*`) or trace context.
+pub fn is_host_header(name: &str) -> bool {
+    has_prefix(name, CONTROL_HEADER_PREFIX)
+        || has_prefix(name, HOST_HEADER_PREFIX)
+        || TRACE_HEADERS.iter().any(|t| name.eq_ignore_ascii_case(t))
+}
+
 /// Whether `name` starts with `prefix`, in any case.
 fn has_prefix(name: &str, prefix: &str) -> bool {
     name.get(..prefix.len())

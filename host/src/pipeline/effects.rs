@@ -14,7 +14,7 @@ use thiserror::Error;
 use crate::bindings::Output;
 use crate::claim::OutputRef;
 use crate::forever;
-use crate::runtime::outputs::{header_map, CONTROL_HEADER_PREFIX, HOST_HEADER_PREFIX};
+use crate::runtime::outputs::{header_map, CONTROL_HEADER_PREFIX};
 use crate::text;
 use dedup_delivery::revert::{self, Fix};
 
@@ -105,17 +105,8 @@ pub fn wire_size(headers: &HeaderMap, payload: usize) -> usize {
 /// without `: `, CRLF or `NATS/1.0` framing; the host's headers (its message id, the trace
 /// context) were left to a fixed budget ([`budget_before_wire_size`]).
 fn counted_before_wire_size(h: &HeaderMap) -> usize {
-    let host_set = |name: &str| {
-        crate::runtime::outputs::TRACE_HEADERS
-            .iter()
-            .any(|t| name.eq_ignore_ascii_case(t))
-            || [CONTROL_HEADER_PREFIX, HOST_HEADER_PREFIX].iter().any(|p| {
-                name.get(..p.len())
-                    .is_some_and(|n| n.eq_ignore_ascii_case(p))
-            })
-    };
     crate::runtime::outputs::header_lines(h)
-        .filter(|(name, _)| !host_set(name))
+        .filter(|(name, _)| !crate::runtime::outputs::is_host_header(name))
         .map(|(name, value)| name.len() + value.len())
         .sum()
 }
