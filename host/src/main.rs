@@ -25,6 +25,16 @@ async fn main() -> ExitCode {
             libc::signal(libc::SIGPIPE, libc::SIG_DFL);
         }
     }
+    // A test-only switch undoes a guarantee: every command says so, not only `run` (an
+    // operator command such as `setup --rename-route` acts on it too).
+    for fix in dedup_delivery::revert::active() {
+        eprintln!(
+            "dedup-host: warning: test-only switch {}={} is set: this command runs WITHOUT the fix \"{}\"; unset it outside tests",
+            dedup_delivery::revert::ENV,
+            fix.name(),
+            fix.reverted_means()
+        );
+    }
     match cli.run().await {
         Ok(code) => code,
         Err(e) => {

@@ -25,6 +25,7 @@
 
 use anyhow::Context as _;
 use async_nats::jetstream::Context;
+use dedup_delivery::rename;
 use serde::Serialize;
 
 use crate::config::Config;
@@ -156,10 +157,25 @@ pub async fn rename(
         let records = read_records(js, &claim_store, claims, old, &mut lease).await?;
         accepted.check(old, &records)?;
         refuse_unsettled(old, new, &records, accepted)?;
+        // Read now that no host serves `old`: a claim-after run may have published without
+        // a record yet.
+        let pending = (source.consumer_info(&old_consumer).await)
+            .with_context(|| format!("cannot read consumer `{old_consumer}` of route `{old}`"))?
+            .num_ack_pending;
+        let claim_after = route.claim == crate::config::ClaimMode::After;
+        if rename::pending_refuses(claim_after, pending as u64) {
+            return Err(RenameRefused::Pending {
+                old: old.to_string(),
+                new: new.to_string(),
+                consumer: old_consumer.clone(),
+                count: pending as u64,
+            }
+            .into());
+        }
         let mut journals = Vec::new();
         for (key, _) in &records {
             lease.keep().await?;
-            let renamed = format!("{new}{}", &key[old.len()..]);
+            let renamed = rename::renamed_key(old, new, key);
             // The same store: a record there fits.
             let journal = plan_calls(js, (claims, key), (claims, &renamed), None).await?;
             journals.push(journal.unwrap_or_else(|_| CallsMove::default()));
@@ -191,19 +207,15 @@ pub async fn rename(
         }
     };
     let (mut claims_copied, mut calls_copied) = (0, 0);
-    for ((key, mut record), journal) in records.into_iter().zip(journals) {
+    for ((key, record), journal) in records.into_iter().zip(journals) {
         lease.keep().await?;
-        let renamed = format!("{new}{}", &key[old.len()..]);
-        // Its outputs keep the ids they were published under (`audit`, `inspect`).
-        if record.outputs_as.is_none() {
-            record.outputs_as = Some(key.clone());
-        }
-        // Its outbound calls keep their idempotency keys (rule 24): a call left PENDING
-        // under the old name is sent again under the key the provider saw. A key renamed
-        // before keeps its first name's.
-        if record.calls_as.is_none() {
-            record.calls_as = Some(key.clone());
-        }
+        let renamed = rename::renamed_key(old, new, &key);
+        // Its outputs keep the ids they were published under (`audit`, `inspect`), its
+        // outbound calls their idempotency keys (rule 24): a call left PENDING under the old
+        // name is sent again under the key the provider saw.
+        let Some(mut record) = rename::carried(record, &key) else {
+            continue;
+        };
         // An accepted dead key is marked: a replay of its letter is refused unless forced.
         if dead_with_effects(&record) && accepted.accepts(old, &key) {
             record.accept_dead(&format!("setup --rename-route {old} {new}"));
@@ -240,14 +252,16 @@ pub async fn rename(
         .create(new, bytes.into())
         .await
         .with_context(|| format!("cannot record route `{new}`'s contract"))?;
-    let starts_at = info.ack_floor.stream_sequence + 1;
+    // From the first message the old consumer had not acknowledged (its ack floor + 1).
+    let start = rename::start(info.ack_floor.stream_sequence);
+    let starts_at = start.unwrap_or(1);
     crate::setup::create_consumer_at(
         &source,
         config,
         &new_consumer,
         vec![route.subject.clone()],
         false,
-        Some(starts_at),
+        start,
     )
     .await?;
     source
@@ -311,19 +325,12 @@ fn refuse_unsettled(
     records: &[(String, crate::claim::ClaimRecord)],
     accepted: &AcceptedDead,
 ) -> anyhow::Result<()> {
-    use crate::claim::ClaimState;
     let unsettled: Vec<&str> = records
         .iter()
-        .filter(|(key, r)| match r.state {
-            ClaimState::InProgress => true,
-            // Dead-lettered after outputs may have been stored: a replay under `new` would
-            // publish them again under other ids.
-            // The operator may accept such a key (`--accept-dead`): it can never complete.
-            ClaimState::Failed => {
-                !r.permanent || (dead_with_effects(r) && !accepted.accepts(old, key))
-            }
-            ClaimState::Completed => false,
-        })
+        // Dead-lettered after outputs may have been stored: a replay under `new` would publish
+        // them again under other ids. The operator may accept such a key (`--accept-dead`): it
+        // can never complete.
+        .filter(|(key, r)| rename::unsettled(r, accepted.accepts(old, key)))
         .map(|(key, _)| key.as_str())
         .collect();
     if unsettled.is_empty() {
@@ -351,6 +358,19 @@ fn refuse_unsettled(
 /// Why a rename was refused after checking the server; nothing was changed.
 #[derive(Debug, thiserror::Error)]
 pub enum RenameRefused {
+    /// A claim-after route's consumer has deliveries not acknowledged
+    /// ([`dedup_delivery::rename::pending_refuses`]).
+    #[error("route `{old}` claims after its run, and its consumer `{consumer}` has {count} message(s) delivered and not acknowledged: a run may have published their outputs under ids of `{old}` before recording the key, and under `{new}` it would publish them again under other ids; run a host with the config that still names `{old}` until the consumer has none pending (`nats consumer info` shows `Outstanding Acks: 0`), stop it, then run `dedup-host setup --rename-route {old} {new}` again")]
+    Pending {
+        /// The old route name.
+        old: String,
+        /// The new route name.
+        new: String,
+        /// The old route's consumer.
+        consumer: String,
+        /// How many deliveries are not acknowledged.
+        count: u64,
+    },
     /// Keys of the old route are not settled ([`refuse_unsettled`]).
     #[error("route `{old}` has {count} unsettled claim key(s) ({keys}): in progress, due again, or dead-lettered after publishing, they may have published outputs under ids of `{old}`, which a run (or a dead letter's replay) under `{new}` would publish again; run a host with the config that still names `{old}` until they settle (completed, or dead-lettered before any output; replay the letters of the others with `dedup-host dead-letters replay --route {old} --all` until they complete; `dedup-host inspect --route {old} --key <key>` shows one), stop it, then run `dedup-host setup --rename-route {old} {new}` again; a dead-lettered key that can never complete may be accepted as settled with `--accept-dead <key>` (repeatable): it moves as it is, still dead-lettered and marked as accepted, and `dead-letters replay` then refuses its letter unless `--force`")]
     Unsettled {

@@ -9,7 +9,12 @@
 //! not a re-run. A delivery whose publish fails part-way records that the key's window outputs
 //! may be stored ([`ClaimRecord::unknown_effects`]); a key dead-lettered on a route with
 //! outputs keeps that mark, so a change to fenced effects refuses while it is dead. A guest's
-//! reject of a key no publish was attempted for leaves no mark.
+//! reject of a key no publish was attempted for leaves no mark. The mark names the version
+//! that published part-way ([`ClaimRecord::effects_by`]): a delivery of another version does
+//! not finish the key (issue 42, finding 8: a promotion or a new live version between two
+//! runs would mix two versions' outputs under the same ids); it waits while that version is
+//! still offered to the route's hosts and dead-letters the key once it is gone
+//! ([`crate::pinned`]).
 //!
 //! The host runs [`run`] over JetStream and its Wasm guests (its pipeline's `after.rs`), the
 //! simulation over its model: the seam is [`AfterDelivery`].
@@ -21,6 +26,8 @@ use crate::before::Handled;
 use crate::claim::after::{found, Found};
 use crate::claim::{ClaimError, ClaimRecord, ClaimStore, Claimer, OutputRef};
 use crate::outcome::{DedupLayer, MessageOutcome};
+use crate::pinned::{self, Missing};
+use crate::revert::{self, Fix};
 use crate::settle::{LetterRefused, Retries, Settlement};
 
 /// The nak delay of a replayed message whose key read lags its reset.
@@ -117,19 +124,38 @@ pub trait AfterDelivery: Sync {
         reason: &str,
         attempt: u32,
     ) -> impl Future<Output = Result<(), LetterRefused>> + Send;
+    /// Whether version `digest`, which began the key's effects, is still offered to the
+    /// route's hosts (its live version or a running candidate); an error says why that could
+    /// not be read ([`crate::pinned::missing`]).
+    fn offered(&self, digest: &str) -> impl Future<Output = Result<bool, String>> + Send;
+
+    /// A nak delay jittered below `ceiling`.
+    fn jittered(&self, ceiling: Duration) -> Duration;
+
+    /// Why the key is dead-lettered when version `digest`, which began its effects, is gone
+    /// ([`crate::pinned::gone`], with the route's name and the key).
+    fn pinned_gone(&self, digest: &str) -> String;
 }
 
 /// What a claim-after delivery read of its key before running.
 #[derive(Clone, Copy)]
-struct Read {
+struct Read<'a> {
     /// The attempt: the server's delivery count.
     attempt: u32,
+    /// The attempts the key's record counts (0 for a fresh key). A failed publish is the
+    /// infrastructure's failure and spends none, as a claim-before release does not: a mark
+    /// that counted the delivery would spend a claim-before route's attempts after
+    /// `setup --change-route` (seed 6613 `--claim-after`).
+    counted: u32,
     /// The revision of a record found before running (a key a replay reset, or one whose
     /// publish failed part-way): the settled record replaces it, where a fresh key's is
     /// created.
     reset: Option<u64>,
     /// The key's record says its window outputs may be stored.
     effects: bool,
+    /// The version that began the key's effects, as its record names it: a dead letter of the
+    /// key keeps naming it, so that a replay runs only on that version.
+    began: Option<&'a str>,
 }
 
 /// Runs claim-after delivery `a` to its end: a key settled already is a duplicate (ack, or
@@ -164,9 +190,15 @@ pub async fn run<A: AfterDelivery>(a: &A) {
     };
     let r = Read {
         attempt: u32::try_from(a.delivered()).unwrap_or(u32::MAX),
+        counted: read.as_ref().map_or(0, |(r, _)| r.attempt),
         reset,
-        effects: read.is_some_and(|(r, _)| r.may_have_effects()),
+        effects: read.as_ref().is_some_and(|(r, _)| r.may_have_effects()),
+        began: read.as_ref().and_then(|(r, _)| r.effects_by.as_deref()),
     };
+    // A version that published part-way finishes the key, or nobody does.
+    if let Some(began) = r.began.filter(|v| !pinned::may_run(a.digest(), Some(v))) {
+        return elsewhere(a, &r, began).await;
+    }
     let handled = match a.invoke(r.attempt).await {
         Ok(handled) => handled,
         Err(e) => {
@@ -212,7 +244,7 @@ async fn nak_outage<A: AfterDelivery>(a: &A) {
 
 /// Publishes the outputs, then writes the key completed (or finds that another host settled
 /// it first), then acks.
-async fn complete<A: AfterDelivery>(a: &A, r: &Read, outputs: A::Outputs) {
+async fn complete<A: AfterDelivery>(a: &A, r: &Read<'_>, outputs: A::Outputs) {
     if let Some(reason) = a.oversized(&outputs) {
         return give_up(a, r, &reason).await;
     }
@@ -241,7 +273,7 @@ async fn complete<A: AfterDelivery>(a: &A, r: &Read, outputs: A::Outputs) {
 /// which a later dead letter of the key must say (a claim-after key has no other record
 /// before its outcome). Once per key: a record saying so already is left as it is. A write
 /// that fails is only logged: the delivery is retried anyway.
-async fn publish_failed<A: AfterDelivery>(a: &A, r: &Read, e: &str) {
+async fn publish_failed<A: AfterDelivery>(a: &A, r: &Read<'_>, e: &str) {
     if r.effects {
         return;
     }
@@ -249,7 +281,7 @@ async fn publish_failed<A: AfterDelivery>(a: &A, r: &Read, e: &str) {
     let claimer = a.claimer();
     let record = ClaimRecord {
         source_sequence: a.source_sequence(),
-        ..claimer.publish_failed(a.digest(), r.attempt, reason)
+        ..claimer.publish_failed(a.digest(), mark_attempt(r), reason)
     };
     let written = claimer
         .record_settled(a.claim_key(), &record, r.reset)
@@ -259,10 +291,51 @@ async fn publish_failed<A: AfterDelivery>(a: &A, r: &Read, e: &str) {
     }
 }
 
+/// The attempt a publish-failed mark records: the attempts already counted, not this
+/// delivery's number.
+fn mark_attempt(r: &Read<'_>) -> u32 {
+    if revert::reverted(Fix::MarkSpendsNoAttempt) {
+        return r.attempt;
+    }
+    r.counted
+}
+
+/// A key whose effects version `began` began, which this delivery's version may not finish:
+/// naked while that version is still offered to the route's hosts, dead-lettered once it is
+/// gone (the record keeps the key pinned to it: a replay runs only on that version, installed
+/// again).
+async fn elsewhere<A: AfterDelivery>(a: &A, r: &Read<'_>, began: &str) {
+    match pinned::missing(began, a.offered(began).await, a.delivered()) {
+        Missing::Letter => {
+            // For good: the record read may come from a lagging replica, and another delivery
+            // of that version may have settled the key since. Read again from the leader.
+            match a.claimer().store().get_from_leader(a.claim_key()).await {
+                Ok(Some((_, revision))) if Some(revision) == r.reset => {
+                    give_up(a, r, &a.pinned_gone(began)).await
+                }
+                Ok(_) => a.settle(Settlement::Nak(STALE_RETRY)).await,
+                Err(e) => {
+                    tracing::warn!("claim store unavailable, will retry: {e}");
+                    nak_outage(a).await
+                }
+            }
+        }
+        Missing::NotLoaded { why, ceiling } => {
+            tracing::warn!("{why}, will retry");
+            a.count(MessageOutcome::Busy);
+            a.settle(Settlement::Nak(a.jittered(ceiling))).await
+        }
+        Missing::Unknown { why } => {
+            tracing::warn!("{why}, will retry");
+            nak_outage(a).await
+        }
+    }
+}
+
 /// Dead-letters the original, records the key as failed for good, terminates. A letter not
 /// stored for now naks without counting an attempt; one that can never be stored still ends
-/// the message, with why recorded.
-async fn give_up<A: AfterDelivery>(a: &A, r: &Read, reason: &str) {
+/// the message, with why recorded (and the version that began the key's effects, if one did).
+async fn give_up<A: AfterDelivery>(a: &A, r: &Read<'_>, reason: &str) {
     tracing::warn!("dead-lettering: {reason}");
     let recorded = match a.dead_letter(reason, r.attempt).await {
         Ok(()) => reason.to_string(),
@@ -272,7 +345,11 @@ async fn give_up<A: AfterDelivery>(a: &A, r: &Read, reason: &str) {
         Err(LetterRefused::ForGood(e)) => format!("{reason}; not dead-lettered: {e}"),
     };
     let effects = r.effects && a.may_publish();
-    let record = (a.claimer()).dead_lettered(a.digest(), r.attempt, recorded, effects);
+    let mut record = (a.claimer()).dead_lettered(a.digest(), r.attempt, recorded, effects);
+    if let Some(began) = r.began {
+        record.digest = began.to_string();
+        record.effects_by = Some(began.to_string());
+    }
     record_outcome(a, r, record, MessageOutcome::DeadLettered, Settlement::Term).await
 }
 
@@ -281,7 +358,7 @@ async fn give_up<A: AfterDelivery>(a: &A, r: &Read, reason: &str) {
 /// of its run. Then settles `how`, as the route asks.
 async fn record_outcome<A: AfterDelivery>(
     a: &A,
-    r: &Read,
+    r: &Read<'_>,
     record: ClaimRecord,
     outcome: MessageOutcome,
     how: Settlement,

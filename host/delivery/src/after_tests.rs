@@ -19,6 +19,8 @@ struct Fake {
     publish_ok: bool,
     /// Another host settles the key while this one runs.
     settled_meanwhile: bool,
+    /// Whether another version is still offered to the route's hosts.
+    offered: bool,
     log: Mutex<Vec<String>>,
 }
 
@@ -30,6 +32,7 @@ impl Fake {
             delivered: 1,
             publish_ok: true,
             settled_meanwhile: false,
+            offered: false,
             log: Mutex::new(Vec::new()),
         }
     }
@@ -149,6 +152,52 @@ impl AfterDelivery for Fake {
         self.note(format!("dead letter {reason} on {attempt}"));
         Ok(())
     }
+
+    async fn offered(&self, _digest: &str) -> Result<bool, String> {
+        Ok(self.offered)
+    }
+
+    fn jittered(&self, ceiling: Duration) -> Duration {
+        ceiling
+    }
+
+    fn pinned_gone(&self, digest: &str) -> String {
+        format!("{digest} is gone")
+    }
+}
+
+/// Issue 42, finding 8: a publish that failed part-way names its version; a delivery of
+/// another version does not finish the key: it waits while that version is offered, and
+/// dead-letters the key, still pinned to it, once it is gone.
+#[tokio::test]
+async fn a_key_another_version_published_part_way_is_not_finished_by_this_one() {
+    let store = Arc::new(MemoryClaimStore::new());
+    let mark = claimer(&store, "b").publish_failed("old", 1, "refused".into());
+    assert_eq!(mark.effects_by.as_deref(), Some("old"));
+    assert!(claimer(&store, "b")
+        .create_settled("k", &mark)
+        .await
+        .unwrap());
+    let mut waiting = Fake::new(&store, Handled::Succeeded(1));
+    waiting.offered = true;
+    run(&waiting).await;
+    let ceiling = crate::pinned::not_loaded_ceiling(1);
+    assert_eq!(
+        waiting.lines(),
+        ["count Busy".to_string(), format!("settle Nak({ceiling:?})")]
+    );
+    let gone = Fake::new(&store, Handled::Succeeded(1));
+    run(&gone).await;
+    assert_eq!(gone.lines()[0], "dead letter old is gone on 1");
+    let dead = record(&store).await;
+    assert!(
+        dead.state == ClaimState::Failed && dead.permanent,
+        "{dead:?}"
+    );
+    assert_eq!(
+        (dead.digest.as_str(), dead.effects_by.as_deref()),
+        ("old", Some("old"))
+    );
 }
 
 async fn record(store: &MemoryClaimStore) -> ClaimRecord {
@@ -218,6 +267,19 @@ async fn a_failed_publish_marks_the_key_and_naks() {
     let r = record(&store).await;
     assert_eq!((r.state, r.permanent), (ClaimState::Failed, false));
     assert!(r.may_have_effects());
+}
+
+/// A failed publish is the infrastructure's failure: its mark spends no attempt, whatever the
+/// delivery's number (a claim-before route counts the record's attempts after
+/// `setup --change-route`: seed 6613 `--claim-after`).
+#[tokio::test]
+async fn a_failed_publish_marks_the_key_without_spending_an_attempt() {
+    let store = Arc::new(MemoryClaimStore::new());
+    let mut a = Fake::new(&store, Handled::Succeeded(1));
+    a.publish_ok = false;
+    a.delivered = 3;
+    run(&a).await;
+    assert_eq!(record(&store).await.attempt, 0);
 }
 
 /// A failed attempt before the last is naked after the backoff, with nothing recorded.

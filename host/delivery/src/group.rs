@@ -14,7 +14,11 @@
 //!
 //! Commits queue per stream, and one batch of a stream is in flight from a host at a time
 //! ([`run`]): what arrives meanwhile goes in the next one. So a lone message is sent at once,
-//! alone, and batches grow only while the server is the bottleneck. (Measured: one batch in
+//! alone, and batches grow only while the server is the bottleneck. A commit whose lease
+//! lapsed by this host's clock while it waited (behind a batch whose answer was slow, or
+//! never came: a host cut off waits for its request timeout) is not sent, as no write of a
+//! lapsed lease is (another host, seeing the lapse, may have gone ahead: an exclusive
+//! entity's next message); nor is it sent alone after a refused batch once it lapsed. (Measured: one batch in
 //! flight beat two, three, four, and a batch per message, at one replica and at three:
 //! BENCHMARKS.md.)
 //!
@@ -22,10 +26,13 @@
 //! (`host/src/fenced/group.rs`), the simulation's commits to its model server.
 
 use std::future::Future;
+use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
+use crate::claim::record::virtual_clock::monotonic_ms;
 use crate::claim::ClaimError;
+use crate::revert::{self, Fix};
 
 /// The most messages a group batch holds (the server takes 1,000 by default; one commit
 /// alone may still hold up to that many).
@@ -87,7 +94,32 @@ pub trait Batches {
 /// stale owner, or unavailable when there was no answer. Also says how the batch ended.
 pub async fn commit_group<B: Batches + Sync>(
     batches: &B,
+    commits: Vec<Vec<B::Message>>,
+) -> (BatchResult, Vec<Result<u64, ClaimError>>) {
+    let never = vec![u64::MAX; commits.len()];
+    commit_leased(batches, commits, &never).await
+}
+
+/// Why a commit is answered without being sent: its lease lapsed by this host's clock.
+fn lapsed() -> ClaimError {
+    ClaimError::Unavailable(
+        "fenced commit not sent: its lease lapsed by this host's clock while it waited for its batch"
+            .into(),
+    )
+}
+
+/// Whether a commit whose lease lapses at `lapses_at` ([`monotonic_ms`]) may no longer be
+/// sent. (Reverted, test-only: it is sent whenever its batch goes.)
+fn lapsed_now(lapses_at: u64) -> bool {
+    monotonic_ms() >= lapses_at && !revert::reverted(Fix::GroupCommitLapse)
+}
+
+/// [`commit_group`] of commits whose leases lapse at `lapses_at` (one each): after a refused
+/// batch, a commit whose lease lapsed meanwhile is not sent again alone.
+async fn commit_leased<B: Batches + Sync>(
+    batches: &B,
     mut commits: Vec<Vec<B::Message>>,
+    lapses_at: &[u64],
 ) -> (BatchResult, Vec<Result<u64, ClaimError>>) {
     if commits.len() == 1 {
         let answer = batches.commit_alone(&commits[0]).await;
@@ -135,7 +167,12 @@ pub async fn commit_group<B: Batches + Sync>(
                 })
                 .collect();
             // Sent at once: one stale owner costs the others one round trip.
-            let alone = own.iter().map(|messages| batches.commit_alone(messages));
+            let alone = own.iter().zip(lapses_at).map(|(messages, at)| async move {
+                match lapsed_now(*at) {
+                    true => Err(lapsed()),
+                    false => batches.commit_alone(messages).await,
+                }
+            });
             let answers = futures::future::join_all(alone).await;
             (BatchResult::Refused, answers)
         }
@@ -152,6 +189,8 @@ pub async fn commit_group<B: Batches + Sync>(
 /// One waiting commit.
 pub struct Member<M> {
     messages: Vec<M>,
+    /// When its lease lapses by this host's clock ([`monotonic_ms`]).
+    lapses_at: u64,
     done: oneshot::Sender<Result<u64, ClaimError>>,
 }
 
@@ -177,15 +216,73 @@ impl<M> Queue<M> {
     }
 
     /// Commits `messages` (one commit's, its record last) in a batch with whatever else of
-    /// the stream is waiting; answers like [`Batches::commit_alone`].
-    pub async fn commit(&self, messages: Vec<M>) -> Result<u64, ClaimError> {
+    /// the stream is waiting; answers like [`Batches::commit_alone`]. `left` is how long its
+    /// lease has left by this host's clock (`Lease::left_locally`): once it ran out, the
+    /// commit is not sent.
+    pub async fn commit(&self, messages: Vec<M>, left: Duration) -> Result<u64, ClaimError> {
         let stopped =
             || ClaimError::Unavailable("fenced commit: the stream's committer stopped".into());
+        let left = u64::try_from(left.as_millis()).unwrap_or(u64::MAX);
+        let lapses_at = monotonic_ms().saturating_add(left);
         let (done, answer) = oneshot::channel();
-        self.0
-            .send(Member { messages, done })
-            .map_err(|_| stopped())?;
+        let member = Member {
+            messages,
+            lapses_at,
+            done,
+        };
+        self.0.send(member).map_err(|_| stopped())?;
         answer.await.unwrap_or_else(|_| Err(stopped()))
+    }
+}
+
+/// A host's committers, one per fenced stream, each started at its stream's first commit.
+///
+/// The host's pipeline commits through them (`host/src/fenced/group.rs`, each committer a task
+/// of its own), and so does each simulated host (its committers polled beside its deliveries).
+pub struct Committers<M> {
+    streams: std::sync::Mutex<std::collections::BTreeMap<String, Queue<M>>>,
+}
+
+impl<M> Default for Committers<M> {
+    fn default() -> Self {
+        Self {
+            streams: std::sync::Mutex::new(std::collections::BTreeMap::new()),
+        }
+    }
+}
+
+impl<M> Committers<M> {
+    /// Commits `messages` (one commit's, its record last) to fenced stream `stream`, and
+    /// answers like [`Batches::commit_alone`]. A lone record (a commit without outputs) is not
+    /// a batch and has nothing to share: `batches` sends it at once. Anything else waits in
+    /// the stream's queue for a batch of its committer, and is not sent once its lease's
+    /// `left` time (by this host's clock) ran out ([`Queue::commit`]); a stream without a
+    /// committer (or whose committer stopped, which it never should) gets a new one, which
+    /// `start` runs: it receives the new queue's members for [`run`].
+    pub async fn commit<B: Batches<Message = M> + Sync>(
+        &self,
+        batches: &B,
+        stream: &str,
+        messages: Vec<M>,
+        left: Duration,
+        start: impl FnOnce(mpsc::UnboundedReceiver<Member<M>>),
+    ) -> Result<u64, ClaimError> {
+        if messages.len() < 2 {
+            return batches.commit_alone(&messages).await;
+        }
+        let queue = {
+            let mut streams = self.streams.lock().unwrap_or_else(|e| e.into_inner());
+            match streams.get(stream).filter(|q| !q.is_closed()) {
+                Some(queue) => queue.clone(),
+                None => {
+                    let (queue, members) = queue();
+                    start(members);
+                    streams.insert(stream.to_string(), queue.clone());
+                    queue
+                }
+            }
+        };
+        queue.commit(messages, left).await
     }
 }
 
@@ -217,11 +314,22 @@ pub async fn run<B: Batches + Sync>(
             size += member.messages.len();
             group.push(member);
         }
-        let (commits, answers): (Vec<_>, Vec<_>) = group
-            .into_iter()
-            .map(|member| (member.messages, member.done))
-            .unzip();
-        let (result, outcomes) = commit_group(&batches, commits).await;
+        // What waited past its lease's end stays unsent.
+        let (group, lapsed_members): (Vec<_>, Vec<_>) =
+            group.into_iter().partition(|m| !lapsed_now(m.lapses_at));
+        for member in lapsed_members {
+            let _ = member.done.send(Err(lapsed()));
+        }
+        if group.is_empty() {
+            continue;
+        }
+        let (mut commits, mut answers, mut lapses_at) = (Vec::new(), Vec::new(), Vec::new());
+        for member in group {
+            commits.push(member.messages);
+            answers.push(member.done);
+            lapses_at.push(member.lapses_at);
+        }
+        let (result, outcomes) = commit_leased(&batches, commits, &lapses_at).await;
         ended(answers.len(), result);
         for (outcome, done) in outcomes.into_iter().zip(answers) {
             let _ = done.send(outcome);
@@ -257,6 +365,9 @@ mod tests {
             }
         }
     }
+
+    /// A lease's time left that does not run out during a test.
+    const LONG: Duration = Duration::from_secs(3600);
 
     fn fake(next: Vec<Sent>) -> Fake {
         Fake {
@@ -307,6 +418,72 @@ mod tests {
     }
 
     #[test]
+    fn a_lone_record_is_sent_alone_and_a_stopped_committer_is_replaced() {
+        let f = fake(Vec::new());
+        let committers = Committers::default();
+        let started = Mutex::new(Vec::new());
+        block_on(async {
+            let alone = committers
+                .commit(&f, "OUT", vec![5], LONG, |_| panic!("no batch"))
+                .await;
+            assert!(matches!(alone, Ok(5)));
+            assert_eq!(*f.alone.lock().unwrap(), vec![vec![5]]);
+            // The first commit with outputs starts the stream's committer; this one stops at
+            // once (its receiver dropped), so the next commit gets a new one.
+            let stopped = committers
+                .commit(&f, "OUT", vec![1, 2], LONG, |members| {
+                    started.lock().unwrap().push("first");
+                    drop(members);
+                })
+                .await;
+            assert!(matches!(stopped, Err(ClaimError::Unavailable(_))));
+            let (tx, rx) = oneshot::channel();
+            let committed = committers.commit(&f, "OUT", vec![2, 3], LONG, |members| {
+                started.lock().unwrap().push("second");
+                let _ = tx.send(members);
+            });
+            // Its committer runs until every queue is gone: answered, the commit is done.
+            let runner = async {
+                let members = rx.await.expect("started");
+                run(fake(vec![Sent::Stored(3)]), members, |_, _| {}).await
+            };
+            let committed =
+                match futures::future::select(Box::pin(committed), Box::pin(runner)).await {
+                    futures::future::Either::Left((committed, _)) => committed,
+                    futures::future::Either::Right(_) => panic!("the committer ended first"),
+                };
+            assert!(matches!(committed, Ok(3)));
+        });
+        assert_eq!(*started.lock().unwrap(), vec!["first", "second"]);
+    }
+
+    #[test]
+    fn a_commit_whose_lease_lapsed_while_it_waited_is_not_sent() {
+        let f = fake(vec![Sent::Stored(2)]);
+        let (q, rx) = queue();
+        let counted = std::sync::Arc::new(Mutex::new(Vec::new()));
+        let seen = counted.clone();
+        block_on(async move {
+            let (a, b) = (q.clone(), q.clone());
+            let live = tokio::spawn(async move { a.commit(vec![1, 2], LONG).await });
+            // Its lease ran out as it waited for the batch in flight.
+            let gone = tokio::spawn(async move { b.commit(vec![3, 4], Duration::ZERO).await });
+            tokio::task::yield_now().await;
+            drop(q);
+            let runner = tokio::spawn(run(f, rx, move |n, r| seen.lock().unwrap().push((n, r))));
+            assert!(matches!(live.await.unwrap(), Ok(2)));
+            let gone = gone.await.unwrap();
+            assert!(
+                matches!(&gone, Err(ClaimError::Unavailable(e)) if e.contains("lapsed")),
+                "{gone:?}"
+            );
+            runner.await.unwrap();
+        });
+        // One commit went out, alone: the lapsed one was never sent.
+        assert_eq!(*counted.lock().unwrap(), vec![(1, BatchResult::Committed)]);
+    }
+
+    #[test]
     fn the_committer_groups_what_waits_and_counts_each_batch_before_answering() {
         let f = fake(vec![Sent::Stored(4)]);
         let (q, rx) = queue();
@@ -314,8 +491,8 @@ mod tests {
         let seen = counted.clone();
         block_on(async move {
             let (a, b) = (q.clone(), q.clone());
-            let first = tokio::spawn(async move { a.commit(vec![1, 2]).await });
-            let second = tokio::spawn(async move { b.commit(vec![3, 4]).await });
+            let first = tokio::spawn(async move { a.commit(vec![1, 2], LONG).await });
+            let second = tokio::spawn(async move { b.commit(vec![3, 4], LONG).await });
             tokio::task::yield_now().await;
             drop(q);
             let runner = tokio::spawn(run(f, rx, move |n, r| seen.lock().unwrap().push((n, r))));

@@ -34,6 +34,8 @@
 //!   [`contract::ContractStore`] seam; [`agreement`]: what a host does with a route once it
 //!   compared it with its contract, and when the record changes; [`reload`]: which routes a
 //!   config reload keeps, starts and retires, and which fenced routes refuse it.
+//! - [`pinned`]: which version runs a claimed key whose effects a version began (canaries,
+//!   rollbacks, promotions), and what becomes of it once that version is gone.
 //! - [`revert`]: test-only switches that each undo one fix (the simulation's canaries).
 //! - [`outcome`]: how a delivery ended and where a repeat was caught.
 //! - [`subject`]: NATS subject grammar (filters, literals, the server's and the host's reserved
@@ -47,6 +49,7 @@ pub mod agreement;
 pub mod ahead;
 pub mod backoff;
 pub mod before;
+pub mod change;
 pub mod claim;
 pub mod clock;
 pub mod coalesce;
@@ -58,9 +61,11 @@ pub mod marker;
 pub mod outage;
 pub mod outcome;
 pub mod partition;
+pub mod pinned;
 pub mod queue;
 pub mod redact;
 pub mod reload;
+pub mod rename;
 pub mod revert;
 pub mod settle;
 pub mod subject;

@@ -123,6 +123,22 @@ fixes! {
     QueueStageMarker = "queue-stage-marker",
     /// 42.10: a replay's reset holds for five deliveries only; a lagging read after that ends it.
     LaggingReplayRuns = "lagging-replay-runs",
+    /// Group commit: a queued fenced commit is sent whenever its batch goes, even once its lease lapsed by the host's clock as it waited.
+    /// (`group::run`; found by the simulation once it ran the host's committers: a host cut off waits out its request timeout.)
+    GroupCommitLapse = "group-commit-lapse",
+    /// 42.8: a claim runs the version chosen for its key now, not the one that began the key's effects.
+    /// (`pinned::may_run`, claim before and after; a re-run after a partial publish may mix two versions' outputs.)
+    PinnedVersion = "pinned-version",
+    /// 42.8: window outputs go out with no mark of the version that began them (`Lease::begin_effects` only confirms the lease; a claim-after publish-failed mark names no version).
+    EffectsMark = "effects-mark",
+    /// 42.7: `setup --change-route` copies only settled records (create-only, no refusal of open window keys), and none across buckets.
+    ChangeMovesClaims = "change-moves-claims",
+    /// 42.3: a rename carries no claim records and its new consumer starts at the first retained message (`DeliverAll`), as a route renamed in the config did.
+    RenameCarriesHistory = "rename-carries-history",
+    /// A claim-after route is renamed while its consumer has messages delivered and not acknowledged (found by the simulation).
+    RenameWaitsForClaimAfter = "rename-waits-for-claim-after",
+    /// A claim-after publish-failed mark counts the delivery as an attempt, which a claim-before route spends after `setup --change-route` (found by the simulation).
+    MarkSpendsNoAttempt = "mark-spends-no-attempt",
 }
 
 /// Unset: [`ENV`] not read yet.

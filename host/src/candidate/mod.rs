@@ -58,6 +58,17 @@ pub struct ClaimAfterCanary {
     pub percent: u8,
 }
 
+/// Whether a candidate running in `mode` runs `key` in place of the live version: a canary
+/// that this host still runs (`active`) takes its share of keys ([`canary::runs_on_candidate`]);
+/// a shadow takes none (it runs beside the live version, its outputs thrown away). The
+/// simulation splits its keys with this function too.
+pub fn runs_key(mode: &Mode, active: bool, key: &str) -> bool {
+    match mode {
+        Mode::Canary { percent } => active && canary::runs_on_candidate(key, *percent),
+        Mode::Shadow { .. } => false,
+    }
+}
+
 /// What a host asks of the candidate's object once it has decided (on its own figures).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Action {
@@ -134,12 +145,9 @@ impl Candidate {
         !self.finished.load(Ordering::Relaxed)
     }
 
-    /// Whether a canary runs `key` on the candidate.
+    /// Whether a canary runs `key` on the candidate ([`runs_key`]).
     pub fn runs_key(&self, key: &str) -> bool {
-        match self.spec.mode {
-            Mode::Canary { percent } => self.active() && canary::runs_on_candidate(key, percent),
-            Mode::Shadow { .. } => false,
-        }
+        runs_key(&self.spec.mode, self.active(), key)
     }
 
     /// The canary share this host applies now (0: not a canary, or finished).

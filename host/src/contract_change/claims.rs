@@ -9,7 +9,7 @@ use futures::StreamExt;
 use crate::claim::host::HostClaimStore;
 use crate::claim::kv::KvClaimStore;
 use crate::claim::record::ClaimRecord;
-use crate::claim::{ClaimError, ClaimState, ClaimStore};
+use crate::claim::{ClaimState, ClaimStore};
 use crate::config::Config;
 use dedup_delivery::claim::key::is_claim_key;
 
@@ -101,47 +101,20 @@ pub(crate) async fn read_records(
 }
 
 /// Writes `record`, read from the store the route was served from, to `key` of claim store
-/// `to`. Hosts serve a route only under its recorded contract, so that store holds every
-/// write since the route last moved; a record `to` kept (claims moved A to B to A, or an
-/// earlier life of a renamed route's name) dates from before and is written over. Which of
-/// the two is newer is never decided by `updated_ms`: hosts' clocks differ. Whether it wrote.
+/// `to`, writing over a record `to` kept from before ([`dedup_delivery::change::copy_record`]).
+/// Whether it wrote.
 pub(crate) async fn copy_record(
     to: &HostClaimStore,
     key: &str,
     record: &ClaimRecord,
 ) -> anyhow::Result<bool> {
-    let conflict = match to.create(key, record).await {
-        Ok(_) => return Ok(true),
-        Err(ClaimError::Conflict) => ClaimError::Conflict,
-        Err(e) => return Err(e).context("copying a claim record"),
-    };
-    let Some((there, revision)) = to.get_from_leader(key).await? else {
-        // The key's last write there was a deletion.
-        return match to.create_over_deleted(key, record).await {
-            Ok(_) => Ok(true),
-            Err(e) => Err(e).context(format!("copying a claim record ({conflict})")),
-        };
-    };
-    if there == *record {
-        return Ok(false);
-    }
-    to.update(key, record, revision)
-        .await
-        .context("copying a claim record over an older one")?;
-    Ok(true)
-}
-
-/// Whether a record is final: completed, or failed for good.
-pub(crate) fn settled(record: &ClaimRecord) -> bool {
-    record.state == ClaimState::Completed
-        || (record.state == ClaimState::Failed && record.permanent)
+    Ok(dedup_delivery::change::copy_record(to, key, record).await?)
 }
 
 /// Whether a key failed for good (dead-lettered) after its window outputs may have been
-/// stored: a replay of its dead letter runs it again, and must do so where those outputs'
-/// message ids still deduplicate.
+/// stored ([`dedup_delivery::change::dead_with_effects`]).
 pub(crate) fn dead_with_effects(record: &ClaimRecord) -> bool {
-    record.state == ClaimState::Failed && record.permanent && record.may_have_effects()
+    dedup_delivery::change::dead_with_effects(record)
 }
 
 /// The claim store holding the claims of a contract's `claims` (`bucket <name>` or

@@ -2,11 +2,10 @@
 //! decides how a batch of several messages' fenced commits is laid out and answered, and runs
 //! one stream's committer), and the host's committers, one task per fenced stream.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
+use std::time::Duration;
 
 use async_nats::jetstream::Context;
-use dedup_delivery::group::{self, Batches, Queue, Sent};
+use dedup_delivery::group::{self, Batches, Committers, Sent};
 
 use super::commit::{commit_prepared, send_batch, BatchMessage, Failure};
 use crate::claim::ClaimError;
@@ -33,11 +32,12 @@ impl Batches for JetStreamBatches {
     }
 }
 
-/// The group committers of one host, one per fenced stream, started at first use.
+/// The group committers of one host, one per fenced stream, started at first use: the host's
+/// [`group::Committers`], each committer a task of its own.
 pub struct GroupCommits {
     js: Context,
     series: BatchSeries,
-    streams: Mutex<HashMap<String, Queue<BatchMessage>>>,
+    committers: Committers<BatchMessage>,
 }
 
 impl GroupCommits {
@@ -46,41 +46,32 @@ impl GroupCommits {
         Self {
             js,
             series,
-            streams: Mutex::new(HashMap::new()),
+            committers: Committers::default(),
         }
     }
 
     /// Commits `messages` (one commit's, from [`super::commit::prepare`]) to fenced stream
-    /// `stream`, in a batch with whatever else of that stream is waiting. Answers like
-    /// [`super::commit::commit`].
+    /// `stream`, in a batch with whatever else of that stream is waiting
+    /// ([`Committers::commit`]: a lone record is sent at once; a queued one is not sent once
+    /// its lease's `left` time ran out). Answers like [`super::commit::commit`].
     pub async fn commit(
         &self,
         stream: &str,
         messages: Vec<BatchMessage>,
+        left: Duration,
     ) -> Result<u64, ClaimError> {
-        if messages.len() < 2 {
-            // A lone record is not a batch: nothing to share.
-            return commit_prepared(&self.js, &messages).await;
-        }
-        self.queue(stream).commit(messages).await
-    }
-
-    /// The queue of `stream`'s committer, started if there is none.
-    fn queue(&self, stream: &str) -> Queue<BatchMessage> {
-        let mut streams = self.streams.lock().unwrap_or_else(|e| e.into_inner());
-        // A committer that stopped (it never should) is replaced, not left refusing.
-        if let Some(queue) = streams.get(stream).filter(|q| !q.is_closed()) {
-            return queue.clone();
-        }
-        let (queue, members) = group::queue();
-        let (series, name) = (self.series.clone(), stream.to_string());
-        tokio::spawn(group::run(
-            JetStreamBatches(self.js.clone()),
-            members,
-            move |commits, result| series.batch(&name, commits, result),
-        ));
-        streams.insert(stream.to_string(), queue.clone());
-        queue
+        let batches = JetStreamBatches(self.js.clone());
+        let start = |members| {
+            let (series, name) = (self.series.clone(), stream.to_string());
+            tokio::spawn(group::run(
+                JetStreamBatches(self.js.clone()),
+                members,
+                move |commits, result| series.batch(&name, commits, result),
+            ));
+        };
+        (self.committers)
+            .commit(&batches, stream, messages, left, start)
+            .await
     }
 }
 

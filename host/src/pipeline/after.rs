@@ -108,6 +108,19 @@ impl<S: ClaimStore> AfterDelivery for After<'_, S> {
         self.guest.digest()
     }
 
+    async fn offered(&self, digest: &str) -> Result<bool, String> {
+        let offered = self.shared.offered(self.route, digest).await;
+        offered.map_err(|e| format!("{e:#}"))
+    }
+
+    fn jittered(&self, ceiling: Duration) -> Duration {
+        dedup_delivery::backoff::jittered(ceiling, rand::random_range(0.0..=1.0))
+    }
+
+    fn pinned_gone(&self, digest: &str) -> String {
+        dedup_delivery::pinned::gone(&self.route.name, self.key, digest)
+    }
+
     fn may_publish(&self) -> bool {
         may_publish(self.route)
     }

@@ -1,42 +1,20 @@
-//! Which version runs a claimed key. A canary picks a version per key (a stable hash of
-//! the key, [`crate::candidate::canary`]), but a split change, a rollback, a promotion or a
-//! deploy can move a key to another version between two runs of it. Window outputs go out
-//! one by one with ids `<claim key>#<index>` whatever the version, so a re-run on another
-//! version after a partial publish would mix two versions' effects (an output at the same
-//! index dropped as a duplicate, one to another stream stored twice).
-//!
-//! So before the first window output leaves the host, the claim record names the version
-//! that begins the key's effects
-//! ([`ClaimRecord::effects_by`](crate::claim::record::ClaimRecord::effects_by), one
-//! revision-checked write that also confirms the lease); every later claim of the key runs
-//! that version. A host that has not loaded it yet (another host installed it a moment ago)
-//! gives the key back and naks it; once the version is gone for good (rolled back, removed,
-//! replaced) the key is dead-lettered, never run by another version in silence. A run that fails before publishing (a retry, a trap, a host
-//! that died mid-guest) leaves no mark: its re-run may take any version. Fenced outputs need
-//! no mark: they are stored with the completed record in one atomic batch, or not at all.
+//! Which version runs a claimed key, over this host's routes and components bucket: the
+//! decision (the version that began a key's effects runs it, or the key is given back or
+//! dead-lettered) is [`dedup_delivery::pinned`]'s, which the simulation runs too; what is here
+//! is where the versions are: the route's live version and candidate ([`installed`]) and
+//! whether a version is still offered to the route's hosts (the components bucket, or this
+//! host's files). Fenced outputs need no mark: they are stored with the completed record in one
+//! atomic batch, or not at all.
 
 use std::path::Path;
-use std::time::Duration;
+
+use dedup_delivery::pinned::{self, Missing, Pinned};
 
 use super::message::Claimed;
 use super::Shared;
 use crate::candidate::{files, store as candidates};
 use crate::claim::ClaimStore;
 use crate::routes::{Guest, Route};
-
-/// The longest nak delay of a key pinned to a version this host has not loaded ([`not_loaded_ceiling`]).
-const NOT_LOADED_RETRY_MAX: Duration = Duration::from_secs(10);
-
-/// The nak delay ceiling of the `delivered`-th delivery of a key pinned to a version that is
-/// offered but not loaded on this host: the outage backoff of its deliveries
-/// ([`infra_retry_ceiling`](dedup_delivery::backoff::infra_retry_ceiling)), 1 s at first
-/// (about the time a host takes to notice and compile a new version), doubling up to
-/// [`NOT_LOADED_RETRY_MAX`]. A version this host cannot load (it fails to compile here, or
-/// its file here differs) never loads: each retry costs a claim and a release (two KV
-/// writes) and a warning, and must not come every second forever.
-fn not_loaded_ceiling(delivered: u64) -> Duration {
-    dedup_delivery::backoff::infra_retry_ceiling(delivered).min(NOT_LOADED_RETRY_MAX)
-}
 
 /// The installed version of `route` whose digest is `digest`: the live one or its
 /// candidate (even one this host has decided to roll back or promote: it is still loaded).
@@ -61,23 +39,23 @@ impl<S: ClaimStore> Shared<S> {
     }
 
     /// Settles claim `c`, whose pinned version is not installed on this host (`reason` from
-    /// [`gone`]): given back and naked while that version is still offered to the route's
+    /// [`pinned::gone`]): given back and naked while that version is still offered to the route's
     /// hosts (this host loads it soon), dead-lettered once it is gone for good.
     pub(super) async fn pinned_missing(&self, c: &Claimed<'_, S>, reason: &str) {
         let digest = c.lease.digest().await;
-        match self.offered(c.route, &digest).await {
-            Ok(false) => self.give_up(c, reason).await,
-            Ok(true) => {
-                let why = format!("version {digest}, which began this key's effects, is not loaded on this host yet");
-                let ceiling = not_loaded_ceiling(c.d.delivered);
+        let offered = self.offered(c.route, &digest).await;
+        match pinned::missing(
+            &digest,
+            offered.map_err(|e| format!("{e:#}")),
+            c.d.delivered,
+        ) {
+            Missing::Letter => self.give_up(c, reason).await,
+            Missing::NotLoaded { why, ceiling } => {
                 let delay =
                     dedup_delivery::backoff::jittered(ceiling, rand::random_range(0.0..=1.0));
                 self.release_after(c, &why, delay).await
             }
-            Err(e) => {
-                let why = format!("cannot tell whether version {digest}, which began this key's effects, is still installed: {e:#}");
-                self.release(c, &why).await
-            }
+            Missing::Unknown { why } => self.release(c, &why).await,
         }
     }
 
@@ -85,7 +63,7 @@ impl<S: ClaimStore> Shared<S> {
     /// running candidate, in its files or in the components bucket. A route served from
     /// files (`component`, `components.dir`) is decided from this host's files alone: another
     /// host's files may offer a version this host's do not, and the other way round.
-    async fn offered(&self, route: &Route, digest: &str) -> anyhow::Result<bool> {
+    pub(super) async fn offered(&self, route: &Route, digest: &str) -> anyhow::Result<bool> {
         if let Some(live) = &route.component_file {
             return Ok(offered_in_files(live, digest).await);
         }
@@ -113,49 +91,16 @@ async fn offered_in_files(live: &Path, digest: &str) -> bool {
 }
 
 /// The version a claim of `route`'s key `key` runs when the claim names version `claimed`
-/// and the pipeline chose `chosen`: `chosen` when they agree, else the claimed version if
-/// installed. Otherwise `chosen` with the reason to dead-letter the key instead of running it.
+/// and the pipeline chose `chosen` ([`pinned::version`]): the claimed version if installed;
+/// otherwise `chosen` with the reason to dead-letter the key instead of running it.
 pub(super) fn version(
     route: &Route,
     key: &str,
     chosen: Guest,
     claimed: &str,
 ) -> (Guest, Option<String>) {
-    if chosen.digest() == claimed {
-        return (chosen, None);
-    }
-    match installed(route, claimed) {
-        Some(pinned) => (pinned, None),
-        None => (chosen, Some(gone(&route.name, key, claimed))),
-    }
-}
-
-/// Why key `key` of `route` is not run: the version that may have begun its effects,
-/// `digest`, is no longer installed.
-pub(super) fn gone(route: &str, key: &str, digest: &str) -> String {
-    format!(
-        "key `{key}` of route `{route}`: version {digest} may have published some of its outputs already and is no longer installed (rolled back, promoted away or replaced), so no other version runs it; to finish it with that version, install it again (as the live version or a canary) and replay this letter; to run it on the current version, accepting that outputs already stored stay, delete the claim key (see `Dedup-Claim-Key`) and replay"
-    )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_key_pinned_to_a_version_not_loaded_here_backs_off_with_its_deliveries() {
-        assert_eq!(not_loaded_ceiling(1), Duration::from_secs(1));
-        assert_eq!(not_loaded_ceiling(2), Duration::from_secs(2));
-        assert_eq!(not_loaded_ceiling(4), Duration::from_secs(8));
-        for delivered in 1..200 {
-            assert!(not_loaded_ceiling(delivered + 1) >= not_loaded_ceiling(delivered));
-            assert!(not_loaded_ceiling(delivered) <= NOT_LOADED_RETRY_MAX);
-        }
-        assert_eq!(not_loaded_ceiling(100), NOT_LOADED_RETRY_MAX);
-        // 100 deliveries last over 40 minutes, not 100 seconds.
-        let total: Duration = (1..=100)
-            .map(|d| dedup_delivery::backoff::jittered(not_loaded_ceiling(d), 0.0))
-            .sum();
-        assert!(total > Duration::from_secs(6 * 60), "{total:?}");
+    match pinned::version(chosen, Guest::digest, claimed, |d| installed(route, d)) {
+        Pinned::Run(guest) => (guest, None),
+        Pinned::Gone(chosen) => (chosen, Some(pinned::gone(&route.name, key, claimed))),
     }
 }

@@ -176,7 +176,9 @@ impl<S: ClaimStore> Settling for Settle<'_, '_, S> {
             &self.outputs,
             &trace,
         );
-        let committed = self.shared.fenced.commit(stream, batch).await;
+        // A commit queued for its batch is not sent once the lease lapsed by our clock.
+        let left = self.c.lease.left_locally();
+        let committed = self.shared.fenced.commit(stream, batch, left).await;
         if committed.is_ok() {
             self.c.route.metrics.outputs(self.outputs.len() as u64);
         }

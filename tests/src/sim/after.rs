@@ -23,6 +23,8 @@ pub(super) struct SimAfter<'a> {
     pub(super) at: &'a At,
     /// The host's claimer of the claim bucket (claim-after routes are never fenced).
     pub(super) claimer: &'a Claimer<SimStore>,
+    /// The handler version the host's split chose (a claim-after route takes no canary).
+    pub(super) version: String,
 }
 
 impl AfterDelivery for SimAfter<'_> {
@@ -34,7 +36,7 @@ impl AfterDelivery for SimAfter<'_> {
     }
 
     fn claim_key(&self) -> &str {
-        &self.at.key
+        &self.at.claim
     }
 
     fn fresh_from(&self) -> u64 {
@@ -46,7 +48,7 @@ impl AfterDelivery for SimAfter<'_> {
     }
 
     fn digest(&self) -> &str {
-        "d"
+        &self.version
     }
 
     fn may_publish(&self) -> bool {
@@ -108,17 +110,32 @@ impl AfterDelivery for SimAfter<'_> {
     /// The seeded handler ([`Ctx::invoke`]); no heartbeat and no progress acks, as on the
     /// host: a claim-after handler is short.
     async fn invoke(&self, attempt: u32) -> Result<Handled<Outputs>, String> {
-        self.ctx.invoke(&self.at.key, attempt).await
+        self.ctx.invoke(&self.at.key, attempt, &self.version).await
     }
 
     /// The host's size check of a claim-after route (never fenced).
     fn oversized(&self, output: &Outputs) -> Option<String> {
         let max = self.ctx.world().max_payload;
-        output.oversized(&self.at.key, false, max)
+        output.oversized(&self.at.claim, false, max)
     }
 
     async fn publish(&self, output: Outputs) -> Result<Vec<OutputRef>, String> {
-        self.ctx.publish(output.published(&self.at.key)).await
+        let by = (self.at.key.as_str(), &output.version);
+        self.ctx.publish(output.published(&self.at.claim), by).await
+    }
+
+    /// Read from the model's components ([`Ctx::offered`]).
+    async fn offered(&self, digest: &str) -> Result<bool, String> {
+        self.ctx.offered(digest).await
+    }
+
+    /// Jittered with the run's seeded generator.
+    fn jittered(&self, ceiling: Duration) -> Duration {
+        dedup_delivery::backoff::jittered(ceiling, self.ctx.unit())
+    }
+
+    fn pinned_gone(&self, digest: &str) -> String {
+        dedup_delivery::pinned::gone("r", &self.at.key, digest)
     }
 
     async fn dead_letter(&self, _reason: &str, _attempt: u32) -> Result<(), LetterRefused> {

@@ -16,6 +16,9 @@ pub struct Found {
     pub first: Option<(u64, Mode, Vec<String>)>,
     /// Runs made (seeds tried × modes, up to and including the first failure).
     pub runs: u64,
+    /// Runs that failed with nothing reverted too (seed, mode, first violation): a fault of
+    /// the model or of the host, not this fix's canary; the search goes past them.
+    pub clean_failures: Vec<(u64, Mode, String)>,
 }
 
 impl Found {
@@ -27,7 +30,7 @@ impl Found {
     /// One line for the table: the fix, the seeds needed, the first seed's flags and its first
     /// violation.
     pub fn line(&self) -> String {
-        match &self.first {
+        let found = match &self.first {
             Some((seed, mode, violations)) => format!(
                 "{:<28} found at seed {seed}{} ({} runs): {}",
                 self.fix.name(),
@@ -36,26 +39,47 @@ impl Found {
                 violations.first().map(String::as_str).unwrap_or("")
             ),
             None => format!("{:<28} NOT found in {} runs", self.fix.name(), self.runs),
-        }
+        };
+        let skipped = self.clean_failures.iter().map(|(seed, mode, violation)| {
+            format!(
+                "\n{:<28}   (seed {seed}{} fails with nothing reverted too: {violation})",
+                "",
+                mode.flags()
+            )
+        });
+        found + &skipped.collect::<String>()
     }
 }
 
-/// Runs seeds `0..budget` in every mode with `fix` reverted, up to the first failing run;
-/// the switch is restored afterwards.
+/// Runs seeds `0..budget` in every mode with `fix` reverted, up to the first run that fails
+/// with it reverted and passes without; the switch is restored afterwards.
 pub fn find(fix: Fix, budget: u64, base: Settings) -> Found {
-    revert::set(&[fix]);
     let mut runs = 0;
     let mut first = None;
+    let mut clean_failures = Vec::new();
     'seeds: for seed in 0..budget {
         for mode in Mode::all() {
             runs += 1;
-            let report = run(seed, Settings { mode, ..base }, false);
-            if !report.violations.is_empty() {
-                first = Some((seed, mode, report.violations));
-                break 'seeds;
+            let settings = Settings { mode, ..base };
+            revert::set(&[fix]);
+            let report = run(seed, settings, false);
+            revert::set(&[]);
+            if report.violations.is_empty() {
+                continue;
+            }
+            match run(seed, settings, false).violations.first() {
+                Some(clean) => clean_failures.push((seed, mode, clean.clone())),
+                None => {
+                    first = Some((seed, mode, report.violations));
+                    break 'seeds;
+                }
             }
         }
     }
-    revert::set(&[]);
-    Found { fix, first, runs }
+    Found {
+        fix,
+        first,
+        runs,
+        clean_failures,
+    }
 }

@@ -16,6 +16,7 @@ const DEFAULT_SERVER_BOUND: u64 = 100;
 /// Every broken invariant of the run that ended in `w`.
 pub fn end(w: &World, sim: &Hosts, max_deliver: u32) -> Vec<String> {
     let mut out = w.violations.clone();
+    out.extend(sim.changed_keys(w));
     let space = space(w);
     // At the server's default bound no message spends its deliveries in these runs: the
     // outage backoff and the busy delay space its retries past the longest fault. A message
@@ -48,7 +49,7 @@ pub fn end(w: &World, sim: &Hosts, max_deliver: u32) -> Vec<String> {
         };
         let failures = if replayed { 0 } else { failures };
         let excused = failures.saturating_add(disrupted) >= max_deliver
-            || w.gave_up.contains(&format!("{space}{key}"));
+            || (w.names.iter()).any(|name| w.gave_up.contains(&format!("{space}{name}{key}")));
         // A coalescing route may complete a key without running it, unless its entity's
         // newest message carries it: that one must run.
         let entity = source
@@ -75,7 +76,11 @@ pub fn end(w: &World, sim: &Hosts, max_deliver: u32) -> Vec<String> {
         let ran_later = entity.is_some_and(|e| w.started.get(e).copied() > last);
         let covered = ran_later || lettered_later;
         let must_run = !sim.coalesces() || newest.is_some_and(|m| m.key == key) || !covered;
-        let record = w.record(&format!("{space}{key}")).map(|(r, _)| r);
+        let record = w.record(&w.claim_key(space, key)).map(|(r, _)| r);
+        // A key whose effects a version now gone began is dead-lettered, never finished by
+        // another version (issue 42, finding 8); its outputs stay as that version left them.
+        let excused = excused || w.components.pinned_gone(record);
+        out.extend(w.components.check(key, record));
         // Any later delivery may reclaim a coalesced key, a stale one too (its host paused
         // past the ack wait, its message since acked); if that delivery's own coalesce write
         // goes unanswered, the key ends in progress, still marked coalesced, with no message
@@ -98,10 +103,12 @@ pub fn end(w: &World, sim: &Hosts, max_deliver: u32) -> Vec<String> {
             )),
         }
         // Each output by its index: a window route's publish may fail part-way, storing one
-        // output and not the next; an oversized key stores none of its outputs.
+        // output and not the next; an oversized key stores none of its outputs. A renamed
+        // route's are counted under every name it had (each name gives other ids).
         for index in 0..sim.handler(key).outputs() {
-            let id = format!("{key}#{index}");
-            let copies = w.outputs.get(&id).map_or(0, Vec::len);
+            let copies: usize = (w.names.iter())
+                .map(|name| (w.outputs.get(&format!("{name}{key}#{index}"))).map_or(0, Vec::len))
+                .sum();
             match (fails, copies) {
                 (false, 1) | (true, 0) => {}
                 (false, 0) if excused || (coalesced && !must_run) => {}

@@ -14,6 +14,8 @@ use std::time::Duration;
 
 use dedup_host::source_consumer::Settings;
 
+mod history;
+
 /// Which stream a message is in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Lane {
@@ -61,6 +63,8 @@ pub struct Message {
     pub delivery: Delivery,
     /// How many times it was delivered.
     pub deliveries: u64,
+    /// Deleted from its stream (dead-lettered): a new consumer does not deliver it.
+    pub deleted: bool,
 }
 
 /// A delivery the server hands to a host.
@@ -72,6 +76,9 @@ pub struct Offer {
     pub message: Message,
     /// Which delivery this is.
     pub number: u64,
+    /// The generation of the consumer that hands it out (the source consumer's changes at a
+    /// rename, [`Streams::source_generation`]).
+    pub consumer: u32,
 }
 
 /// The streams, their consumers, and the hosts' stranded-message markers.
@@ -93,6 +100,9 @@ pub struct Streams {
     pub markers: BTreeMap<(Lane, u64), (u64, u32)>,
     /// Streams electing a leader now: their consumers hand out nothing.
     pub leaderless: Vec<Lane>,
+    /// The source consumer's generation: a rename deletes it and creates another
+    /// (`history`), and what a host sends to the deleted one is lost.
+    pub source_generation: u32,
 }
 
 impl Streams {
@@ -119,6 +129,7 @@ impl Streams {
             advisories: Vec::new(),
             markers: BTreeMap::new(),
             leaderless: Vec::new(),
+            source_generation: 0,
         };
         for (key, entity, at) in published {
             streams.publish(key, entity, *at, 0);
@@ -139,6 +150,7 @@ impl Streams {
             fresh_from,
             delivery: Delivery::Available(at),
             deliveries: 0,
+            deleted: false,
         });
         sequence
     }
@@ -251,6 +263,10 @@ impl Streams {
                     lane,
                     message: m.clone(),
                     number: m.deliveries + 1,
+                    consumer: match lane {
+                        Lane::Source => self.source_generation,
+                        Lane::Queue => 0,
+                    },
                 }),
                 _ => {}
             }
@@ -309,7 +325,9 @@ impl Streams {
 
     /// Deletes a message (dead-lettered by a host).
     pub fn delete(&mut self, lane: Lane, sequence: u64) {
-        self.lane_mut(lane)[sequence as usize - 1].delivery = Delivery::Done;
+        let m = &mut self.lane_mut(lane)[sequence as usize - 1];
+        m.delivery = Delivery::Done;
+        m.deleted = true;
     }
 
     /// Messages whose ack wait ran out become available again.

@@ -17,10 +17,11 @@ use dedup_delivery::settle::Settlement;
 use dedup_host::claim::{ClaimState, Claimer};
 
 use super::consumer::Lane;
+use super::group::SimGroup;
 use super::network::REQUEST_TIMEOUT_MS;
 use super::route::Served;
 use super::store::{Shared, SimStore};
-use super::world::{Output, World};
+use super::world::{Output, Version, World};
 use super::Settings;
 
 /// What one host generation needs to settle a delivery.
@@ -31,9 +32,14 @@ pub struct Ctx {
     pub(super) settings: Settings,
     pub(super) seed: u64,
     pub(super) host: usize,
+    /// The route's name as this host generation's config names it, as the model's claim
+    /// keys carry it (their prefix: empty before any rename, `World::route`).
+    pub(super) route: String,
     /// The route's run of infrastructure errors on this host generation, as the host's
     /// metrics keep it per route and process.
     outages: OutageStreak,
+    /// Its fenced commits' committers ([`SimGroup`]).
+    pub(super) group: SimGroup,
 }
 
 /// One delivery being settled.
@@ -47,6 +53,20 @@ pub(super) struct At {
     pub(super) fresh_from: u64,
     /// When the host got the delivery (virtual ms): the ack wait runs from then.
     pub(super) received: u64,
+    /// Its claim key: the message's key under the route name the host serves
+    /// ([`Ctx::route`]).
+    pub(super) claim: String,
+    /// The generation of the consumer that handed it out ([`Offer::consumer`]).
+    ///
+    /// [`Offer::consumer`]: super::consumer::Offer::consumer
+    pub(super) consumer: u32,
+}
+
+impl At {
+    /// Which delivery of which consumer's message it is, as acks name it.
+    pub(super) fn delivery(&self) -> (Lane, u64, u64, u32) {
+        (self.lane, self.sequence, self.number, self.consumer)
+    }
 }
 
 /// A handler run of an exclusive route, listed in [`World::running`] until dropped.
@@ -102,13 +122,16 @@ impl Ctx {
                 Duration::from_millis(settings.skew_ms),
             )
         };
+        let route = world.lock().expect("one thread").route.clone();
         Arc::new(Self {
             world: world.clone(),
             claimers: [claimer("b:"), claimer("s:")],
             settings,
             seed,
             host,
+            route,
             outages: OutageStreak::new(),
+            group: SimGroup::new(world, host),
         })
     }
 
@@ -117,8 +140,7 @@ impl Ctx {
     }
 
     fn settle(&self, at: &At, nak: Option<u64>) {
-        self.world()
-            .settle(self.host, at.lane, at.sequence, at.number, nak);
+        self.world().settle(self.host, at.delivery(), nak);
     }
 
     /// Whether a request this host sends now reaches the server: one sent while it is
@@ -137,15 +159,19 @@ impl Ctx {
     /// Publishes `outputs` in order, as the host pipelines them: each stored or refused on
     /// its own (a publish failing part-way), except that once the server refuses one over its
     /// `max_payload` it closes the connection and the rest are not sent. An error names the
-    /// outputs not stored.
-    pub(super) async fn publish(&self, outputs: Vec<Output>) -> Result<Vec<OutputRef>, String> {
+    /// outputs not stored. `by`: the key whose outputs they are and the version that made them.
+    pub(super) async fn publish(
+        &self,
+        outputs: Vec<Output>,
+        by: (&str, &Version),
+    ) -> Result<Vec<OutputRef>, String> {
         if !self.reaches_server().await {
             return Err("publish timed out: cut off from the server".into());
         }
         let mut w = self.world();
         let mut refused = Vec::new();
         for o in &outputs {
-            if !w.publish(self.host, o) {
+            if !w.publish(self.host, o, by) {
                 refused.push(o.id.as_str());
                 if o.size > w.max_payload {
                     break;
@@ -182,7 +208,7 @@ impl Ctx {
     }
 
     /// A jitter draw in `0.0..=1.0` from the run's seeded generator.
-    fn unit(&self) -> f64 {
+    pub(super) fn unit(&self) -> f64 {
         self.world().rng.range(0, 1_000_000) as f64 / 1_000_000.0
     }
 
@@ -209,10 +235,10 @@ impl Ctx {
         // A host paused between its claim and here starts a zombie: its lease lapsed, another
         // host may have finished the message since, and nothing it does can take effect.
         let zombie = !w
-            .record(&format!("{space}{}", at.key))
+            .record(&format!("{space}{}", at.claim))
             .is_some_and(|(r, _)| r.owner == owner && w.held(r));
         for (entity, key, runner) in w.running.iter().filter(|_| !zombie) {
-            if *entity != at.entity || *key == at.key {
+            if *entity != at.entity || *key == at.claim {
                 continue;
             }
             let live = w
@@ -225,8 +251,16 @@ impl Ctx {
                 ));
             }
         }
+        // A later message of the entity carrying the same key (a producer's retry) is the
+        // same event: a stale copy of the earlier one (its delivery waited in a buffer while
+        // the later one reclaimed their coalesced key and failed) runs that key, nothing out
+        // of order.
+        let latest = w.started.get(&at.entity).copied().unwrap_or_default();
+        let same_key = (w.streams.source.iter())
+            .filter(|m| m.entity == at.entity && m.sequence > source && m.sequence <= latest)
+            .all(|m| m.key == at.key);
         let latest = w.started.entry(at.entity.clone()).or_default();
-        if *latest > source && !zombie {
+        if *latest > source && !zombie && !same_key {
             found.push(format!(
                 "entity {}: message {source} ({}) runs after message {} (h{}): out of source order",
                 at.entity, at.key, *latest, self.host
@@ -237,7 +271,7 @@ impl Ctx {
             w.log(|| format!("VIOLATION {what}"));
             w.violations.push(what);
         }
-        let entry = (at.entity.clone(), at.key.clone(), owner.to_string());
+        let entry = (at.entity.clone(), at.claim.clone(), owner.to_string());
         w.running.push(entry.clone());
         Running {
             world: self.world.clone(),
@@ -255,7 +289,7 @@ impl Ctx {
                 let w = self.world();
                 ["b:", "s:"]
                     .iter()
-                    .filter_map(|space| w.record(&format!("{space}{}", at.key)))
+                    .filter_map(|space| w.record(&format!("{space}{}", at.claim)))
                     .map(|(r, _)| (r.state, r.permanent))
                     .find(|s| matches!(s, (ClaimState::Completed, _) | (ClaimState::Failed, true)))
             };

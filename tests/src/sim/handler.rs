@@ -13,7 +13,7 @@ use dedup_host::bindings::{Header, Output};
 
 use super::ctx::Ctx;
 use super::outputs::{Outputs, BLOCK_FRAMING, LINE_FRAMING};
-use super::world::Rng;
+use super::world::{Rng, Version};
 
 /// The size of an output the handler of an oversized key returns (over 1 MiB).
 pub(super) const OVERSIZED: usize = 2 << 20;
@@ -77,9 +77,17 @@ fn trace_context(rng: &mut Rng) -> Vec<(&'static str, String)> {
 }
 
 impl Ctx {
-    /// Runs `key`'s handler for `attempt`: it works for a while of virtual time, then fails
-    /// (a retry) or returns its outputs.
-    pub(super) async fn invoke(&self, key: &str, attempt: u32) -> Result<Handled<Outputs>, String> {
+    /// Runs version `version` of `key`'s handler for `attempt`: it works for a while of
+    /// virtual time, then fails (a retry) or returns its outputs, made by that version. A
+    /// host running a shadow candidate runs it beside a run of the live version
+    /// ([`Ctx::shadow`]).
+    pub(super) async fn invoke(
+        &self,
+        key: &str,
+        attempt: u32,
+        version: &str,
+    ) -> Result<Handled<Outputs>, String> {
+        self.world().runs(&self.route, key);
         self.sleep(Duration::from_millis(self.work_ms(key, attempt)))
             .await;
         let handler = self.handler(key);
@@ -91,7 +99,12 @@ impl Ctx {
                 });
             }
         }
-        Ok(Handled::Succeeded(self.outputs(key, handler)))
+        self.shadow(key, handler, version);
+        Ok(Handled::Succeeded(self.outputs(
+            key,
+            handler,
+            Version::of(version),
+        )))
     }
 
     /// The outputs `key`'s `handler` returns, drawn from the seed: the same on every run of
@@ -100,7 +113,7 @@ impl Ctx {
     /// window route publishes it (its header block with the host's id and the event's trace
     /// context, plus its payload; a fenced batch member is larger still) while its names,
     /// values and payload alone are under it: what a count without the wire framing misses.
-    fn outputs(&self, key: &str, handler: Handler) -> Outputs {
+    pub(super) fn outputs(&self, key: &str, handler: Handler, version: Version) -> Outputs {
         let mut rng = Rng::new(hash(self.seed ^ 0x5e7d, key));
         let trace = trace_context(&mut rng);
         let list = (0..handler.outputs())
@@ -123,7 +136,11 @@ impl Ctx {
                 }
             })
             .collect();
-        let mut outputs = Outputs { list, trace };
+        let mut outputs = Outputs {
+            list,
+            trace,
+            version,
+        };
         if let Handler::Oversized(n) = handler {
             let over = rng.range(0, n as u64 - 1) as usize;
             let size = match rng.chance(500) {

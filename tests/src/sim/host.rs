@@ -31,13 +31,18 @@ use dedup_host::stranded;
 
 use super::consumer::{Delivery, Lane};
 use super::ctx::Ctx;
+use super::group::Runner;
 use super::handler::{handler, Handler};
 use super::route::{self, HostConfig, Mode, Served};
 use super::store::Shared;
 use super::world::Rng;
 use super::Settings;
 
+mod candidates;
+mod change;
 mod edges;
+mod rename;
+mod replay;
 
 use edges::Edges;
 
@@ -54,6 +59,9 @@ struct Host {
     skew: i64,
     /// Deliveries in flight, with their keys.
     work: Vec<(String, Work)>,
+    /// Its fenced streams' committers ([`super::group`]): polled beside its deliveries,
+    /// killed and paused with it, never counted as work in flight.
+    committers: Vec<Runner>,
     /// Its config of the route.
     config: HostConfig,
     /// What it serves: `None` while its config differs from the route's contract.
@@ -167,6 +175,10 @@ pub struct Hosts {
     /// The draws of the contract deletion, the stale start and the contract watches' latency,
     /// apart from the other draws (runs without them run as before).
     edges: Rng,
+    /// An operator's `setup --rename-route` under traffic, if the run has one.
+    rename: rename::Rename,
+    /// An operator's `setup --change-route` under traffic, if the run has one.
+    change: change::Change,
 }
 
 impl Hosts {
@@ -214,6 +226,7 @@ impl Hosts {
                 down: false,
                 skew,
                 work: Vec::new(),
+                committers: Vec::new(),
                 config: *config,
                 served: None,
                 started,
@@ -244,6 +257,13 @@ impl Hosts {
             delete_at: drawn.delete_at,
             setup_at: drawn.setup_at,
             edges,
+            rename: rename::Rename::draw(seed, settings.mode.exclusive),
+            change: change::Change::draw(
+                seed,
+                settings.mode.exclusive,
+                drawn.delete_at.is_some()
+                    || (rename::Rename::draw(seed, settings.mode.exclusive).next_event()).is_some(),
+            ),
         }
     }
 
@@ -264,7 +284,7 @@ impl Hosts {
 
     /// Whether no host has work in flight.
     pub fn idle(&self) -> bool {
-        self.hosts.iter().all(|h| h.work.is_empty())
+        self.hosts.iter().all(|h| h.work.is_empty()) && !self.change.busy()
     }
 
     /// The next time a host comes back from a pause or a kill, if any.
@@ -275,6 +295,8 @@ impl Hosts {
             .chain(self.reload_at)
             .chain(self.delete_at)
             .chain(self.setup_at)
+            .chain(self.rename.next_event())
+            .chain(self.change.next_event())
             .filter(|t| *t > now)
             .min()
     }
@@ -301,6 +323,11 @@ impl Hosts {
                 h.rebind = false;
                 let config = h.config;
                 h.configure(&self.world, config, i);
+                self.world
+                    .lock()
+                    .expect("one thread")
+                    .components
+                    .restarted(i);
             }
         }
         if self.reload_at.is_some_and(|at| at <= now) {
@@ -312,7 +339,10 @@ impl Hosts {
             self.hosts[0].reload(&self.world, config, 0);
         }
         self.operator(now);
+        self.renames(now);
+        self.changes(now);
         self.watch(now);
+        self.candidates(now);
         self.rebinds(now);
         self.undeliverable(now);
         self.deliver(now);
@@ -325,6 +355,9 @@ impl Hosts {
             virtual_clock::set(Some(now.saturating_add_signed(h.skew)));
             h.work
                 .retain_mut(|(_, w)| w.as_mut().poll(&mut cx).is_pending());
+            h.committers.append(&mut h.ctx.group.started());
+            h.committers
+                .retain_mut(|c| c.as_mut().poll(&mut cx).is_pending());
         }
         virtual_clock::set(None);
     }
@@ -361,6 +394,7 @@ impl Hosts {
             h.down = true;
             h.paused_until = now + self.rng.range(0, 3_000);
             let dropped = std::mem::take(&mut h.work); // dropped at their await points
+            h.committers.clear(); // its batches in flight stay with the server
             log(&self.world, || {
                 format!("h{i} killed with {} deliveries in flight", dropped.len())
             });
@@ -404,6 +438,9 @@ impl Hosts {
     }
 
     fn deliver(&mut self, now: u64) {
+        if self.rename.stopping() {
+            return;
+        }
         let serving: Vec<(usize, usize)> = (0..self.hosts.len())
             .filter(|i| self.hosts[*i].ready(now))
             // A partitioned host's pulls do not reach the server ([`super::network`]).
@@ -461,51 +498,6 @@ impl Hosts {
             ));
         }
     }
-
-    /// An operator replays every dead letter after fixing the handler (`dead-letters replay`):
-    /// each key's record is reset ([`ClaimRecord::reset_for_replay`]) and its message
-    /// published again. Returns how many were replayed.
-    ///
-    /// [`ClaimRecord::reset_for_replay`]: dedup_host::claim::ClaimRecord::reset_for_replay
-    pub fn replay(&mut self) -> usize {
-        let mut w = self.world.lock().expect("one thread");
-        let space = space(&w);
-        let mut keys = w.dead_letters.clone();
-        keys.sort();
-        keys.dedup();
-        let mut replayed = 0;
-        for (letter, key) in keys.iter().enumerate() {
-            let mut fresh_from = 0;
-            if let Some((mut record, revision)) = w.record(&format!("{space}{key}")).cloned() {
-                if !record.replayable() {
-                    continue;
-                }
-                virtual_clock::set(Some(w.now));
-                record.reset_for_replay(letter as u64 + 1);
-                virtual_clock::set(None);
-                match w.operator_update(&format!("{space}{key}"), &record, revision) {
-                    Some(reset) => {
-                        fresh_from = reset;
-                        w.lag_replay(&format!("{space}{key}"), reset);
-                    }
-                    None => continue,
-                }
-            }
-            let entity = w
-                .streams
-                .source
-                .iter()
-                .find(|m| m.key == *key)
-                .map(|m| m.entity.clone())
-                .unwrap_or_default();
-            let now = w.now;
-            let sequence = w.streams.publish(key, &entity, now, fresh_from);
-            w.replayed.insert(key.clone());
-            w.log(|| format!("replay {key} as source message {sequence}"));
-            replayed += 1;
-        }
-        replayed
-    }
 }
 
 /// The claim key space the route's contract names.
@@ -521,7 +513,7 @@ pub fn space(w: &super::world::World) -> &'static str {
 /// the marker stays and is retried with backoff ([`stranded::retry_ceiling`]).
 fn rescue(w: &mut super::world::World, lane: Lane, sequence: u64, skew: Duration) {
     let m = w.streams.message(lane, sequence).clone();
-    let key = format!("{}{}", space(w), m.key);
+    let key = w.claim_key(space(w), &m.key);
     let record = w.record(&key).cloned();
     let now = w.now;
     let given_up = undeliverable::decide(record.as_ref().map(|(r, _)| r), now, skew);

@@ -1,7 +1,7 @@
 //! A seeded, deterministic simulation of the delivery protocol (issue 25, part 3; the model
 //! and what it leaves out: `docs/src/how/simulation.md`). One thread, virtual time, one random
 //! generator: a run is a function of its seed, and a failing seed replays step by step with
-//! `cargo run --release -p dedup-host-tests --bin simulate -- --seed S --trace`.
+//! `target/release/simulate --seed S --trace` (after `cargo build --release --workspace --bins`).
 //!
 //! It runs the host's real claim protocol ([`dedup_host::claim::Claimer`] and its `Lease`)
 //! for two to four hosts against [`world::World`], a model of the server, in every mode
@@ -11,7 +11,8 @@
 //! outages of the output and dead-letter streams, missed advisories, hosts paused past their
 //! lease, hosts killed and restarted, stream leader elections and hosts partitioned from the
 //! server ([`network`]), clock skew, hosts of different sizes, a reload that
-//! changes the route on one host, and a replay of every dead letter after a fix. A claim-before
+//! changes the route on one host, an operator's rename of the route under traffic over the
+//! source stream's retained history, and a replay of every dead letter after a fix. A claim-before
 //! delivery runs the host's own loop and settle order over the model ([`running`],
 //! [`settling`]), a claim-after delivery the host's own run ([`after`]), an exclusive
 //! route's source message the host's own queue stage ([`queue`]), each under the host's
@@ -29,11 +30,13 @@ pub mod canary;
 mod check;
 mod consumer;
 mod ctx;
+mod group;
 mod handler;
 mod host;
 mod marker;
 mod network;
 mod outputs;
+mod pinned;
 mod queue;
 mod rng;
 pub mod route;
@@ -130,6 +133,19 @@ pub fn run(seed: u64, settings: Settings, trace: bool) -> Report {
             (format!("k{k}"), format!("e{}", k % entities), at)
         })
         .collect();
+    // One fenced run in two, the fenced stream takes 10 ms to a second to answer each batch
+    // (a server under load), so the hosts' committers group the commits that wait
+    // (`world::batch::Staging`); 4 to 12 more keys are published, and its messages come in
+    // bursts of two to six, so that commits wait together. Drawn from a generator of its own:
+    // other runs are as before.
+    let mut staging = world::Rng::new(seed.wrapping_mul(137).wrapping_add(43));
+    let (staging_ms, published) = match settings.mode.fenced && staging.chance(500) {
+        true => {
+            let ms = staging.range(10, 1_000);
+            (ms, bursts(published, (distinct, entities), &mut staging))
+        }
+        false => (0, published),
+    };
     let faults = Faults {
         lost_landed: rng.range(0, 40),
         lost: rng.range(0, 40),
@@ -151,7 +167,7 @@ pub fn run(seed: u64, settings: Settings, trace: bool) -> Report {
         })
         .collect();
     // One run in four loses its output streams (deleted and created again); one in four its
-    // dead-letter stream, for one to six minutes. A window route's outputs can be re-run
+    // dead-letter stream, for up to six minutes. A window route's outputs can be re-run
     // after the outage plus the backoff then in force (about twice the outage): the
     // duplicate window the host requires (its outage backoff's ceiling plus
     // `claims.pause_margin`) covers outages of the margin's length, so its output outages
@@ -168,7 +184,15 @@ pub fn run(seed: u64, settings: Settings, trace: bool) -> Report {
         }
         false => (0, 0),
     };
-    let (outputs_out, letters_out) = (outage(longest), outage(360_000));
+    // On an exclusive window route a dead-letter outage holds a partition (a given-up message
+    // waits for its letter, the entity's next messages behind it), so it delays a re-run as
+    // an output outage does, and lasts as long (seed 6709 `--coalesce`: a 269 s one held a
+    // key's newest message past the window).
+    let letters_longest = match settings.mode.exclusive && !settings.mode.fenced {
+        true => longest,
+        false => 360_000,
+    };
+    let (outputs_out, letters_out) = (outage(longest), outage(letters_longest));
     // One run in two reloads a changed route on one host; one in two replays its dead
     // letters once everything settled.
     let reload_at = rng.chance(500).then(|| EPOCH_MS + rng.range(0, FAULTS_MS));
@@ -199,11 +223,16 @@ pub fn run(seed: u64, settings: Settings, trace: bool) -> Report {
     // its own, so that runs without it are as before.
     let mut lag = world::Rng::new(seed.wrapping_mul(131).wrapping_add(11));
     w.replay_lag_ms = (low_bound.is_none() && lag.chance(250)).then(|| lag.range(2_000, 10_000));
+    w.staging.ms = staging_ms;
     let fenced = settings.mode.fenced;
     w.network = network::Network::draw(seed, hosts, fenced, settings.lease_ms, EPOCH_MS, FAULTS_MS);
+    // One run in two deploys a candidate (canary or shadow) under traffic, then promotes or
+    // rolls it back ([`world::Components`]).
+    let claim_after = settings.mode.claim_after;
+    w.components = world::Components::draw(seed, hosts, claim_after, EPOCH_MS, FAULTS_MS);
     if trace {
         w.trace = Some(vec![format!(
-            "seed {seed}: {hosts} hosts {configs:?}, messages {published:?}, {settings:?}, {faults:?}, outages {outputs_out:?} {letters_out:?}, reload at {reload_at:?}, replay {replay}, {}",
+            "seed {seed}: {hosts} hosts {configs:?}, messages {published:?}, {settings:?}, {faults:?}, outages {outputs_out:?} {letters_out:?}, reload at {reload_at:?}, replay {replay}, batches staged {staging_ms} ms, {}",
             w.network.describe()
         )]);
     }
@@ -253,10 +282,14 @@ pub fn run(seed: u64, settings: Settings, trace: bool) -> Report {
         }
         // Nothing in flight and no faults: skip to the next thing that happens.
         if quiet && !w.faulty {
-            let next = [w.streams.next_event(), sim.next_event(now)]
-                .into_iter()
-                .flatten()
-                .min();
+            let next = [
+                w.streams.next_event(),
+                sim.next_event(now),
+                w.components.next_event(),
+            ]
+            .into_iter()
+            .flatten()
+            .min();
             if let Some(next) = next.filter(|t| *t > now + 40) {
                 w.now = next.min(EPOCH_MS + HORIZON_MS + 1) - 1;
             }
@@ -272,6 +305,30 @@ pub fn run(seed: u64, settings: Settings, trace: bool) -> Report {
     }
 }
 
+/// `published` with 4 to 12 keys more (after the `distinct` keys of `entities` entities), in
+/// bursts of two to six messages: each published when its burst's first is.
+fn bursts(
+    mut published: Vec<(String, String, u64)>,
+    (distinct, entities): (u64, u64),
+    rng: &mut world::Rng,
+) -> Vec<(String, String, u64)> {
+    for k in distinct..distinct + rng.range(4, 12) {
+        let at = EPOCH_MS + rng.range(0, FAULTS_MS);
+        published.push((format!("k{k}"), format!("e{}", k % entities), at));
+    }
+    published.sort_by_key(|m| m.2);
+    let mut i = 0;
+    while i < published.len() {
+        let size = rng.range(2, 6) as usize;
+        let at = published[i].2;
+        for m in published.iter_mut().skip(i).take(size) {
+            m.2 = at;
+        }
+        i += size;
+    }
+    published
+}
+
 /// Runs seeds `from..from + seeds` in every mode combination, with `base` otherwise; reports
 /// each failure through `say` (its violations and the command that replays it) and returns how
 /// many runs failed.
@@ -285,12 +342,26 @@ pub fn explore(from: u64, seeds: u64, base: Settings, mut say: impl FnMut(String
                 failed += 1;
                 let flags = mode.flags();
                 say(format!(
-                    "seed {seed}{flags} failed after {} steps:\n  {}\n  replay: cargo run --release -p dedup-host-tests --bin simulate -- --seed {seed}{flags} --trace",
+                    "seed {seed}{flags} failed after {} steps:\n  {}\n  replay: target/release/simulate --seed {seed}{flags}{} --trace   (after cargo build --release --workspace --bins)",
                     report.steps,
-                    report.violations.join("\n  ")
+                    report.violations.join("\n  "),
+                    reverted_flag()
                 ));
             }
         }
     }
     failed
+}
+
+/// The fixes reverted on this thread, as the `simulate` flag that reverts them again (empty:
+/// none): a replay command must reproduce the run it came from.
+pub fn reverted_flag() -> String {
+    let names: Vec<&str> = dedup_delivery::revert::active()
+        .iter()
+        .map(|f| f.name())
+        .collect();
+    match names.is_empty() {
+        true => String::new(),
+        false => format!(" --revert {}", names.join(",")),
+    }
 }

@@ -5,11 +5,11 @@
 //! ([`effects::over_max_payload`] over [`effects::fenced_sizes`] or each output's
 //! `wire_size`). What the server counts against its `max_payload` is the model's own count
 //! ([`hpub_size`]), independent of the host's check: the two must agree, and a publish or a
-//! batch member over the limit is refused (`World::publish`, `World`'s fenced commit).
+//! batch member over the limit is refused (`World::publish`, `World::serve_batch`).
 
 use dedup_host::bindings;
 use dedup_host::claim::ClaimRecord;
-use dedup_host::fenced::commit::{self, headers};
+use dedup_host::fenced::commit;
 use dedup_host::pipeline::effects;
 use dedup_host::telemetry::Trace;
 
@@ -21,7 +21,8 @@ pub struct Output {
     /// The subject it is published on (every subject is captured by the one output stream).
     pub subject: String,
     /// Its size as nats-server counts it ([`hpub_size`]), which the server refuses above
-    /// `max_payload`.
+    /// `max_payload` (in a fenced batch, before the batch headers: the server adds them at
+    /// its place).
     pub size: usize,
 }
 
@@ -54,6 +55,27 @@ pub struct Outputs {
     pub list: Vec<bindings::Output>,
     /// The event's trace headers.
     pub trace: Vec<(&'static str, String)>,
+    /// The handler version that made them (issue 42, finding 8).
+    pub version: Version,
+}
+
+/// Who made a run's outputs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Version {
+    /// The handler version's digest.
+    pub digest: String,
+    /// A shadow run's (compared and thrown away, never stored).
+    pub shadow: bool,
+}
+
+impl Version {
+    /// A run of `digest` that counts (not a shadow's).
+    pub fn of(digest: &str) -> Self {
+        Self {
+            digest: digest.to_string(),
+            shadow: false,
+        }
+    }
 }
 
 impl Outputs {
@@ -90,35 +112,37 @@ impl Outputs {
         let blocks = self.blocks(claim_key);
         (self.list.iter().zip(blocks).enumerate())
             .map(|(i, (o, (block, _)))| Output {
-                id: format!("{claim_key}#{i}"),
+                id: dedup_delivery::claim::key::output_id(claim_key, i),
                 subject: o.subject.clone(),
                 size: block + o.payload.len(),
             })
             .collect()
     }
 
-    /// As a fenced commit of `record` at `revision` sends them for `claim_key`: the batch's
-    /// messages before the record, each with the batch headers the host adds as it sends
-    /// (`Nats-Batch-Id`, 32 hex digits, and `Nats-Batch-Sequence`); nats-server counts each
-    /// batch message against `max_payload` on its own.
-    pub fn committed(&self, claim_key: &str, record: &ClaimRecord, revision: u64) -> Vec<Output> {
+    /// As a fenced commit of `record` at `revision` lays them out for `claim_key`
+    /// ([`commit::prepare`]): each output, and the size of the record sent after them, each
+    /// sized as nats-server counts it before the batch headers, which the model server adds
+    /// at each message's place in the batch it ends up in (`world::batch`).
+    pub fn committed(
+        &self,
+        claim_key: &str,
+        record: &ClaimRecord,
+        revision: u64,
+    ) -> (Vec<Output>, usize) {
         let trace = self.trace();
         let keys = (claim_key, claim_key);
         let messages = commit::prepare(keys, record, revision, &self.list, &trace);
-        let batch_id = "0".repeat(32);
-        (messages.iter().take(self.list.len()).enumerate())
-            .map(|(i, m)| {
-                let sequence = (i + 1).to_string();
-                let batch = [
-                    (headers::BATCH_ID, batch_id.as_str()),
-                    (headers::BATCH_SEQUENCE, sequence.as_str()),
-                ];
-                Output {
-                    id: format!("{claim_key}#{i}"),
-                    subject: m.subject().to_string(),
-                    size: hpub_size(m.header_lines().chain(batch), m.payload_len()),
-                }
+        let size = |m: &commit::BatchMessage| hpub_size(m.header_lines(), m.payload_len());
+        let (last, outputs) = messages
+            .split_last()
+            .expect("a commit ends with its record");
+        let outputs = (outputs.iter().enumerate())
+            .map(|(i, m)| Output {
+                id: format!("{claim_key}#{i}"),
+                subject: m.subject().to_string(),
+                size: size(m),
             })
-            .collect()
+            .collect();
+        (outputs, size(last))
     }
 }

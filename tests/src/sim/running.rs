@@ -91,6 +91,9 @@ pub(super) struct SimRun<'a> {
     pub(super) lapsed: AtomicBool,
     /// An exclusive route's handler run, listed while it runs and settles.
     running: Mutex<Option<Running>>,
+    /// The handler version it runs: the one the host's split chose, or the one that began
+    /// the key's effects ([`super::pinned`]).
+    pub(super) version: String,
 }
 
 impl<'a> SimRun<'a> {
@@ -102,6 +105,7 @@ impl<'a> SimRun<'a> {
         store: &'a SimStore,
         served: &'a Served,
         owner: &'a str,
+        version: String,
     ) -> Self {
         Self {
             ctx,
@@ -113,6 +117,7 @@ impl<'a> SimRun<'a> {
             coalescing: AtomicBool::new(false),
             lapsed: AtomicBool::new(false),
             running: Mutex::new(None),
+            version,
         }
     }
 
@@ -132,9 +137,7 @@ impl<'a> SimRun<'a> {
 impl Progress for SimRun<'_> {
     async fn progress(&self) -> Result<(), String> {
         let at = self.at;
-        self.ctx
-            .world()
-            .progress(self.ctx.host, at.lane, at.sequence, at.number);
+        self.ctx.world().progress(self.ctx.host, at.delivery());
         Ok(())
     }
 
@@ -207,7 +210,7 @@ impl<'a> ClaimedDelivery for SimRun<'a> {
             let running = ctx.exclusive_start(self.at, self.served, self.owner);
             *self.running.lock().expect("one thread") = Some(running);
         }
-        ctx.invoke(&self.at.key, attempt).await
+        ctx.invoke(&self.at.key, attempt, &self.version).await
     }
 
     fn retries(&self) -> Retries {

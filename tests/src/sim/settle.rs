@@ -47,6 +47,8 @@ impl Ctx {
             entity: offer.message.entity.clone(),
             fresh_from: record::fresh_from(offer.message.fresh_from, offer.number),
             received: now,
+            claim: format!("{}{}", self.route, offer.message.key),
+            consumer: offer.consumer,
         };
         if let Some(wait) = buffered {
             let arrived = at_now(self.world().now);
@@ -94,16 +96,24 @@ impl Ctx {
         }
         // Every record the claim writes names its source message, as the host's do.
         let sequence = Some(self.world().streams.message(at.lane, at.sequence).source);
-        let claim = (claimer.claim_message(&at.key, "d", at.fresh_from, sequence)).await;
+        // The version the host's split chooses; the claim names the one that began the key's
+        // effects, if one did ([`super::pinned`]).
+        let chosen = self.chosen(&at.key);
+        let claim = (claimer.claim_message(&at.claim, &chosen, at.fresh_from, sequence)).await;
         let Some(lease) = before::claimed(&unclaimed, claim).await else {
             return;
         };
-        let run = SimRun::new(self, at, &lease, claimer.store(), served, claimer.owner());
+        let owner = claimer.owner();
+        let mut run = SimRun::new(self, at, &lease, claimer.store(), served, owner, chosen);
+        match self.pinned(&run).await {
+            Some(version) => run.version = version,
+            None => return,
+        }
         let outcome = before::run(&run).await;
         self.count(outcome);
         // A lease that lapsed by the host's clock was given up by design, not found lost.
         if outcome == MessageOutcome::LostClaim && !run.lapsed.load(Ordering::Relaxed) {
-            self.lost(claimer, &at.key, &lease);
+            self.lost(claimer, &at.claim, &lease);
         }
     }
 
@@ -140,6 +150,7 @@ impl Ctx {
             ctx: self,
             at,
             claimer,
+            version: self.chosen(&at.key),
         })
         .await
     }

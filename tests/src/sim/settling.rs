@@ -9,6 +9,7 @@ use dedup_delivery::claim::{ClaimError, ClaimRecord, Lease, OutputRef};
 use dedup_delivery::settle::{LetterRefused, Settlement, Settling};
 
 use super::ctx::{At, Ctx};
+use super::group;
 use super::outputs::Outputs;
 use super::store::SimStore;
 
@@ -39,14 +40,15 @@ impl Settling for SimSettle<'_> {
     fn oversized(&self) -> Option<String> {
         let output = self.output.as_ref()?;
         let max = self.ctx.world().max_payload;
-        output.oversized(&self.at.key, self.fenced, max)
+        output.oversized(&self.at.claim, self.fenced, max)
     }
 
     async fn publish(&self) -> Result<Vec<OutputRef>, String> {
         let Some(output) = &self.output else {
             return Ok(Vec::new());
         };
-        self.ctx.publish(output.published(&self.at.key)).await
+        let by = (self.at.key.as_str(), &output.version);
+        self.ctx.publish(output.published(&self.at.claim), by).await
     }
 
     async fn commit(&self, record: ClaimRecord, revision: u64) -> Result<u64, ClaimError> {
@@ -54,10 +56,17 @@ impl Settling for SimSettle<'_> {
             .output
             .as_ref()
             .expect("a fenced commit has its outputs");
-        let members = output.committed(&self.at.key, &record, revision);
-        self.store
-            .commit(&self.at.key, &record, revision, members)
-            .await
+        let key = format!("{}{}", self.store.space, self.at.claim);
+        let laid_out = output.committed(&self.at.claim, &record, revision);
+        let messages = group::messages(laid_out, &key, &record, revision);
+        // The host's own group commit, as its pipeline commits.
+        let left = self.lease.left_locally();
+        let committed = self.ctx.group.commit(messages, left).await;
+        let wrong = group::checked(&self.ctx.world(), &key, &record, revision, &committed);
+        if let Some(what) = wrong {
+            self.ctx.violation(what);
+        }
+        committed
     }
 
     async fn dead_letter(&self, _reason: &str) -> Result<(), LetterRefused> {

@@ -12,7 +12,7 @@ use dedup_delivery::contract::{ContractStore, Found, Written};
 use dedup_host::claim::{ClaimError, ClaimRecord, ClaimStore};
 use dedup_host::contract::ContractRecord;
 
-use super::world::{Answer, ContractKey, Op, Output, World};
+use super::world::{Answer, Batched, ContractKey, Message, Op, World};
 
 /// The shared simulated server.
 pub type Shared = Arc<Mutex<World>>;
@@ -56,18 +56,13 @@ impl Drop for Pending {
 }
 
 impl SimStore {
-    /// A fenced commit: the claim record at `revision` and `outputs` in one atomic batch.
-    pub async fn commit(
-        &self,
-        key: &str,
-        record: &ClaimRecord,
-        revision: u64,
-        outputs: Vec<Output>,
-    ) -> Result<u64, ClaimError> {
-        let op = Op::Commit(self.key(key), record.clone(), revision, outputs);
-        match self.send(op).await {
-            Answer::Wrote(r) => r,
-            Answer::Read(_) => unreachable!("a write gets a write's answer"),
+    /// Sends an atomic batch to the fenced stream ([`Op::Batch`]); its records' keys carry
+    /// their space already. A request that timed out (the host cut off) is unanswered.
+    pub async fn batch(&self, messages: Vec<Message>) -> Batched {
+        match self.send(Op::Batch(messages)).await {
+            Answer::Batch(answer) => answer,
+            Answer::Wrote(Err(e)) => Batched::Unanswered(e.to_string()),
+            Answer::Wrote(Ok(_)) | Answer::Read(_) => unreachable!("a batch gets a batch's answer"),
         }
     }
 
@@ -77,7 +72,7 @@ impl SimStore {
     pub async fn get_fresh(&self, key: &str) -> Result<Option<(ClaimRecord, u64)>, ClaimError> {
         match self.send(Op::GetLeader(self.key(key))).await {
             Answer::Read(r) => r,
-            Answer::Wrote(_) => unreachable!("a read gets a read's answer"),
+            _ => unreachable!("a read gets a read's answer"),
         }
     }
 
@@ -98,14 +93,14 @@ impl ClaimStore for SimStore {
     async fn get(&self, key: &str) -> Result<Option<(ClaimRecord, u64)>, ClaimError> {
         match self.send(Op::Get(self.key(key))).await {
             Answer::Read(r) => r,
-            Answer::Wrote(_) => unreachable!("a read gets a read's answer"),
+            _ => unreachable!("a read gets a read's answer"),
         }
     }
 
     async fn create(&self, key: &str, record: &ClaimRecord) -> Result<u64, ClaimError> {
         match self.send(Op::Create(self.key(key), record.clone())).await {
             Answer::Wrote(r) => r,
-            Answer::Read(_) => unreachable!("a write gets a write's answer"),
+            _ => unreachable!("a write gets a write's answer"),
         }
     }
 
@@ -118,14 +113,14 @@ impl ClaimStore for SimStore {
         let op = Op::Update(self.key(key), record.clone(), revision);
         match self.send(op).await {
             Answer::Wrote(r) => r,
-            Answer::Read(_) => unreachable!("a write gets a write's answer"),
+            _ => unreachable!("a write gets a write's answer"),
         }
     }
 }
 
 /// The route's contract store on the model server ([`World::contract`]): one key, read and
-/// written by revision, which an operator may delete ([`ContractKey::delete`]; the model has
-/// no contract change under way). It answers at once, never through the scheduler: a host
+/// written by revision, which an operator may delete ([`ContractKey::delete`]) or mark as
+/// changing (`setup --change-route`, `host/change.rs`). It answers at once, never through the scheduler: a host
 /// checks its contract as it is configured and as its contract watch sees a change, between
 /// steps, as the model always did.
 pub struct SimContracts {
@@ -146,7 +141,7 @@ impl ContractStore for SimContracts {
             (Some(record), false) => Found::Recorded {
                 record: record.clone(),
                 revision: key.revision,
-                changing: None,
+                changing: key.changing.as_ref().map(|c| c.since_ms),
             },
         })
     }
@@ -165,6 +160,7 @@ impl ContractStore for SimContracts {
             record: Some(record.clone()),
             revision: revision + 1,
             deleted: false,
+            changing: None,
         };
         Ok(Written::Written)
     }

@@ -1,7 +1,7 @@
 //! The simulated server: a KV bucket with revisions and compare-and-swap (the claim stores:
-//! the bucket, and a fenced stream's claim subjects, as key spaces of one map), fenced commits
-//! (a claim write and an output in one atomic batch), an output stream that drops a message id
-//! repeated inside its duplicate window, outages, and the dead letters. The streams and their
+//! the bucket, and a fenced stream's claim subjects, as key spaces of one map), atomic batches
+//! of fenced commits (outputs and claim records, all or none: [`batch`]), an output stream
+//! that drops a message id repeated inside its duplicate window, outages, and the dead letters. The streams and their
 //! consumers are in [`super::consumer`]. Faults are decided here, from the run's seeded
 //! randomness.
 
@@ -12,12 +12,18 @@ use dedup_host::claim::{ClaimError, ClaimRecord, ClaimState};
 
 use super::consumer::Streams;
 use super::network::{Network, Stream, REQUEST_TIMEOUT_MS};
-pub use super::outputs::Output;
+pub use super::outputs::{Output, Version};
 pub use super::rng::Rng;
+pub use batch::{Batched, Message};
+pub use components::Components;
 pub use contract::ContractKey;
 
 mod acks;
+pub mod batch;
+mod change;
+mod components;
 mod contract;
+mod history;
 
 /// A store operation sent by a host and not answered yet.
 #[derive(Debug, Clone)]
@@ -30,8 +36,9 @@ pub enum Op {
     Create(String, ClaimRecord),
     /// Update a key at an expected revision.
     Update(String, ClaimRecord, u64),
-    /// A fenced commit: the update and the outputs stored in one atomic batch.
-    Commit(String, ClaimRecord, u64, Vec<Output>),
+    /// An atomic batch on the fenced stream: one or more commits' outputs and records
+    /// ([`batch`]).
+    Batch(Vec<Message>),
 }
 
 /// The answer a host gets for an [`Op`].
@@ -44,6 +51,8 @@ pub enum Answer {
     Read(Result<Option<(ClaimRecord, u64)>, ClaimError>),
     /// A write's new revision.
     Wrote(Result<u64, ClaimError>),
+    /// How a batch ended.
+    Batch(Batched),
 }
 
 /// Fault rates, in thousandths, while faults are on.
@@ -125,6 +134,18 @@ pub struct World {
     pub clock_offsets: Vec<i64>,
     /// Partitioned hosts and leader elections ([`super::network`]).
     pub network: Network,
+    /// How long the fenced stream takes to answer a batch ([`batch::Staging`]).
+    pub staging: batch::Staging,
+    /// The route's versions: live, candidate, each host's view ([`components`]).
+    pub components: Components,
+    /// The route's name as its claim keys carry it (their prefix; empty until a rename,
+    /// `history`).
+    pub route: String,
+    /// Every name the route had, first to last.
+    pub names: Vec<String>,
+    /// Keys completed under an earlier name, with that name, when the route was renamed:
+    /// none may run again under a later one.
+    pub settled_before: BTreeMap<String, String>,
 }
 
 impl World {
@@ -160,6 +181,11 @@ impl World {
             disrupted: BTreeMap::new(),
             clock_offsets: Vec::new(),
             network: Network::default(),
+            staging: Default::default(),
+            components: Components::default(),
+            route: String::new(),
+            names: vec![String::new()],
+            settled_before: BTreeMap::new(),
         }
     }
 
@@ -206,9 +232,14 @@ impl World {
     /// another host, seeing the lapse, may have gone ahead (an exclusive entity's next
     /// message), and the write could revive or complete the key after it.
     pub fn send(&mut self, host: usize, op: Op) -> u64 {
-        if let Op::Update(key, record, revision) | Op::Commit(key, record, revision, _) = &op {
+        let writes: Vec<(&String, &ClaimRecord, u64)> = match &op {
+            Op::Update(key, record, revision) => vec![(key, record, *revision)],
+            Op::Batch(messages) => batch::records(messages).collect(),
+            _ => Vec::new(),
+        };
+        for (key, record, revision) in writes {
             let lapsed = self.record(key).is_some_and(|(current, at)| {
-                at == revision
+                *at == revision
                     && current.state == ClaimState::InProgress
                     && current.owner == record.owner
                     && current.nonce == record.nonce
@@ -231,6 +262,9 @@ impl World {
             self.log(|| format!("h{host} (cut off) {} is lost", describe(&op)));
             self.network.timing_out.insert(self.next_op, (at, read));
             return self.next_op;
+        }
+        if matches!(op, Op::Batch(_)) {
+            self.staging.sent(self.next_op, self.now);
         }
         self.pending.insert(self.next_op, (host, op));
         self.next_op
@@ -273,7 +307,7 @@ impl World {
         }
         let ids: Vec<u64> = self.pending.keys().copied().collect();
         for id in ids {
-            if !self.rng.chance(500) {
+            if self.staging.staged(id, self.now) || !self.rng.chance(500) {
                 continue;
             }
             let (host, op) = self.pending.remove(&id).expect("listed");
@@ -305,6 +339,7 @@ impl World {
             let none = ClaimError::Unavailable("simulated: no responders (leader election)".into());
             return match op {
                 Op::Get(_) | Op::GetLeader(_) => Answer::Read(Err(none)),
+                Op::Batch(_) => Answer::Batch(Batched::Unanswered(none.to_string())),
                 _ => Answer::Wrote(Err(none)),
             };
         }
@@ -332,24 +367,8 @@ impl World {
             Op::GetLeader(key) => {
                 Answer::Read(Ok(self.kv.get(key).and_then(|h| h.last().cloned())))
             }
-            Op::Commit(..) if self.in_outage() => Answer::Wrote(Err(ClaimError::Unavailable(
-                "simulated: the fenced stream is gone".into(),
-            ))),
-            // The server refuses a message above its max payload, and the batch with it.
-            Op::Commit(key, _, _, outs) if outs.iter().any(|o| o.size > self.max_payload) => {
-                let max = self.max_payload;
-                for o in outs.iter().filter(|o| o.size > max) {
-                    let what = format!(
-                        "a fenced batch of {key} carries {} to `{}`: {} bytes on the wire, over the server's max_payload of {max}: nats-server refuses the whole batch (and closes the host's connection), every time; the host's size check must dead-letter the key",
-                        o.id, o.subject, o.size
-                    );
-                    self.violation(what);
-                }
-                Answer::Wrote(Err(ClaimError::Unavailable(
-                    "simulated: maximum payload exceeded".into(),
-                )))
-            }
-            Op::Create(..) | Op::Update(..) | Op::Commit(..) => {
+            Op::Batch(messages) => Answer::Batch(self.serve_batch(messages)),
+            Op::Create(..) | Op::Update(..) => {
                 let roll = if faulty { self.rng.bits() % 1000 } else { 1000 };
                 if roll < f.lost {
                     Answer::Wrote(Err(lost()))
@@ -372,9 +391,8 @@ impl World {
         let (key, record, expected) = match op {
             Op::Get(_) | Op::GetLeader(_) => return Ok(self.revision),
             Op::Create(key, record) => (key, record, None),
-            Op::Update(key, record, revision) | Op::Commit(key, record, revision, _) => {
-                (key, record, Some(*revision))
-            }
+            Op::Update(key, record, revision) => (key, record, Some(*revision)),
+            Op::Batch(messages) => return self.apply_batch(messages).written(),
         };
         let current = self.kv.get(key).and_then(|h| h.last()).map(|(_, r)| *r);
         let allowed = match expected {
@@ -390,14 +408,6 @@ impl World {
             .entry(key.clone())
             .or_default()
             .push((record.clone(), revision));
-        if let Op::Commit(_, _, _, outs) = op {
-            // A fenced output carries no message id: the fence, not a window, keeps it single.
-            let now = self.now;
-            for Output { id, .. } in outs {
-                self.outputs.entry(id.clone()).or_default().push(now);
-                self.log(|| format!("fenced commit stores {id}"));
-            }
-        }
         Ok(revision)
     }
 
@@ -488,8 +498,9 @@ impl World {
 
     /// Stores `out`, published by host `host`, unless a copy is inside the window; `false`
     /// when the publish is refused (a fault, an outage, or an output above the server's max
-    /// payload, which the host's size check must never let out).
-    pub fn publish(&mut self, host: usize, out: &Output) -> bool {
+    /// payload, which the host's size check must never let out). `by`: the key whose output
+    /// it is and the version that made it.
+    pub fn publish(&mut self, host: usize, out: &Output, by: (&str, &Version)) -> bool {
         let id = &out.id;
         if out.size > self.max_payload {
             self.log(|| format!("h{host} publishes {id}: maximum payload exceeded"));
@@ -522,7 +533,10 @@ impl World {
             self.log(|| format!("publish {id}: duplicate inside the window"));
         } else {
             copies.push(now);
-            self.log(|| format!("publish {id}: stored"));
+            self.log(|| format!("publish {id} by {}: stored", by.1.digest));
+            if let Some(what) = self.components.stored(by.0, id, by.1) {
+                self.violation(what);
+            }
         }
         true
     }
@@ -534,12 +548,6 @@ fn describe(op: &Op) -> String {
         Op::GetLeader(key) => format!("get {key} from the leader"),
         Op::Create(key, r) => format!("create {key} {:?} by {}", r.state, r.owner),
         Op::Update(key, r, rev) => format!("update {key}@{rev} {:?} by {}", r.state, r.owner),
-        Op::Commit(key, r, rev, outs) => {
-            let ids: Vec<&str> = outs.iter().map(|o| o.id.as_str()).collect();
-            format!(
-                "commit {key}@{rev} {:?} with {ids:?} by {}",
-                r.state, r.owner
-            )
-        }
+        Op::Batch(messages) => batch::describe(messages),
     }
 }

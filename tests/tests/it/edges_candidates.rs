@@ -348,3 +348,64 @@ async fn a_canary_of_a_claim_after_route_is_refused_by_deploy_and_by_the_hosts()
     let stored = dedup_host::candidate::store::current(&bucket, "after").await;
     assert!(stored.unwrap().is_none(), "a refused canary was uploaded");
 }
+
+/// Finding 8 on a claim-after route, found by the simulation (a promotion between two runs of
+/// a key): a publish failed part-way, then a new live version replaced the one that began the
+/// key's effects. The new version does not finish the key (its outputs would sit beside the
+/// old version's first one); the key is dead-lettered, still naming the version gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_after_key_begun_by_a_replaced_version_is_dead_lettered_not_finished_by_the_new_one(
+) {
+    let env = TestEnv::start().await;
+    let dir = env.path("handlers");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(guest("hostile"), dir.join("edge.wasm")).unwrap();
+    let routes = format!(
+        r#"
+[[routes]]
+name = "edge"
+subject = "in.edge.*"
+component = "{}"
+allowed_outputs = ["in.edge.*.done", "out.edge.>", "spare.edge.>"]
+claim = "after"
+limits = {{ deadline = "1800ms" }}
+"#,
+        dir.join("edge.wasm").display()
+    );
+    let host = without_spare(&env, env.host(&Timing::default(), &routes, "host-a")).await;
+    let key = "k-after";
+    env.publish("in.edge.1", key, &[], PAYLOAD).await;
+    let digest = candidate_digest();
+    wait_for(
+        Duration::from_secs(30),
+        "the first output stored and the key marked with the version that published it",
+        || async {
+            let record = env.claim("edge", key).await?;
+            let outputs = env.outputs().await;
+            (record.effects_by.as_deref() == Some(digest.as_str())
+                && outputs.iter().any(|m| m.subject.as_str() == "out.edge.a"))
+            .then_some(())
+        },
+    )
+    .await;
+    // A new live version replaces it before the key runs again.
+    std::fs::copy(guest("uppercase"), dir.join("edge.wasm")).unwrap();
+    let record = settled(&env, key).await;
+    assert!(
+        record.state == ClaimState::Failed && record.permanent,
+        "the new live version finished a key the old one began: {record:?}"
+    );
+    assert_eq!(
+        record.effects_by.as_deref(),
+        Some(digest.as_str()),
+        "{record:?}"
+    );
+    let reason = record.reason.unwrap_or_default();
+    assert!(
+        reason.contains(key) && reason.contains(&digest) && reason.contains("install it again"),
+        "{reason}"
+    );
+    assert_eq!(stored(&env, OUTPUTS).await, ["out.edge.a"]);
+    assert_eq!(env.messages(DEAD).await.len(), 1, "dead-lettered, not lost");
+    host.shutdown().await.unwrap();
+}

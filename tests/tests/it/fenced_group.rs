@@ -144,10 +144,10 @@ async fn commits_arriving_together_share_batches_and_each_gets_its_own_sequence(
     let held = claimed(&env, &claim_store(&env).await, &keys).await;
     let metrics = Metrics::new();
     let commits = group::GroupCommits::new(env.js.clone(), metrics.batches());
-    let sent = keys
-        .iter()
-        .zip(&held)
-        .map(|(k, (record, revision))| commits.commit(OUTPUTS, completion(k, record, *revision)));
+    let sent = keys.iter().zip(&held).map(|(k, (record, revision))| {
+        let left = Duration::from_secs(60); // a lease that does not lapse meanwhile
+        commits.commit(OUTPUTS, completion(k, record, *revision), left)
+    });
     let answers = futures::future::join_all(sent).await;
 
     let outputs = stored(&env).await;

@@ -21,10 +21,10 @@ fn every_seed_keeps_every_invariant_in_every_mode() {
 const CANARIES: &[(Fix, u64, Mode)] = &[
     (
         Fix::PartitionsFromContract,
-        0,
-        mode(false, true, true, false),
+        2,
+        mode(false, true, true, true),
     ),
-    (Fix::ContractCheck, 0, mode(false, true, false, false)),
+    (Fix::ContractCheck, 0, mode(false, false, false, false)),
     (Fix::ReplayReplaces, 4, mode(true, false, false, false)),
     (Fix::OutageBackoff, 4, mode(true, false, false, false)),
     (Fix::LastDeliveryMarker, 11, mode(true, false, false, false)),
@@ -34,17 +34,13 @@ const CANARIES: &[(Fix, u64, Mode)] = &[
         0,
         mode(false, false, true, true),
     ),
-    (Fix::LateWriteAdopted, 10, mode(false, false, true, false)),
+    (Fix::LateWriteAdopted, 7, mode(false, true, false, false)),
     (
         Fix::StaleReadAfterConflict,
         578,
         mode(false, true, false, false),
     ),
-    (
-        Fix::ReplayResetRevision,
-        12,
-        mode(true, false, false, false),
-    ),
+    (Fix::ReplayResetRevision, 9, mode(false, true, false, false)),
     (
         Fix::BusyDelayCoversOutage,
         4,
@@ -53,10 +49,10 @@ const CANARIES: &[(Fix, u64, Mode)] = &[
     (Fix::SettleOrder, 0, mode(false, false, true, false)),
     (Fix::BusyNaks, 0, mode(false, false, false, false)),
     (Fix::AfterAckOrder, 0, mode(true, false, false, false)),
-    (Fix::QueueAckOrder, 16, mode(false, false, true, false)),
+    (Fix::QueueAckOrder, 6, mode(false, true, true, false)),
     (Fix::MarkerKept, 11, mode(true, false, false, false)),
     (Fix::PublishFailedMark, 11, mode(true, false, false, false)),
-    (Fix::AheadWait, 1266, mode(false, false, true, false)),
+    (Fix::AheadWait, 668, mode(false, true, true, false)),
     (Fix::AheadLate, 17, mode(false, true, true, true)),
     (
         Fix::PartitionConsumerInfo,
@@ -64,8 +60,9 @@ const CANARIES: &[(Fix, u64, Mode)] = &[
         mode(false, true, true, true),
     ),
     (Fix::LateBeforeLast, 17, mode(false, true, true, true)),
-    (Fix::OutcomeWriteFenced, 18, mode(false, true, false, false)),
+    (Fix::OutcomeWriteFenced, 2, mode(false, true, true, false)),
     (Fix::LeaseFromSend, 35, mode(false, false, true, true)),
+    (Fix::MarkerOnReceipt, 13978, mode(false, true, true, true)),
     (
         Fix::CoalescedGivenUpLettered,
         1104,
@@ -77,7 +74,7 @@ const CANARIES: &[(Fix, u64, Mode)] = &[
         4,
         mode(false, false, true, false),
     ),
-    (Fix::WireSize, 40, mode(true, false, false, false)),
+    (Fix::WireSize, 38, mode(false, true, false, false)),
     (
         Fix::CoalesceBehindRunnable,
         4,
@@ -88,12 +85,27 @@ const CANARIES: &[(Fix, u64, Mode)] = &[
         1064,
         mode(false, false, true, true),
     ),
-    (Fix::QueueStageMarker, 2951, mode(false, true, true, true)),
-    (Fix::LaggingReplayRuns, 12, mode(true, false, false, false)),
-    // Past the CI budget: a buffered last delivery lost with its host needs a low server
-    // bound, a kill while the delivery waits behind the partition's permit and a missed
-    // advisory in one run; no seed below 4,000 has all three.
-    (Fix::MarkerOnReceipt, 13978, mode(false, true, true, false)),
+    (Fix::QueueStageMarker, 2622, mode(false, true, true, false)),
+    (Fix::LaggingReplayRuns, 9, mode(false, true, false, false)),
+    (Fix::GroupCommitLapse, 11, mode(false, true, false, false)),
+    (Fix::PinnedVersion, 11, mode(false, false, false, false)),
+    (Fix::EffectsMark, 19, mode(false, false, false, false)),
+    (Fix::ChangeMovesClaims, 76, mode(false, false, false, false)),
+    (
+        Fix::RenameCarriesHistory,
+        8,
+        mode(true, false, false, false),
+    ),
+    (
+        Fix::RenameWaitsForClaimAfter,
+        574,
+        mode(true, false, false, false),
+    ),
+    (
+        Fix::MarkSpendsNoAttempt,
+        6613,
+        mode(true, false, false, false),
+    ),
 ];
 
 const fn mode(claim_after: bool, fenced: bool, exclusive: bool, coalesce: bool) -> Mode {
@@ -105,10 +117,17 @@ const fn mode(claim_after: bool, fenced: bool, exclusive: bool, coalesce: bool) 
     }
 }
 
+/// The fixes first found past the CI budget, each for a reason the table in
+/// `docs/src/how/simulation.md` gives: `marker-on-receipt` needs a low delivery bound, a kill
+/// while the delivery waits behind its partition's permit and a missed advisory in one run;
+/// `mark-spends-no-attempt` needs a claim-after key whose publish failed on three deliveries,
+/// then `setup --change-route` to claim before while it is still failed.
+const PAST_BUDGET: &[Fix] = &[Fix::MarkerOnReceipt, Fix::MarkSpendsNoAttempt];
+
 /// Every fix with a test-only switch (`dedup_delivery::revert`) has a canary: its seed passes
-/// with nothing reverted and fails with the fix reverted alone. All but one are found within
-/// the CI budget of seeds ([`SEEDS`]); replaying the first failing seed proves that in a
-/// second (the search itself, `simulate --canaries`, takes about two minutes).
+/// with nothing reverted and fails with the fix reverted alone. All but [`PAST_BUDGET`] are
+/// found within the CI budget of seeds ([`SEEDS`]); replaying the first failing seed proves
+/// that in a second (the search itself, `simulate --canaries`, takes about four minutes).
 #[test]
 fn every_reverted_fix_is_found_by_its_seed_within_the_ci_budget() {
     let listed: Vec<Fix> = CANARIES.iter().map(|(f, _, _)| *f).collect();
@@ -147,7 +166,7 @@ fn every_reverted_fix_is_found_by_its_seed_within_the_ci_budget() {
                 fix.name()
             ));
         }
-        if seed >= SEEDS && fix != Fix::MarkerOnReceipt {
+        if seed >= SEEDS && !PAST_BUDGET.contains(&fix) {
             wrong.push(format!(
                 "{} is found only past the CI budget (seed {seed})",
                 fix.name()

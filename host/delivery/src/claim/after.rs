@@ -94,11 +94,18 @@ impl<S: ClaimStore> Claimer<S> {
     /// failed part-way (`reason`): failed, not for good (the delivery is retried), marked as
     /// a key whose window outputs may be stored ([`ClaimRecord::unknown_effects`]), so the
     /// key is marked if it is later dead-lettered by another delivery or copy that publishes
-    /// nothing. A key has no other record before its outcome.
+    /// nothing. A key has no other record before its outcome. The mark names `digest` as the
+    /// version that began the key's effects ([`ClaimRecord::effects_by`]): no other version
+    /// finishes the key (`dedup_delivery::after`; with
+    /// [`Fix::EffectsMark`](crate::revert::Fix::EffectsMark) reverted, test-only, it names
+    /// none).
     pub fn publish_failed(&self, digest: &str, attempt: u32, reason: String) -> ClaimRecord {
         let mut record = self.settled(digest, attempt, Err(reason));
         record.permanent = false;
         record.unknown_effects = true;
+        if !crate::revert::reverted(crate::revert::Fix::EffectsMark) {
+            record.effects_by = Some(digest.to_string());
+        }
         record
     }
 

@@ -177,12 +177,15 @@ impl<S: ClaimStore> Lease<S> {
     /// begins the key's effects (`ClaimRecord::effects_by`): a renewal write, so it also
     /// confirms the lease. Free when the record says so already (a re-run of that version)
     /// and the lease is fresh. Nothing may be published unless it returns `Ok`.
+    ///
+    /// With [`Fix::EffectsMark`](crate::revert::Fix::EffectsMark) reverted (test-only), it only
+    /// confirms the lease: no version is marked, as before that fix.
     pub async fn begin_effects(&self) -> Result<(), LeaseLost> {
         let marked = {
             let state = self.state.lock().await;
             state.record.effects_by.as_ref() == Some(&state.record.digest)
         };
-        if marked {
+        if marked || crate::revert::reverted(crate::revert::Fix::EffectsMark) {
             return self.confirm().await;
         }
         let lease = self.lease.as_millis() as u64;

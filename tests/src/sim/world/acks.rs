@@ -4,14 +4,17 @@ use super::super::consumer::{Delivery, Lane};
 use super::World;
 
 impl World {
-    /// Whether what host `host` sends to `lane`'s consumer is lost: the host is partitioned
-    /// from the server, or the stream is electing a leader.
-    fn unheard(&mut self, host: usize, lane: Lane, what: &str) -> bool {
+    /// Whether what host `host` sends to `lane`'s consumer (of generation `consumer`, a
+    /// source consumer's) is lost: the host is partitioned from the server, the stream is
+    /// electing a leader, or that consumer was deleted.
+    fn unheard(&mut self, host: usize, lane: Lane, consumer: Option<u32>, what: &str) -> bool {
         let now = self.now;
         let why = if self.network.cut_off(host, now) {
             "the host is cut off"
         } else if self.network.electing(lane.into(), now) {
             "the stream has no leader"
+        } else if consumer.is_some_and(|c| c != self.streams.source_generation) {
+            "its consumer was deleted (the route was renamed)"
         } else {
             return false;
         };
@@ -19,20 +22,20 @@ impl World {
         true
     }
 
-    /// Settles delivery `number` of `sequence` in `lane` for host `host`; `None` acks or
-    /// terms, `Some(delay)` naks. An answer to an older delivery still settles the message,
-    /// as on the server.
+    /// Settles delivery `number` of `sequence` in `lane` for host `host`, handed out by
+    /// consumer generation `consumer`; `None` acks or terms, `Some(delay)` naks. An answer to
+    /// an older delivery still settles the message, as on the server.
     pub fn settle(
         &mut self,
         host: usize,
-        lane: Lane,
-        sequence: u64,
-        number: u64,
+        (lane, sequence, number, consumer): (Lane, u64, u64, u32),
         nak: Option<u64>,
     ) {
+        let generation = (lane == Lane::Source).then_some(consumer);
         if self.unheard(
             host,
             lane,
+            generation,
             &format!("settle of {lane:?} {sequence}#{number}"),
         ) {
             return;
@@ -57,11 +60,18 @@ impl World {
         });
     }
 
-    /// A progress ack from host `host`: the ack wait starts again.
-    pub fn progress(&mut self, host: usize, lane: Lane, sequence: u64, number: u64) {
+    /// A progress ack from host `host` (to consumer generation `consumer`): the ack wait
+    /// starts again.
+    pub fn progress(
+        &mut self,
+        host: usize,
+        (lane, sequence, number, consumer): (Lane, u64, u64, u32),
+    ) {
+        let generation = (lane == Lane::Source).then_some(consumer);
         if self.unheard(
             host,
             lane,
+            generation,
             &format!("progress of {lane:?} {sequence}#{number}"),
         ) {
             return;

@@ -1,7 +1,7 @@
 //! The route's contract key on the model server, which the hosts' contract store
 //! (`SimContracts`, in `sim/store.rs`) reads and writes by revision.
 
-use dedup_host::contract::ContractRecord;
+use dedup_host::contract::{Changing, ContractRecord};
 
 /// The route's contract key on the model server ([`super::World::contract`]): its revision
 /// (0: never written), whether its latest entry is a deletion (an operator's `kv del`), and
@@ -14,6 +14,8 @@ pub struct ContractKey {
     pub revision: u64,
     /// Whether the latest entry is a deletion.
     pub deleted: bool,
+    /// The mark of a contract change under way (`setup --change-route`), beside the record.
+    pub changing: Option<Changing>,
 }
 
 impl ContractKey {
@@ -21,5 +23,6 @@ impl ContractKey {
     pub fn delete(&mut self) {
         self.revision += 1;
         self.deleted = true;
+        self.changing = None;
     }
 }
