@@ -75,9 +75,11 @@ impl<S: ClaimStore> Claimer<S> {
     /// `digest` ran it. `effects` says that window outputs of the key may be stored (a
     /// publish under the key was attempted, see [`Claimer::publish_failed`], or cannot be
     /// ruled out): the record then says so ([`ClaimRecord::unknown_effects`]) and a change to
-    /// fenced effects refuses while it is dead. The mark never names a version: which version
-    /// published is not known (another delivery, maybe of another version, did), so a
-    /// replay's re-run is not pinned to the version that only rejected.
+    /// fenced effects refuses while it is dead. This record names no version of its own: which
+    /// version published is not known here (another delivery, maybe of another version, did),
+    /// so a replay's re-run is not pinned to the version that only rejected; a caller that read
+    /// the version that began the key's effects (a publish-failed mark's) keeps it
+    /// (`after::give_up`).
     pub fn dead_lettered(
         &self,
         digest: &str,
@@ -98,7 +100,8 @@ impl<S: ClaimStore> Claimer<S> {
     /// version that began the key's effects ([`ClaimRecord::effects_by`]): no other version
     /// finishes the key (`dedup_delivery::after`; with
     /// [`Fix::EffectsMark`](crate::revert::Fix::EffectsMark) reverted, test-only, it names
-    /// none).
+    /// none). `attempt` is the attempts the key's record already counts, not the delivery's
+    /// number: a failed publish spends none (`after::mark_attempt`).
     pub fn publish_failed(&self, digest: &str, attempt: u32, reason: String) -> ClaimRecord {
         let mut record = self.settled(digest, attempt, Err(reason));
         record.permanent = false;
