@@ -21,6 +21,8 @@ use crate::clock::Clock;
 use crate::heartbeat::{Heartbeat, Progress};
 use crate::outcome::MessageOutcome;
 use crate::partition::{self, Late, Partition, Queued};
+use crate::pinned::{self, Gone};
+use crate::revert::{reverted, Fix};
 use crate::settle::{self, Retries, Settlement, Settling};
 
 /// A delivery whose claim this host did not win, or could not make.
@@ -142,6 +144,19 @@ pub trait ClaimedDelivery: Progress {
     /// Whether a newer message of the entity waits, on a coalescing route.
     fn superseded(&self) -> impl Future<Output = bool> + Send;
 
+    /// The version the claim names when it is not installed on this host
+    /// ([`pinned::Pinned::Gone`]): the delivery does not run; [`run`] settles it
+    /// ([`pinned::settle_missing`]) unless it is late or superseded. `None` when it runs.
+    fn pinned_gone(&self) -> Option<&Gone>;
+
+    /// Whether version `digest` is still offered to the route's hosts (its live version or a
+    /// running candidate); an error says why that could not be read
+    /// ([`pinned::missing`]).
+    fn offered(&self, digest: &str) -> impl Future<Output = Result<bool, String>> + Send;
+
+    /// A nak delay jittered below `ceiling`.
+    fn jittered(&self, ceiling: Duration) -> Duration;
+
     /// Runs the handler on attempt `attempt`; an error says why it ended without an outcome
     /// (a shutdown cancelled it: not the handler's fault).
     fn invoke(
@@ -208,6 +223,15 @@ async fn late<C: ClaimedDelivery>(c: &C) -> Option<(Late, bool)> {
 /// the delivery ended. The heartbeat runs until the outcome is recorded (rule 16), not just
 /// until the handler returns.
 pub async fn run<C: ClaimedDelivery>(c: &C) -> MessageOutcome {
+    // Reverted (test-only): a claim pinned to a version not installed here is settled first,
+    // even a stale copy of a message already settled (the simulation's seed 9185
+    // `--coalesce`: it reclaimed a coalesced key after a promote and was dead-lettered).
+    let pinned_first = reverted(Fix::PinnedAfterLate);
+    if pinned_first {
+        if let Some(outcome) = not_installed(c).await {
+            return outcome;
+        }
+    }
     if let Some((late, reclaimed)) = late(c).await {
         if reclaimed {
             // Reclaimed from a coalesced record (a newer message of the entity was waiting),
@@ -222,6 +246,12 @@ pub async fn run<C: ClaimedDelivery>(c: &C) -> MessageOutcome {
     }
     if c.superseded().await {
         return settle::coalesced(&c.settling()).await;
+    }
+    // Late and superseded deliveries run no version: only one that would run is pinned.
+    if !pinned_first {
+        if let Some(outcome) = not_installed(c).await {
+            return outcome;
+        }
     }
     let attempt = c.lease().attempt();
     let max = c.retries().max;
@@ -243,6 +273,17 @@ pub async fn run<C: ClaimedDelivery>(c: &C) -> MessageOutcome {
         // The handler is aborted with the dropped work; outputs may be out already.
         None => settle::lost(published.load(Ordering::Relaxed)),
     }
+}
+
+/// Settles claimed delivery `c` if its claim names a version not installed here
+/// ([`ClaimedDelivery::pinned_gone`]): given back while the route's hosts are still offered
+/// that version, dead-lettered once it is gone ([`pinned::settle_missing`]). `None` when it
+/// runs.
+async fn not_installed<C: ClaimedDelivery>(c: &C) -> Option<MessageOutcome> {
+    let gone = c.pinned_gone()?;
+    let offered = c.offered(&gone.digest).await;
+    let jittered = |ceiling| c.jittered(ceiling);
+    Some(pinned::settle_missing(&c.settling(), gone, offered, jittered).await)
 }
 
 /// Runs the handler and settles what it returned; `published` turns true once outputs may

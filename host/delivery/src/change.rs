@@ -6,6 +6,10 @@
 //! (`host/src/contract_change.rs`), the simulation over its model server
 //! (`tests/src/sim/host/change.rs`), both through [`Stores`].
 //!
+//! Each record is fenced in the old store before it is copied ([`fence`]: written again at
+//! the revision read), so a write a draining host sent there before it stopped, landing late,
+//! is refused instead of changing a key already moved.
+//!
 //! Every record moves, settled or not, between any two stores (the bucket and a fenced stream,
 //! or two buckets): a key settled before the change is a duplicate after it, and a key still
 //! open keeps its attempts. Window to fenced is refused while a key is not settled, or
@@ -249,14 +253,58 @@ pub async fn copy_record<S: ClaimStore>(
     Ok(true)
 }
 
+/// How often [`fence`] tries a key: other writes that move it meanwhile are a host's writes
+/// still on their way (the hosts drained the route), a few at most.
+const FENCE_TRIES: usize = 5;
+
+/// A claim record that could not be fenced in the store the route was served from.
+#[derive(Debug, thiserror::Error)]
+#[error("fencing claim record `{key}` in the old claim store before copying it (run the change again): {source}")]
+pub struct FenceFailed {
+    /// Where it lives in the old store.
+    pub key: String,
+    /// What the old store answered last.
+    pub source: ClaimError,
+}
+
+/// Fences `key` in claim store `from`, the store the route was served from, before it is
+/// copied: reads it from the leader and writes it again as read, at the revision read
+/// (compare-and-swap). A write still on its way from a host that held the key there (its
+/// answer lost as it drained: a claim, a fenced commit, a failed-for-good outcome) expects the
+/// revision this write moved, and is refused: it cannot land after the copy, to be run again
+/// under the new contract. A key that such a write moved meanwhile (or whose fence's answer
+/// was lost) is read and fenced again. The record as fenced, to copy; `None` if the key is
+/// gone. (A key created after the route's keys were listed is no one's: its host gave the
+/// claim up before it drained, and nothing ran under it.)
+pub async fn fence<S: ClaimStore>(from: &S, key: &str) -> Result<Option<ClaimRecord>, FenceFailed> {
+    let failed = |source| FenceFailed {
+        key: key.to_string(),
+        source,
+    };
+    let mut last = ClaimError::Conflict;
+    for _ in 0..FENCE_TRIES {
+        let Some((record, revision)) = from.get_from_leader(key).await.map_err(failed)? else {
+            return Ok(None);
+        };
+        match from.update(key, &record, revision).await {
+            Ok(_) => return Ok(Some(record)),
+            Err(e @ (ClaimError::Conflict | ClaimError::Unavailable(_))) => last = e,
+            Err(e) => return Err(failed(e)),
+        }
+    }
+    Err(failed(last))
+}
+
 /// The stores a move of claim records runs on (the seam): the host's are its claim stores
 /// over async-nats, with its change run's lease and the keys' journals of outbound calls; the
 /// simulation's are its model server's key spaces.
 pub trait Stores {
+    /// The old contract's claim store (the one the route was served from).
+    type Old: ClaimStore;
     /// The new contract's claim store.
     type To: ClaimStore;
-    /// Why a step failed; a refusal ([`Refused`]) and a failed copy become one.
-    type Error: From<Refused> + From<CopyFailed>;
+    /// Why a step failed; a refusal ([`Refused`]), a failed fence and a failed copy become one.
+    type Error: From<Refused> + From<FenceFailed> + From<CopyFailed>;
 
     /// Every claim record of the route in the old contract's claim store, each read from its
     /// stream's leader: (claim key, record).
@@ -270,6 +318,9 @@ pub trait Stores {
     /// it), and the host writes the key's journal of calls first (a record copied without it
     /// would let the key send its calls again, were the move to stop in between).
     fn before(&mut self, index: usize) -> impl Future<Output = Result<(), Self::Error>>;
+
+    /// The old store, and where claim key `claim_key` lives in it.
+    fn old(&self, claim_key: &str) -> (&Self::Old, String);
 
     /// The new store, and where claim key `claim_key` lives in it.
     fn to(&self, claim_key: &str) -> (&Self::To, String);
@@ -288,9 +339,9 @@ pub struct Moved {
 }
 
 /// Moves every claim record of the route from the old contract's claim store to the new one
-/// ([`plan`], then [`copy_record`] each, in the order read): checks everything before writing
-/// anything, so a refusal writes nothing; a move that stopped part-way is finished by the next
-/// run, which copies every record again.
+/// ([`plan`], then each, in the order read, [`fence`]d in the old store and [`copy_record`]ed
+/// as fenced): checks everything before writing anything, so a refusal writes nothing; a move
+/// that stopped part-way is finished by the next run, which copies every record again.
 pub async fn move_claims<S: Stores>(
     stores: &mut S,
     claims: Claims<'_>,
@@ -301,11 +352,14 @@ pub async fn move_claims<S: Stores>(
     let copies = plan(records, claims, accepts, by)?;
     stores.planned(&copies).await?;
     let mut moved = Moved::default();
-    for (index, copy) in copies.iter().enumerate() {
+    for (index, planned) in copies.into_iter().enumerate() {
+        stores.before(index).await?;
+        let Some(copy) = fenced(stores, planned, claims, accepts, by).await? else {
+            continue; // gone from the old store since it was listed
+        };
         if copy.accepted {
             moved.accepted.push(copy.key.clone());
         }
-        stores.before(index).await?;
         let (to, key) = stores.to(&copy.key);
         let wrote = match revert::reverted(Fix::ChangeMovesClaims) {
             // Before: created only; a record the new store kept stayed as it was.
@@ -322,6 +376,28 @@ pub async fn move_claims<S: Stores>(
         stores.moved();
     }
     Ok(moved)
+}
+
+/// Copy `planned` as its key is once fenced in the old store ([`fence`]): planned again
+/// ([`plan`]) from the record as fenced, which a late write of a draining host may have
+/// changed since it was listed. `None` if the key is gone. With
+/// [`Fix::ChangeFencesClaims`] reverted (test-only), the record as listed, not fenced.
+async fn fenced<S: Stores>(
+    stores: &S,
+    planned: Copy,
+    claims: Claims<'_>,
+    accepts: &dyn Fn(&str) -> bool,
+    by: &str,
+) -> Result<Option<Copy>, S::Error> {
+    if revert::reverted(Fix::ChangeFencesClaims) || revert::reverted(Fix::ChangeMovesClaims) {
+        return Ok(Some(planned));
+    }
+    let (old, key) = stores.old(&planned.key);
+    let Some(record) = fence(old, &key).await? else {
+        return Ok(None);
+    };
+    let mut copies = plan(vec![(planned.key, record)], claims, accepts, by)?;
+    Ok(copies.pop())
 }
 
 #[cfg(test)]

@@ -106,3 +106,165 @@ fn evidence_names_each_serving_host_once_with_every_fact() {
     );
     assert!(evidence(None, &[]).is_empty());
 }
+
+/// A move between two in-memory stores. `late`: a write a draining host sent to the old store
+/// before it stopped (key, record, the revision it held), landing as the move reaches the key.
+struct Memory {
+    old: MemoryClaimStore,
+    new: MemoryClaimStore,
+    keys: Vec<String>,
+    late: Option<(String, ClaimRecord, u64)>,
+}
+
+impl Stores for Memory {
+    type Old = MemoryClaimStore;
+    type To = MemoryClaimStore;
+    type Error = Box<dyn std::error::Error>;
+
+    async fn records(&mut self) -> Result<Vec<(String, ClaimRecord)>, Self::Error> {
+        let mut records = Vec::new();
+        for key in &self.keys {
+            if let Some((record, _)) = self.old.get_from_leader(key).await? {
+                records.push((key.clone(), record));
+            }
+        }
+        Ok(records)
+    }
+
+    async fn planned(&mut self, _: &[Copy]) -> Result<(), Self::Error> {
+        Ok(())
+    }
+
+    async fn before(&mut self, _: usize) -> Result<(), Self::Error> {
+        if let Some((key, record, revision)) = self.late.take() {
+            self.old.update(&key, &record, revision).await?;
+        }
+        Ok(())
+    }
+
+    fn old(&self, claim_key: &str) -> (&MemoryClaimStore, String) {
+        (&self.old, claim_key.to_string())
+    }
+
+    fn to(&self, claim_key: &str) -> (&MemoryClaimStore, String) {
+        (&self.new, claim_key.to_string())
+    }
+
+    fn moved(&mut self) {}
+}
+
+/// Old and new stores, `r.k` claimed in the old one (by a host still holding the revision).
+fn claimed() -> (Memory, ClaimRecord, u64) {
+    let old = MemoryClaimStore::new();
+    let running = sample(ClaimState::InProgress, false);
+    let held = old.create("r.k", &running).now_or_never().unwrap().unwrap();
+    let stores = Memory {
+        old,
+        new: MemoryClaimStore::new(),
+        keys: vec!["r.k".into()],
+        late: None,
+    };
+    (stores, running, held)
+}
+
+fn moved(stores: &mut Memory) -> Moved {
+    (move_claims(stores, BUCKET_TO_BUCKET, &none, "change").now_or_never())
+        .expect("in-memory")
+        .expect("moved")
+}
+
+fn record(store: &MemoryClaimStore) -> (ClaimRecord, u64) {
+    store.get("r.k").now_or_never().unwrap().unwrap().unwrap()
+}
+
+#[test]
+fn a_draining_hosts_write_landing_after_the_move_is_refused_by_the_fence() {
+    let (mut stores, running, held) = claimed();
+    assert_eq!(moved(&mut stores).claims, 1);
+    assert_eq!(record(&stores.new).0, running);
+    // The host's outcome, sent at the revision it held before it drained, lands late.
+    let failed = sample(ClaimState::Failed, true);
+    let late = stores
+        .old
+        .update("r.k", &failed, held)
+        .now_or_never()
+        .unwrap();
+    assert!(matches!(late, Err(ClaimError::Conflict)), "{late:?}");
+    assert_eq!(
+        record(&stores.old).0,
+        running,
+        "the old store holds what moved"
+    );
+}
+
+#[test]
+fn a_draining_hosts_write_landing_before_the_fence_moves_as_fenced() {
+    let (mut stores, _, held) = claimed();
+    // Lands after the keys were listed and planned, before the key is fenced and copied.
+    let failed = sample(ClaimState::Failed, false);
+    stores.late = Some(("r.k".into(), failed.clone(), held));
+    moved(&mut stores);
+    assert_eq!(record(&stores.old).0, failed);
+    assert_eq!(
+        record(&stores.new).0,
+        failed,
+        "copied as fenced, not as listed"
+    );
+}
+
+/// A store where a write lands right after the first read from the leader (between the
+/// fence's read and its compare-and-swap).
+struct Racing {
+    inner: MemoryClaimStore,
+    late: std::sync::Mutex<Option<(ClaimRecord, u64)>>,
+}
+
+impl ClaimStore for Racing {
+    async fn get(&self, key: &str) -> Result<Option<(ClaimRecord, u64)>, ClaimError> {
+        let read = self.inner.get(key).await;
+        let late = self.late.lock().unwrap().take();
+        if let Some((record, revision)) = late {
+            self.inner.update(key, &record, revision).await?;
+        }
+        read
+    }
+
+    async fn create(&self, key: &str, record: &ClaimRecord) -> Result<u64, ClaimError> {
+        self.inner.create(key, record).await
+    }
+
+    async fn update(&self, key: &str, r: &ClaimRecord, revision: u64) -> Result<u64, ClaimError> {
+        self.inner.update(key, r, revision).await
+    }
+}
+
+#[test]
+fn a_fence_meeting_a_write_that_landed_meanwhile_reads_again_and_fences_that() {
+    let inner = MemoryClaimStore::new();
+    let running = sample(ClaimState::InProgress, false);
+    let held = inner
+        .create("r.k", &running)
+        .now_or_never()
+        .unwrap()
+        .unwrap();
+    let done = sample(ClaimState::Completed, false);
+    let store = Racing {
+        inner,
+        late: std::sync::Mutex::new(Some((done.clone(), held))),
+    };
+    let fenced = fence(&store, "r.k").now_or_never().unwrap().unwrap();
+    assert_eq!(fenced, Some(done.clone()));
+    let (there, revision) = store
+        .inner
+        .get("r.k")
+        .now_or_never()
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(there, done);
+    assert!(revision > held + 1, "written again after the late write");
+    assert_eq!(
+        fence(&store, "r.gone").now_or_never().unwrap().unwrap(),
+        None
+    );
+}

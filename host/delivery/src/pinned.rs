@@ -13,11 +13,16 @@
 //! (rolled back, promoted away, replaced), never finished by another version in silence.
 //!
 //! The host decides with these functions over its routes and components bucket
-//! (`host/src/pipeline/pinned.rs`), the simulation over its model's versions.
+//! (`host/src/pipeline/pinned.rs`), the simulation over its model's versions. A claim-before
+//! delivery whose pinned version is not installed here ([`Gone`]) is settled by
+//! [`settle_missing`] from [`crate::before::run`], only once the delivery is known to be
+//! neither late nor superseded: those are settled without running any version.
 
 use std::time::Duration;
 
+use crate::outcome::MessageOutcome;
 use crate::revert::{reverted, Fix};
+use crate::settle::{self, Settling};
 
 /// The longest nak delay of a key pinned to a version this host has not loaded
 /// ([`not_loaded_ceiling`]).
@@ -110,6 +115,37 @@ pub fn missing(digest: &str, offered: Result<bool, String>, delivered: u64) -> M
         Err(e) => Missing::Unknown {
             why: format!("cannot tell whether version {digest}, which began this key's effects, is still installed: {e}"),
         },
+    }
+}
+
+/// A claim-before delivery whose claim names a version not installed on this host
+/// ([`Pinned::Gone`]): it does not run; [`settle_missing`] settles it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Gone {
+    /// The version the claim names (the one that may have begun the key's effects).
+    pub digest: String,
+    /// Why the key is dead-lettered if that version is gone for good ([`gone`]).
+    pub reason: String,
+    /// How many times the server delivered the message (this delivery included).
+    pub delivered: u64,
+}
+
+/// Settles claim-before delivery `gone` (in `t`), whose pinned version is not installed
+/// here, as [`missing`] decides from `offered` (whether the route's hosts are still offered
+/// that version): dead-lettered, or given back uncounted after a delay that `jittered` draws
+/// below the ceiling, or after the outage backoff.
+pub async fn settle_missing<T: Settling>(
+    t: &T,
+    gone: &Gone,
+    offered: Result<bool, String>,
+    jittered: impl FnOnce(Duration) -> Duration,
+) -> MessageOutcome {
+    match missing(&gone.digest, offered, gone.delivered) {
+        Missing::Letter => settle::give_up(t, &gone.reason).await,
+        Missing::NotLoaded { why, ceiling } => {
+            settle::release_after(t, &why, jittered(ceiling)).await
+        }
+        Missing::Unknown { why } => settle::release(t, &why).await,
     }
 }
 

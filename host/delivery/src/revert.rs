@@ -139,6 +139,14 @@ fixes! {
     RenameWaitsForClaimAfter = "rename-waits-for-claim-after",
     /// A claim-after publish-failed mark counts the delivery as an attempt, which a claim-before route spends after `setup --change-route` (found by the simulation).
     MarkSpendsNoAttempt = "mark-spends-no-attempt",
+    /// `setup --change-route` copies each claim record as listed, without fencing it in the old claim store first: a draining host's write still on its way lands there after the copy (found by the simulation).
+    ChangeFencesClaims = "change-fences-claims",
+    /// A claim-before delivery whose pinned version is not installed here is dead-lettered or given back before it is judged late or superseded (found by the simulation).
+    /// (`before::run`; a stale copy of a settled message that reclaims a coalesced key after a promote dead-letters it.)
+    PinnedAfterLate = "pinned-after-late",
+    /// A delivery of a message that an earlier delivery of it coalesced reclaims the key and may run it, while that delivery's late ack lets the entity's next message start beside the run.
+    /// (`Claimer::claim_message`; found by the simulation, seed 10901 `--fenced --coalesce`: a host paused past the ack wait between its coalesce write and its ack.)
+    CoalescedMessageSettled = "coalesced-message-settled",
 }
 
 /// Unset: [`ENV`] not read yet.

@@ -1,7 +1,8 @@
 //! The host's side of a contract change's move of claim records
 //! ([`dedup_delivery::change::move_claims`]): the seam's [`Stores`] over async-nats, with the
 //! run's lease kept before each unit of work and each claim's journal of outbound calls
-//! ([`super::calls`]) planned before anything is written and written before its record.
+//! ([`super::calls`]) planned before anything is written and written before its record (each
+//! record is fenced in the old store, then copied: `dedup_delivery::change::fence`).
 
 use async_nats::jetstream::Context;
 use dedup_delivery::change::{Copy, Stores};
@@ -30,6 +31,7 @@ pub(super) struct HostStores<'a> {
 }
 
 impl Stores for HostStores<'_> {
+    type Old = HostClaimStore;
     type To = HostClaimStore;
     type Error = anyhow::Error;
 
@@ -53,6 +55,10 @@ impl Stores for HostStores<'_> {
         journal.apply(self.js).await?;
         self.calls_moved += journal.len();
         Ok(())
+    }
+
+    fn old(&self, claim_key: &str) -> (&HostClaimStore, String) {
+        (&self.from, store_key(self.claims.0, claim_key))
     }
 
     fn to(&self, claim_key: &str) -> (&HostClaimStore, String) {

@@ -13,6 +13,7 @@ use dedup_delivery::claim::{ClaimError, ClaimOutcome, ClaimStore, Lease};
 use dedup_delivery::clock::Tokio;
 use dedup_delivery::heartbeat::Progress;
 use dedup_delivery::partition::{Partition, Queued};
+use dedup_delivery::pinned::Gone;
 use dedup_delivery::settle::{Retries, Settlement};
 use opentelemetry::trace::SpanKind;
 use opentelemetry::KeyValue;
@@ -145,6 +146,20 @@ impl<'a, 'c, S: ClaimStore> ClaimedDelivery for Run<'a, 'c, S> {
 
     async fn superseded(&self) -> bool {
         self.shared.superseded(self.c).await
+    }
+
+    fn pinned_gone(&self) -> Option<&Gone> {
+        self.c.gone.as_ref()
+    }
+
+    /// Read from the components bucket, or this host's files ([`Shared::offered`]).
+    async fn offered(&self, digest: &str) -> Result<bool, String> {
+        let offered = self.shared.offered(self.c.route, digest).await;
+        offered.map_err(|e| format!("{e:#}"))
+    }
+
+    fn jittered(&self, ceiling: Duration) -> Duration {
+        dedup_delivery::backoff::jittered(ceiling, rand::random_range(0.0..=1.0))
     }
 
     /// The guest, in the delivery's `handle` span; what it took is counted.

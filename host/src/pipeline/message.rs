@@ -37,6 +37,9 @@ pub(super) struct Claimed<'a, S: ClaimStore> {
     pub(super) guest: Guest,
     pub(super) key: &'a str,
     pub(super) lease: Arc<Lease<S>>,
+    /// The version the claim names, when it is not installed here: not run
+    /// ([`dedup_delivery::before::run`] settles it unless it is late or superseded).
+    pub(super) gone: Option<dedup_delivery::pinned::Gone>,
 }
 
 /// The parts of a delivery the pipeline works with.
@@ -186,7 +189,7 @@ impl<S: ClaimStore> Shared<S> {
         };
         let (route, chosen, key, lease) = claimed;
         let claimed_version = lease.digest().await;
-        let (guest, gone) = self.pinned_version(&route, &key, chosen, &claimed_version);
+        let (guest, gone) = super::pinned::version(&route, &key, chosen, &claimed_version);
         let span = tracing::warn_span!(
             "message",
             route = route.name,
@@ -203,12 +206,12 @@ impl<S: ClaimStore> Shared<S> {
             guest,
             key: &key,
             lease: Arc::from(lease),
+            gone: gone.map(|reason| dedup_delivery::pinned::Gone {
+                digest: claimed_version,
+                reason,
+                delivered: d.delivered,
+            }),
         };
-        if let Some(reason) = gone {
-            return Box::pin(self.pinned_missing(&claimed, &reason))
-                .instrument(span)
-                .await;
-        }
         Box::pin(self.run(&claimed)).instrument(span).await
     }
 
@@ -306,9 +309,14 @@ impl<S: ClaimStore> Shared<S> {
         let span = d
             .trace
             .child(|| "claim".into(), SpanKind::Internal, Vec::new);
-        let claimed = (self.claimer)
-            .claim_message(&claim_key, guest.digest(), d.fresh_from(), Some(d.sequence))
-            .await;
+        let (digest, fresh_from, sequence) = (guest.digest(), d.fresh_from(), Some(d.sequence));
+        // A window route's outputs go out one by one: its claim names the version that begins
+        // them, so none waits for a write of its own (`Claimer::claim_window_message`).
+        let claimer = &self.claimer;
+        let claimed = match route.fenced {
+            Some(_) => (claimer.claim_message(&claim_key, digest, fresh_from, sequence)).await,
+            None => (claimer.claim_window_message(&claim_key, digest, fresh_from, sequence)).await,
+        };
         route.metrics.claim_write(started.elapsed());
         span.set(|| vec![KeyValue::new("dedup.claim", claim_answer(&claimed))]);
         if let Err(e) = &claimed {

@@ -1,16 +1,16 @@
 //! Which version runs a claimed key, over this host's routes and components bucket: the
 //! decision (the version that began a key's effects runs it, or the key is given back or
-//! dead-lettered) is [`dedup_delivery::pinned`]'s, which the simulation runs too; what is here
-//! is where the versions are: the route's live version and candidate ([`installed`]) and
-//! whether a version is still offered to the route's hosts (the components bucket, or this
-//! host's files). Fenced outputs need no mark: they are stored with the completed record in one
-//! atomic batch, or not at all.
+//! dead-lettered, once it is known to be neither late nor superseded) is
+//! [`dedup_delivery::pinned`]'s and [`dedup_delivery::before::run`]'s, which the simulation
+//! runs too; what is here is where the versions are: the route's live version and candidate
+//! ([`installed`]) and whether a version is still offered to the route's hosts (the
+//! components bucket, or this host's files). Fenced outputs need no mark: they are stored
+//! with the completed record in one atomic batch, or not at all.
 
 use std::path::Path;
 
-use dedup_delivery::pinned::{self, Missing, Pinned};
+use dedup_delivery::pinned::{self, Pinned};
 
-use super::message::Claimed;
 use super::Shared;
 use crate::candidate::{files, store as candidates};
 use crate::claim::ClaimStore;
@@ -27,38 +27,6 @@ pub(super) fn installed(route: &Route, digest: &str) -> Option<Guest> {
 }
 
 impl<S: ClaimStore> Shared<S> {
-    /// The version a claim of `route`'s key `key` runs: see [`version`].
-    pub(super) fn pinned_version(
-        &self,
-        route: &Route,
-        key: &str,
-        chosen: Guest,
-        claimed: &str,
-    ) -> (Guest, Option<String>) {
-        version(route, key, chosen, claimed)
-    }
-
-    /// Settles claim `c`, whose pinned version is not installed on this host (`reason` from
-    /// [`pinned::gone`]): given back and naked while that version is still offered to the route's
-    /// hosts (this host loads it soon), dead-lettered once it is gone for good.
-    pub(super) async fn pinned_missing(&self, c: &Claimed<'_, S>, reason: &str) {
-        let digest = c.lease.digest().await;
-        let offered = self.offered(c.route, &digest).await;
-        match pinned::missing(
-            &digest,
-            offered.map_err(|e| format!("{e:#}")),
-            c.d.delivered,
-        ) {
-            Missing::Letter => self.give_up(c, reason).await,
-            Missing::NotLoaded { why, ceiling } => {
-                let delay =
-                    dedup_delivery::backoff::jittered(ceiling, rand::random_range(0.0..=1.0));
-                self.release_after(c, &why, delay).await
-            }
-            Missing::Unknown { why } => self.release(c, &why).await,
-        }
-    }
-
     /// Whether version `digest` is still offered to `route`'s hosts: its live version or a
     /// running candidate, in its files or in the components bucket. A route served from
     /// files (`component`, `components.dir`) is decided from this host's files alone: another

@@ -5,15 +5,12 @@
 
 use opentelemetry::trace::SpanKind;
 use opentelemetry::KeyValue;
-use std::time::Duration;
 
 use async_nats::jetstream::AckKind;
-use dedup_delivery::settle;
 
 use super::delays::outage_retry_uncounted;
 use super::effects::{self, DeadLetter, DeadLetterError};
 use super::message::{Claimed, Delivery};
-use super::settling::Settle;
 use super::Shared;
 use crate::claim::ClaimStore;
 use crate::config::AckMode;
@@ -21,25 +18,6 @@ use crate::metrics::{DedupLayer, MessageOutcome, RouteMetrics};
 use crate::routes::Route;
 
 impl<S: ClaimStore> Shared<S> {
-    /// A permanent failure: dead-letter, record, terminate ([`settle::give_up`]).
-    pub(super) async fn give_up(&self, c: &Claimed<'_, S>, reason: &str) {
-        let outcome = settle::give_up(&Settle::new(self, c), reason).await;
-        c.route.metrics.outcome(outcome);
-    }
-
-    /// Gives the key back without counting the attempt (an infrastructure failure, rule 14)
-    /// and naks after the outage backoff ([`settle::release`]).
-    pub(super) async fn release(&self, c: &Claimed<'_, S>, reason: &str) {
-        let outcome = settle::release(&Settle::new(self, c), reason).await;
-        c.route.metrics.outcome(outcome);
-    }
-
-    /// [`Self::release`] with the nak delay given.
-    pub(super) async fn release_after(&self, c: &Claimed<'_, S>, reason: &str, delay: Duration) {
-        let outcome = settle::release_after(&Settle::new(self, c), reason, delay).await;
-        c.route.metrics.outcome(outcome);
-    }
-
     /// Dead-letters a message that was never claimed (no route, no key, too big).
     pub(super) async fn dead_letter_unclaimed(
         &self,

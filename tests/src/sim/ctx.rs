@@ -14,7 +14,7 @@ use dedup_delivery::clock::Clock;
 use dedup_delivery::outage::OutageStreak;
 use dedup_delivery::outcome::MessageOutcome;
 use dedup_delivery::settle::Settlement;
-use dedup_host::claim::{ClaimState, Claimer};
+use dedup_host::claim::Claimer;
 
 use super::consumer::Lane;
 use super::group::SimGroup;
@@ -53,6 +53,9 @@ pub(super) struct At {
     pub(super) fresh_from: u64,
     /// When the host got the delivery (virtual ms): the ack wait runs from then.
     pub(super) received: u64,
+    /// The claim spaces' latest revision when the delivery arrived at the host: its ack is
+    /// checked against the key's records from there on ([`Ctx::recorded_settle`]).
+    pub(super) arrived: u64,
     /// Its claim key: the message's key under the route name the host serves
     /// ([`Ctx::route`]).
     pub(super) claim: String,
@@ -279,21 +282,35 @@ impl Ctx {
         }
     }
 
-    /// Settles a delivery after recording its outcome through the lease. An ack must find the
-    /// outcome durable (the key completed or failed for good): an ack before that loses the
-    /// message. (Who owns the key by now does not matter: the write that recorded it went
-    /// through the lease, and a pause may fall between that write and this settle.)
+    /// Settles a delivery after recording its outcome through the lease, or after its claim
+    /// found the key done. An ack must find the outcome durable (the key completed or failed
+    /// for good) as the key stood when the delivery arrived or at any point since: an ack
+    /// before that loses the message. (Who owns the key by now does not matter: the write
+    /// that recorded it went through the lease, and a pause may fall between that write and
+    /// this settle.)
     pub(super) fn recorded_settle(&self, at: &At, nak: Option<u64>) {
+        self.claimed_settle(at, nak, at.arrived);
+    }
+
+    /// [`Ctx::recorded_settle`] for a delivery whose claim was won at revision `claimed` (or,
+    /// not won, that arrived at revision `claimed`): its ack must find the key done as it
+    /// stood at that revision or at a later one, not only now. A coalesced key can be
+    /// reclaimed by another delivery between this one's last write (or read) and its ack
+    /// (seeds 7072, 7473, 8384 `--fenced --coalesce`: a stale copy reclaimed a coalesced key,
+    /// recorded it coalesced again, and the key's next message reclaimed it before the stale
+    /// copy's ack, a no-op since its message was acked long before; a stale copy whose read
+    /// found the key coalesced by its own message's other delivery, a lagging replica
+    /// answering, while the key's next message had reclaimed it). An ack sent before anything
+    /// recorded the outcome still finds the key not done since (unless another host
+    /// completed it meanwhile: then the ack loses nothing).
+    pub(super) fn claimed_settle(&self, at: &At, nak: Option<u64>, claimed: u64) {
         if nak.is_none() {
-            let state = {
+            let done = {
                 let w = self.world();
-                ["b:", "s:"]
-                    .iter()
-                    .filter_map(|space| w.record(&format!("{space}{}", at.claim)))
-                    .map(|(r, _)| (r.state, r.permanent))
-                    .find(|s| matches!(s, (ClaimState::Completed, _) | (ClaimState::Failed, true)))
+                (["b:", "s:"].iter())
+                    .any(|space| w.done_since(&format!("{space}{}", at.claim), claimed))
             };
-            if state.is_none() {
+            if !done {
                 self.violation(format!(
                     "h{} acked {:?} {}#{} while {} is not done: nothing says it is",
                     self.host, at.lane, at.sequence, at.number, at.key

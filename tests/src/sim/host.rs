@@ -282,6 +282,13 @@ impl Hosts {
         self.settings.mode.coalesce
     }
 
+    /// Whether an operator changes the route's contract in this run (`setup --change-route`:
+    /// a fenced route turns window, a window route fenced), as drawn: asked before the first
+    /// step.
+    pub fn changes_route(&self) -> bool {
+        self.change.next_event().is_some()
+    }
+
     /// Whether no host has work in flight.
     pub fn idle(&self) -> bool {
         self.hosts.iter().all(|h| h.work.is_empty()) && !self.change.busy()

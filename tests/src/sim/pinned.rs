@@ -1,16 +1,14 @@
 //! Versions in a simulated host's deliveries (issue 42, finding 8): the version the host's
 //! split chooses for a key ([`candidate::runs_key`], over what the host runs now:
 //! [`Components::view`]), the version a claim runs ([`pinned::version`]: the one that began
-//! the key's effects, if installed here) and what becomes of a claim whose pinned version is
-//! not ([`pinned::missing`]: given back while the bucket still offers it, dead-lettered once
-//! it is gone), all the host's own functions; and a shadow candidate's run beside the live
-//! version, whose outputs are compared and thrown away.
+//! the key's effects, if installed here; what becomes of a claim whose pinned version is not
+//! is decided by the host's `before::run`, over [`super::running::SimRun`]), all the host's
+//! own functions; and a shadow candidate's run beside the live version, whose outputs are
+//! compared and thrown away.
 //!
 //! [`Components::view`]: super::world::Components::view
 
-use dedup_delivery::before::ClaimedDelivery;
-use dedup_delivery::pinned::{self, Missing, Pinned};
-use dedup_delivery::{backoff, settle};
+use dedup_delivery::pinned::{self, Gone, Pinned};
 use dedup_host::candidate::{self, Mode as Split};
 
 use super::ctx::Ctx;
@@ -42,12 +40,15 @@ impl Ctx {
         chosen
     }
 
-    /// The version claimed delivery `run` (made with the version the split chose) runs, as
-    /// the host decides it ([`pinned::version`]); `None` when the claim names a version not
-    /// installed here, and the delivery was settled as the host settles it
-    /// ([`pinned::missing`]: whether the bucket still offers that version is read from the
-    /// model's components, unless the host is cut off from the server).
-    pub(super) async fn pinned(&self, run: &SimRun<'_>) -> Option<String> {
+    /// Pins claimed delivery `run` (made with the version the split chose) as the host does
+    /// ([`pinned::version`]): it runs the version its claim names, if installed here; else
+    /// it names that version as not installed ([`pinned::Gone`]), and the host's own
+    /// [`before::run`] settles it ([`pinned::settle_missing`]: whether the bucket still offers
+    /// that version is read from the model's components, unless the host is cut off from the
+    /// server) once it is neither late nor superseded.
+    ///
+    /// [`before::run`]: dedup_delivery::before::run
+    pub(super) async fn pin(&self, run: &mut SimRun<'_>) {
         let claimed = run.lease.digest().await;
         let installed = |digest: &str| {
             let w = self.world();
@@ -55,24 +56,16 @@ impl Ctx {
             here.then(|| digest.to_string())
         };
         let chosen = run.version.clone();
-        if let Pinned::Run(version) = pinned::version(chosen, String::as_str, &claimed, installed) {
-            return Some(version);
+        match pinned::version(chosen, String::as_str, &claimed, installed) {
+            Pinned::Run(version) => run.version = version,
+            Pinned::Gone(_) => {
+                run.gone = Some(Gone {
+                    reason: pinned::gone("r", &run.at.key, &claimed),
+                    digest: claimed,
+                    delivered: run.at.number,
+                })
+            }
         }
-        let offered = self.offered(&claimed).await;
-        let settling = run.settling();
-        let outcome = match pinned::missing(&claimed, offered, run.at.number) {
-            Missing::Letter => {
-                let reason = pinned::gone("r", &run.at.key, &claimed);
-                settle::give_up(&settling, &reason).await
-            }
-            Missing::NotLoaded { why, ceiling } => {
-                let delay = backoff::jittered(ceiling, self.unit());
-                settle::release_after(&settling, &why, delay).await
-            }
-            Missing::Unknown { why } => settle::release(&settling, &why).await,
-        };
-        self.count(outcome);
-        None
     }
 
     /// Whether the components bucket still offers version `digest` (its live version or the

@@ -12,11 +12,12 @@ use std::time::Duration;
 
 use dedup_delivery::before::{ClaimedDelivery, Handled, Unclaimed};
 use dedup_delivery::claim::{ClaimError, Lease};
-use dedup_delivery::coalesce;
 use dedup_delivery::heartbeat::Progress;
 use dedup_delivery::outcome::MessageOutcome;
 use dedup_delivery::partition::{Partition, Queued};
+use dedup_delivery::pinned::Gone;
 use dedup_delivery::settle::{Retries, Settlement};
+use dedup_delivery::{backoff, coalesce};
 use dedup_host::pipeline::busy_delay;
 
 use super::consumer::Lane;
@@ -94,6 +95,8 @@ pub(super) struct SimRun<'a> {
     /// The handler version it runs: the one the host's split chose, or the one that began
     /// the key's effects ([`super::pinned`]).
     pub(super) version: String,
+    /// The version its claim names, when it is not installed on this host: not run.
+    pub(super) gone: Option<Gone>,
 }
 
 impl<'a> SimRun<'a> {
@@ -118,6 +121,7 @@ impl<'a> SimRun<'a> {
             lapsed: AtomicBool::new(false),
             running: Mutex::new(None),
             version,
+            gone: None,
         }
     }
 
@@ -200,6 +204,20 @@ impl<'a> ClaimedDelivery for SimRun<'a> {
         };
         self.coalescing.store(newer, Ordering::Relaxed);
         newer
+    }
+
+    fn pinned_gone(&self) -> Option<&Gone> {
+        self.gone.as_ref()
+    }
+
+    /// Read from the model's components, as the host reads its bucket ([`Ctx::offered`]).
+    async fn offered(&self, digest: &str) -> Result<bool, String> {
+        self.ctx.offered(digest).await
+    }
+
+    /// Jittered by the seeded random source.
+    fn jittered(&self, ceiling: Duration) -> Duration {
+        backoff::jittered(ceiling, self.ctx.unit())
     }
 
     /// The seeded handler ([`Ctx::invoke`]), registered first on an exclusive route, where

@@ -39,6 +39,8 @@ impl Ctx {
         let last = last && (!queues || queue::marks_last_delivery());
         // A proven replay's reset holds on every delivery (the host confirms it with the
         // stream leader; the model's replays are always proven).
+        // The claim spaces' revision as the delivery arrives, before any wait in the buffer.
+        let arrived_at = self.world().last_revision();
         let at_now = |now| At {
             lane: offer.lane,
             sequence: offer.message.sequence,
@@ -47,6 +49,7 @@ impl Ctx {
             entity: offer.message.entity.clone(),
             fresh_from: record::fresh_from(offer.message.fresh_from, offer.number),
             received: now,
+            arrived: arrived_at,
             claim: format!("{}{}", self.route, offer.message.key),
             consumer: offer.consumer,
         };
@@ -99,16 +102,18 @@ impl Ctx {
         // The version the host's split chooses; the claim names the one that began the key's
         // effects, if one did ([`super::pinned`]).
         let chosen = self.chosen(&at.key);
-        let claim = (claimer.claim_message(&at.claim, &chosen, at.fresh_from, sequence)).await;
+        // A window route's claim names the version that begins its effects, as the host's does.
+        let (key, fresh_from) = (&at.claim, at.fresh_from);
+        let claim = match served.fenced {
+            true => (claimer.claim_message(key, &chosen, fresh_from, sequence)).await,
+            false => (claimer.claim_window_message(key, &chosen, fresh_from, sequence)).await,
+        };
         let Some(lease) = before::claimed(&unclaimed, claim).await else {
             return;
         };
         let owner = claimer.owner();
         let mut run = SimRun::new(self, at, &lease, claimer.store(), served, owner, chosen);
-        match self.pinned(&run).await {
-            Some(version) => run.version = version,
-            None => return,
-        }
+        self.pin(&mut run).await;
         let outcome = before::run(&run).await;
         self.count(outcome);
         // A lease that lapsed by the host's clock was given up by design, not found lost.

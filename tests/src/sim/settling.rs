@@ -87,7 +87,7 @@ impl Settling for SimSettle<'_> {
             Settlement::Nak(delay) => Some(delay.as_millis() as u64),
         };
         match self.checked {
-            true => self.ctx.recorded_settle(self.at, nak),
+            true => (self.ctx).claimed_settle(self.at, nak, self.lease.fencing_token()),
             false => self.ctx.settle_unchecked(self.at, nak),
         }
     }

@@ -66,9 +66,9 @@ impl SimStore {
         }
     }
 
-    /// Reads a key from the leader ([`Op::GetLeader`]). Only the reads that must not lag use
-    /// it (what is ahead of a queued message); the protocol's own leader reads stay answered
-    /// like direct gets, as the runs of the reverted-fix table saw them.
+    /// Reads a key from the leader ([`Op::GetLeader`]): the model's reads that must not lag
+    /// (what is ahead of a queued message), and the host's own leader reads
+    /// ([`ClaimStore::get_from_leader`]).
     pub async fn get_fresh(&self, key: &str) -> Result<Option<(ClaimRecord, u64)>, ClaimError> {
         match self.send(Op::GetLeader(self.key(key))).await {
             Answer::Read(r) => r,
@@ -95,6 +95,14 @@ impl ClaimStore for SimStore {
             Answer::Read(r) => r,
             _ => unreachable!("a read gets a read's answer"),
         }
+    }
+
+    /// From the leader, as the host's stores answer it (a lagging replica does not show):
+    /// answered like a direct get, the leader re-read of `after::elsewhere` found a key
+    /// completed elsewhere not there yet and dead-lettered its message (seed 9023
+    /// `--claim-after`).
+    async fn get_from_leader(&self, key: &str) -> Result<Option<(ClaimRecord, u64)>, ClaimError> {
+        self.get_fresh(key).await
     }
 
     async fn create(&self, key: &str, record: &ClaimRecord) -> Result<u64, ClaimError> {

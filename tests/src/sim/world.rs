@@ -210,6 +210,23 @@ impl World {
         self.kv.get(key).and_then(|h| h.last())
     }
 
+    /// The claim spaces' latest revision (0: nothing written yet).
+    pub fn last_revision(&self) -> u64 {
+        self.revision
+    }
+
+    /// Whether `key` was done (completed, or failed for good) as it stood at revision
+    /// `revision` of the claim spaces or at any later one, whatever it holds now.
+    pub fn done_since(&self, key: &str, revision: u64) -> bool {
+        let done = |r: &ClaimRecord| {
+            r.state == ClaimState::Completed || (r.state == ClaimState::Failed && r.permanent)
+        };
+        let history = self.kv.get(key).map_or(&[][..], Vec::as_slice);
+        // The record it held at `revision` (its last write up to then), and every later one.
+        let from = history.iter().rposition(|(_, at)| *at <= revision);
+        history[from.unwrap_or(0)..].iter().any(|(r, _)| done(r))
+    }
+
     /// What host `owner` (`h<index>.<generation>`) reads on its own clock now.
     pub fn clock_of(&self, owner: &str) -> u64 {
         let index = owner.trim_start_matches('h').split('.').next();
@@ -244,6 +261,9 @@ impl World {
                     && current.owner == record.owner
                     && current.nonce == record.nonce
                     && !self.held(current)
+                    // Sent by its owner: the operator's tools rewrite (fence) or copy a
+                    // record as it is, keeping its owner.
+                    && current.owner.starts_with(&format!("h{host}."))
             });
             if lapsed {
                 let what = format!(

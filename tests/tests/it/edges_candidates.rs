@@ -241,6 +241,63 @@ async fn a_key_pinned_to_a_candidate_another_host_runs_waits_for_it_on_a_host_th
     late.shutdown().await.unwrap();
 }
 
+/// Found by the simulation (seed 9185 `--coalesce`): a claim-before delivery whose claim names
+/// a version not installed on its host is settled for that (given back, or dead-lettered)
+/// only once it is neither late nor superseded, since those run no version. Here, on a
+/// coalescing route, a newer update of the entity waits behind a key begun by the candidate,
+/// on a host that has not loaded the candidate (its files still offer it): the key is
+/// coalesced and the newer update runs. Before the fix the key was given back to wait for
+/// a host that loads the candidate, and the entity's newer update waited behind it. (In the
+/// simulation, a stale copy of a message already settled reclaimed its coalesced key after a
+/// promotion removed the version, and was dead-lettered instead of judged late.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_superseded_key_pinned_to_a_version_not_loaded_here_is_coalesced_not_held() {
+    let env = TestEnv::start().await;
+    let (dir, routes) = files(&env, 99);
+    let routes = format!("{routes}exclusive_by = {{ subject_token = 2 }}\ncoalesce = true\n");
+    let host = without_spare(&env, env.host(&Timing::default(), &routes, "host-a")).await;
+    wait_share(&host, 99).await;
+    let key = key();
+    begin_on_the_candidate(&env, &key).await;
+    host.shutdown().await.unwrap();
+    // A newer update of the same entity (`1`), for the live version.
+    env.publish("in.edge.1", "newer", &[], "hello").await;
+    // Host B has not loaded the candidate, which its files still offer (as in the test
+    // above): it takes the old live file at start, and the candidate not within the test.
+    age(&dir.join("edge.wasm"));
+    let mut config = env.config(&Timing::default(), &routes);
+    config.host.instance_id = Some("host-b".into());
+    config.components.poll_interval = Duration::from_secs(3600);
+    let late = without_spare(&env, dedup_host::serve::start(config))
+        .await
+        .expect("host starts");
+    let newer = wait_for(
+        Duration::from_secs(60),
+        "the newer update of the entity ran",
+        || async {
+            let record = env.claim("edge", "newer").await?;
+            (record.state == ClaimState::Completed).then_some(record)
+        },
+    )
+    .await;
+    assert!(!newer.is_coalesced(), "{newer:?}");
+    let record = env.claim("edge", &key).await.unwrap();
+    assert!(record.is_coalesced(), "the superseded key: {record:?}");
+    assert_eq!(
+        record.effects_by,
+        Some(candidate_digest()),
+        "still names the version that began it: {record:?}"
+    );
+    // The candidate's first output; nothing of the live version's for the key; the newer
+    // update's output.
+    assert_eq!(
+        stored(&env, OUTPUTS).await,
+        ["out.edge.a", "in.edge.1.done"]
+    );
+    assert!(env.messages(DEAD).await.is_empty());
+    late.shutdown().await.unwrap();
+}
+
 /// A claim-after route served from the object store (`after`), and one served from files
 /// (`edge`) with the candidate beside its file in `mode` (`shadow`, or `canary` at 99 %).
 fn after_routes(env: &TestEnv, canary: bool) -> String {

@@ -106,6 +106,17 @@ const CANARIES: &[(Fix, u64, Mode)] = &[
         6613,
         mode(true, false, false, false),
     ),
+    (
+        Fix::ChangeFencesClaims,
+        9992,
+        mode(false, true, false, false),
+    ),
+    (Fix::PinnedAfterLate, 15704, mode(false, false, true, true)),
+    (
+        Fix::CoalescedMessageSettled,
+        10901,
+        mode(false, true, true, true),
+    ),
 ];
 
 const fn mode(claim_after: bool, fenced: bool, exclusive: bool, coalesce: bool) -> Mode {
@@ -121,8 +132,21 @@ const fn mode(claim_after: bool, fenced: bool, exclusive: bool, coalesce: bool) 
 /// `docs/src/how/simulation.md` gives: `marker-on-receipt` needs a low delivery bound, a kill
 /// while the delivery waits behind its partition's permit and a missed advisory in one run;
 /// `mark-spends-no-attempt` needs a claim-after key whose publish failed on three deliveries,
-/// then `setup --change-route` to claim before while it is still failed.
-const PAST_BUDGET: &[Fix] = &[Fix::MarkerOnReceipt, Fix::MarkSpendsNoAttempt];
+/// then `setup --change-route` to claim before while it is still failed;
+/// `change-fences-claims` needs a draining host's write whose answer was lost to land in the
+/// old claim store between the change's read of its key and the copy;
+/// `pinned-after-late` needs a coalescing key begun by a candidate, rolled back or promoted
+/// away before a late or superseded delivery of the key;
+/// `coalesced-message-settled` needs a host paused past the ack wait between its coalesce
+/// write and its ack, and the message's redelivery finding its entity's newest message a
+/// duplicate (so it runs, not coalesces again).
+const PAST_BUDGET: &[Fix] = &[
+    Fix::MarkerOnReceipt,
+    Fix::MarkSpendsNoAttempt,
+    Fix::ChangeFencesClaims,
+    Fix::PinnedAfterLate,
+    Fix::CoalescedMessageSettled,
+];
 
 /// Every fix with a test-only switch (`dedup_delivery::revert`) has a canary: its seed passes
 /// with nothing reverted and fails with the fix reverted alone. All but [`PAST_BUDGET`] are

@@ -67,6 +67,10 @@ struct LeaseState {
     lost: bool,
     /// The outcome is recorded: later heartbeats have nothing to renew.
     settled: bool,
+    /// The claim named its version as the one that begins the key's effects
+    /// ([`super::Claimer::claim_window_message`]) and no output has gone out yet: the outcome
+    /// clears the name.
+    pin_tentative: bool,
 }
 
 /// Ownership of one claimed key. Every write to the key goes through here, one at a time, so
@@ -130,8 +134,16 @@ impl<S: ClaimStore> Lease<S> {
                 written_at_ms,
                 lost: false,
                 settled: false,
+                pin_tentative: false,
             }),
         }
+    }
+
+    /// Marks that the claim itself named its version as the one that begins the key's effects
+    /// (`yes`): an outcome written before [`Lease::begin_effects`] clears the name.
+    pub(super) fn pinned_here(mut self, yes: bool) -> Self {
+        self.state.get_mut().pin_tentative = yes;
+        self
     }
 
     /// The attempt number this claim runs (1-based, across hosts).
@@ -175,8 +187,9 @@ impl<S: ClaimStore> Lease<S> {
 
     /// Records, before the first window output leaves the host, that this claim's version
     /// begins the key's effects (`ClaimRecord::effects_by`): a renewal write, so it also
-    /// confirms the lease. Free when the record says so already (a re-run of that version)
-    /// and the lease is fresh. Nothing may be published unless it returns `Ok`.
+    /// confirms the lease. Free when the record says so already (a window route's claim names
+    /// its version: [`super::Claimer::claim_window_message`]; or a re-run of that version) and
+    /// the lease is fresh. Nothing may be published unless it returns `Ok`.
     ///
     /// With [`Fix::EffectsMark`](crate::revert::Fix::EffectsMark) reverted (test-only), it only
     /// confirms the lease: no version is marked, as before that fix.
@@ -186,7 +199,10 @@ impl<S: ClaimStore> Lease<S> {
             state.record.effects_by.as_ref() == Some(&state.record.digest)
         };
         if marked || crate::revert::reverted(crate::revert::Fix::EffectsMark) {
-            return self.confirm().await;
+            self.confirm().await?;
+            // Outputs may go out from here: the name stays with whatever outcome follows.
+            self.state.lock().await.pin_tentative = false;
+            return Ok(());
         }
         let lease = self.lease.as_millis() as u64;
         let mark = |r: &mut ClaimRecord| {
@@ -264,6 +280,11 @@ impl<S: ClaimStore> Lease<S> {
         }
         let mut next = state.record.clone();
         change(&mut next);
+        if last && state.pin_tentative {
+            // No output went out: the version the claim named begins nothing, and the key's
+            // next run may be any version's (`Claimer::claim_window_message`).
+            next.effects_by = None;
+        }
         next.fencing_token = Some(self.fencing_token);
         next.updated_ms = now_ms();
         let started = monotonic_ms();

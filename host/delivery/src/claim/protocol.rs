@@ -17,7 +17,8 @@ const CONTENDED_RETRY: Duration = Duration::from_millis(200);
 pub enum ClaimOutcome<S: ClaimStore> {
     /// This host owns the key now.
     Acquired(Box<Lease<S>>),
-    /// The key was completed already: a duplicate.
+    /// The key was completed already, or coalesced by another delivery of this very message:
+    /// a duplicate.
     Completed,
     /// The key failed permanently and was dead-lettered already.
     DeadLettered,
@@ -120,28 +121,79 @@ impl<S: ClaimStore> Claimer<S> {
         fresh_from: u64,
         source_sequence: Option<u64>,
     ) -> Result<ClaimOutcome<S>, ClaimError> {
+        (self.claim_pinning(key, digest, fresh_from, source_sequence, false)).await
+    }
+
+    /// [`Claimer::claim_message`] for a window route's message, whose outputs leave the host
+    /// one by one: the claim write itself names `digest` as the version that begins the key's
+    /// effects ([`ClaimRecord::effects_by`], when no earlier run named one), so no further
+    /// write is needed before the first output goes out ([`Lease::begin_effects`]). A run that
+    /// ends without publishing (a retry, a trap, a coalesce, a dead letter, success with no
+    /// outputs) clears that name with its outcome; a host that dies mid-run leaves it, so the
+    /// key's next run is that version's (or the key is dead-lettered once that version is
+    /// gone), since nobody can tell whether it had published.
+    ///
+    /// With [`Fix::EffectsMark`](crate::revert::Fix::EffectsMark) reverted (test-only), no
+    /// version is named, as before that fix.
+    pub async fn claim_window_message(
+        &self,
+        key: &str,
+        digest: &str,
+        fresh_from: u64,
+        source_sequence: Option<u64>,
+    ) -> Result<ClaimOutcome<S>, ClaimError> {
+        let pin = !crate::revert::reverted(crate::revert::Fix::EffectsMark);
+        (self.claim_pinning(key, digest, fresh_from, source_sequence, pin)).await
+    }
+
+    /// [`Claimer::claim_message`]; with `pin`, the claim names its version as the one that
+    /// begins the key's effects when no earlier run did ([`Claimer::claim_window_message`]).
+    async fn claim_pinning(
+        &self,
+        key: &str,
+        digest: &str,
+        fresh_from: u64,
+        source_sequence: Option<u64>,
+        pin: bool,
+    ) -> Result<ClaimOutcome<S>, ClaimError> {
         let nonce: u64 = rand::random();
-        let record = |attempt: u32, previous: Option<&ClaimRecord>| ClaimRecord {
-            source_sequence,
-            ..self.record(nonce, attempt, digest, previous)
+        let record = |attempt: u32, previous: Option<&ClaimRecord>| {
+            let mut record = ClaimRecord {
+                source_sequence,
+                ..self.record(nonce, attempt, digest, previous)
+            };
+            if pin && record.effects_by.is_none() {
+                record.effects_by = Some(record.digest.clone());
+            }
+            record
         };
+        // Whether this claim, not an earlier run, names the version (its outcome clears the
+        // name unless outputs went out).
+        let pinned_here =
+            |previous: Option<&ClaimRecord>| pin && previous.is_none_or(|p| p.effects_by.is_none());
         let mut stale = 0;
         let mut deleted = false;
         for _ in 0..MAX_ROUNDS {
             let fresh = record(1, None);
             match self.create(key, &fresh, std::mem::take(&mut deleted)).await {
                 Ok(revision) => {
-                    return Ok(ClaimOutcome::Acquired(Box::new(
-                        self.lease(key, fresh, revision),
-                    )))
+                    return Ok(ClaimOutcome::Acquired(Box::new(self.lease(
+                        key,
+                        fresh,
+                        revision,
+                        pinned_here(None),
+                    ))))
                 }
                 Err(ClaimError::Conflict) => {}
                 Err(e @ ClaimError::Unavailable(_)) => {
                     // The create may have landed although its answer was lost (rule 13).
                     return match landed(self.store.as_ref(), key, &fresh).await {
-                        Some(revision) => Ok(ClaimOutcome::Acquired(Box::new(
-                            self.lease(key, fresh, revision),
-                        ))),
+                        Some(revision) => Ok(ClaimOutcome::Acquired(Box::new(self.lease(
+                            key,
+                            fresh,
+                            revision,
+                            pinned_here(None),
+                        )))),
                         None => Err(e),
                     };
                 }
@@ -166,15 +218,20 @@ impl<S: ClaimStore> Claimer<S> {
             let mine = current.owner == self.owner && current.nonce == nonce;
             if mine && current.state == ClaimState::InProgress {
                 // Our own create timed out on the client but succeeded on the server.
-                return Ok(ClaimOutcome::Acquired(Box::new(
-                    self.lease(key, current, revision),
-                )));
+                return Ok(ClaimOutcome::Acquired(Box::new(self.lease(
+                    key,
+                    current,
+                    revision,
+                    pinned_here(None),
+                ))));
             }
             match current.state {
-                // Skipped for a newer message, not run: a later message with its key runs.
+                // Skipped for a newer message, not run: a later message with its key runs;
+                // this very message does not ([`coalesced_elsewhere`]).
                 ClaimState::Completed
                     if current.is_coalesced()
-                        && !crate::revert::reverted(crate::revert::Fix::CoalescedNotCompleted) => {}
+                        && !crate::revert::reverted(crate::revert::Fix::CoalescedNotCompleted)
+                        && !coalesced_elsewhere(&current, source_sequence) => {}
                 ClaimState::Completed => return Ok(ClaimOutcome::Completed),
                 ClaimState::Failed if current.permanent => return Ok(ClaimOutcome::DeadLettered),
                 ClaimState::Failed => {
@@ -198,16 +255,22 @@ impl<S: ClaimStore> Claimer<S> {
             let next = record(attempt, Some(&current));
             match self.store.update(key, &next, revision).await {
                 Ok(revision) => {
-                    return Ok(ClaimOutcome::Acquired(Box::new(
-                        self.lease(key, next, revision),
-                    )));
+                    return Ok(ClaimOutcome::Acquired(Box::new(self.lease(
+                        key,
+                        next,
+                        revision,
+                        pinned_here(Some(&current)),
+                    ))));
                 }
                 Err(ClaimError::Conflict) => continue,
                 Err(e @ ClaimError::Unavailable(_)) => {
                     return match landed(self.store.as_ref(), key, &next).await {
-                        Some(revision) => Ok(ClaimOutcome::Acquired(Box::new(
-                            self.lease(key, next, revision),
-                        ))),
+                        Some(revision) => Ok(ClaimOutcome::Acquired(Box::new(self.lease(
+                            key,
+                            next,
+                            revision,
+                            pinned_here(Some(&current)),
+                        )))),
                         None => Err(e),
                     };
                 }
@@ -233,11 +296,31 @@ impl<S: ClaimStore> Claimer<S> {
         }
     }
 
-    fn lease(&self, key: &str, record: ClaimRecord, revision: u64) -> Lease<S> {
-        Lease::new(self.store.clone(), key, self.lease, record, revision)
+    /// The lease of a claim written as `record` at `revision`; `pinned_here`: the claim named
+    /// its version as the one that begins the key's effects ([`Claimer::claim_window_message`]).
+    fn lease(&self, key: &str, record: ClaimRecord, revision: u64, pinned_here: bool) -> Lease<S> {
+        Lease::new(self.store.clone(), key, self.lease, record, revision).pinned_here(pinned_here)
     }
+}
+
+/// Whether coalesced `record` names the message at `source_sequence` itself: another delivery
+/// of this message skipped it (a newer message of its entity waits) and acked, or will. It is
+/// settled, as a completed key is: run, this delivery could start beside the entity's next
+/// message once that ack lands, since acks go by stream sequence and the work queue then
+/// deletes the message whatever delivery holds it (the simulation's seed 10901 `--fenced
+/// --coalesce`: a host paused past the ack wait between its coalesce write and its ack). With
+/// [`crate::revert::Fix::CoalescedMessageSettled`] reverted (test-only): never, as before that
+/// fix.
+fn coalesced_elsewhere(record: &ClaimRecord, source_sequence: Option<u64>) -> bool {
+    source_sequence.is_some()
+        && record.source_sequence == source_sequence
+        && !crate::revert::reverted(crate::revert::Fix::CoalescedMessageSettled)
 }
 
 #[cfg(test)]
 #[path = "protocol_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "pin_tests.rs"]
+mod pin_tests;

@@ -273,6 +273,36 @@ async fn a_coalesced_key_runs_again_for_a_later_message() {
     ));
 }
 
+/// A coalesced key's own message, delivered again (its coalescing delivery's host paused past
+/// the ack wait before acking), is a duplicate: run, it could start beside the entity's next
+/// message once the late ack lets the partition hand that one out (the simulation's seed 10901
+/// `--fenced --coalesce`). A later message with the key still runs it, and so does a claim
+/// that names no message.
+#[tokio::test]
+async fn a_coalesced_keys_own_message_delivered_again_is_a_duplicate() {
+    let store = Arc::new(MemoryClaimStore::new());
+    let (a, b) = (claimer(&store, "a", 10_000), claimer(&store, "b", 10_000));
+    let ClaimOutcome::Acquired(l) = a.claim_message("k", "d", 0, Some(7)).await.unwrap() else {
+        panic!()
+    };
+    l.coalesce().await.unwrap();
+    assert!(
+        matches!(
+            b.claim_message("k", "d", 0, Some(7)).await.unwrap(),
+            ClaimOutcome::Completed
+        ),
+        "message 7 coalesced is settled"
+    );
+    let ClaimOutcome::Acquired(later) = b.claim_message("k", "d", 0, Some(9)).await.unwrap() else {
+        panic!("a later message with the key runs it")
+    };
+    later.coalesce().await.unwrap();
+    assert!(matches!(
+        b.claim("k", "d").await.unwrap(),
+        ClaimOutcome::Acquired(_)
+    ));
+}
+
 /// A store whose next `lag` reads of any key return `snapshot` (a lagging replica's view).
 struct Lagging {
     inner: MemoryClaimStore,
