@@ -120,6 +120,11 @@ pub struct Exclusive {
 }
 
 impl Route {
+    /// Whether the route may publish outputs at all (`allowed_outputs` names some).
+    pub fn may_publish(&self) -> bool {
+        (self.options.allowed_outputs.as_ref()).is_some_and(|o| !o.is_empty())
+    }
+
     /// The handler now being served; `None` while the route has no (valid) component.
     pub fn guest(&self) -> Option<Guest> {
         self.guest.borrow().clone()

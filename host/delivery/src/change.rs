@@ -268,11 +268,13 @@ pub struct FenceFailed {
 }
 
 /// Fences `key` in claim store `from`, the store the route was served from, before it is
-/// copied: reads it from the leader and writes it again as read, at the revision read
-/// (compare-and-swap). A write still on its way from a host that held the key there (its
-/// answer lost as it drained: a claim, a fenced commit, a failed-for-good outcome) expects the
-/// revision this write moved, and is refused: it cannot land after the copy, to be run again
-/// under the new contract. A key that such a write moved meanwhile (or whose fence's answer
+/// copied: reads it from the leader and writes it again at the revision read
+/// (compare-and-swap), with no fencing token. A write still on its way from a host that held
+/// the key there (its answer lost as it drained: a claim, a fenced commit, a failed-for-good
+/// outcome) expects the revision this write moved, and is refused: it cannot land after the
+/// copy, to be run again under the new contract. Nor can its lease take the fence for a write
+/// of its own that landed late and write again over it: a lease adopts only a record bearing
+/// its own fencing token (`Lease::write`'s read-back), which the fence clears. A key that such a write moved meanwhile (or whose fence's answer
 /// was lost) is read and fenced again. The record as fenced, to copy; `None` if the key is
 /// gone. (A key created after the route's keys were listed is no one's: its host gave the
 /// claim up before it drained, and nothing ran under it.)
@@ -286,7 +288,11 @@ pub async fn fence<S: ClaimStore>(from: &S, key: &str) -> Result<Option<ClaimRec
         let Some((record, revision)) = from.get_from_leader(key).await.map_err(failed)? else {
             return Ok(None);
         };
-        match from.update(key, &record, revision).await {
+        let fenced = ClaimRecord {
+            fencing_token: None,
+            ..record.clone()
+        };
+        match from.update(key, &fenced, revision).await {
             Ok(_) => return Ok(Some(record)),
             Err(e @ (ClaimError::Conflict | ClaimError::Unavailable(_))) => last = e,
             Err(e) => return Err(failed(e)),
@@ -340,8 +346,11 @@ pub struct Moved {
 
 /// Moves every claim record of the route from the old contract's claim store to the new one
 /// ([`plan`], then each, in the order read, [`fence`]d in the old store and [`copy_record`]ed
-/// as fenced): checks everything before writing anything, so a refusal writes nothing; a move
-/// that stopped part-way is finished by the next run, which copies every record again.
+/// as fenced): checks every record as listed before writing anything, so a refusal of those
+/// writes nothing. A key that a late write moved between the listing and its fence is checked
+/// again as fenced, and a refusal then stops the move part-way, with the keys before it
+/// copied; like any move that stopped part-way, the next run finishes it, copying every
+/// record again.
 pub async fn move_claims<S: Stores>(
     stores: &mut S,
     claims: Claims<'_>,

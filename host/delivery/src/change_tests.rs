@@ -268,3 +268,33 @@ fn a_fence_meeting_a_write_that_landed_meanwhile_reads_again_and_fences_that() {
         None
     );
 }
+
+/// A host still holding a lease in the old store (cut off while the change ran) whose write
+/// then meets the fence must lose the key: it must not take the fence for a late write of
+/// its own and write its outcome over it (reviewer's finding; with the fence writing the
+/// record back as read, the lease's read-back adopted it).
+#[tokio::test]
+async fn a_lease_still_held_in_the_old_store_loses_the_key_to_the_fence() {
+    use crate::claim::{ClaimOutcome, Claimer, LeaseLost};
+    let store = std::sync::Arc::new(MemoryClaimStore::new());
+    let claimer = Claimer::new(
+        store.clone(),
+        "h",
+        std::time::Duration::from_secs(30),
+        std::time::Duration::ZERO,
+    );
+    let ClaimOutcome::Acquired(lease) = claimer.claim("r.k", "v1").await.unwrap() else {
+        panic!("the claim must be won")
+    };
+    // A heartbeat: the record now bears the lease's fencing token.
+    lease.renew().await.unwrap();
+    assert!(fence(store.as_ref(), "r.k").await.unwrap().is_some());
+    let at_fence = store.get("r.k").await.unwrap();
+    let outcome = lease.complete(Vec::new()).await;
+    assert!(matches!(outcome, Err(LeaseLost::Reclaimed)), "{outcome:?}");
+    assert_eq!(
+        store.get("r.k").await.unwrap(),
+        at_fence,
+        "nothing written over the fence"
+    );
+}

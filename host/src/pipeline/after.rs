@@ -58,13 +58,8 @@ impl<S: ClaimStore> Shared<S> {
         reason: String,
         effects: bool,
     ) -> crate::claim::ClaimRecord {
-        (self.claimer).dead_lettered(digest, attempt, reason, effects && may_publish(route))
+        (self.claimer).dead_lettered(digest, attempt, reason, effects && route.may_publish())
     }
-}
-
-/// Whether `route` may publish outputs at all.
-fn may_publish(route: &Route) -> bool {
-    (route.options.allowed_outputs.as_ref()).is_some_and(|o| !o.is_empty())
 }
 
 /// One claim-after delivery of this host: what it is, and the key it settles.
@@ -122,7 +117,7 @@ impl<S: ClaimStore> AfterDelivery for After<'_, S> {
     }
 
     fn may_publish(&self) -> bool {
-        may_publish(self.route)
+        self.route.may_publish()
     }
 
     fn count(&self, outcome: MessageOutcome) {

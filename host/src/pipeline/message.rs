@@ -311,11 +311,12 @@ impl<S: ClaimStore> Shared<S> {
             .child(|| "claim".into(), SpanKind::Internal, Vec::new);
         let (digest, fresh_from, sequence) = (guest.digest(), d.fresh_from(), Some(d.sequence));
         // A window route's outputs go out one by one: its claim names the version that begins
-        // them, so none waits for a write of its own (`Claimer::claim_window_message`).
+        // them, so none waits for a write of its own (`Claimer::claim_window_message`). A
+        // route that may publish nothing names none (a crash would hold its keys for nothing).
         let claimer = &self.claimer;
-        let claimed = match route.fenced {
-            Some(_) => (claimer.claim_message(&claim_key, digest, fresh_from, sequence)).await,
-            None => (claimer.claim_window_message(&claim_key, digest, fresh_from, sequence)).await,
+        let claimed = match route.fenced.is_none() && route.may_publish() {
+            false => (claimer.claim_message(&claim_key, digest, fresh_from, sequence)).await,
+            true => (claimer.claim_window_message(&claim_key, digest, fresh_from, sequence)).await,
         };
         route.metrics.claim_write(started.elapsed());
         span.set(|| vec![KeyValue::new("dedup.claim", claim_answer(&claimed))]);

@@ -34,7 +34,7 @@ const CANARIES: &[(Fix, u64, Mode)] = &[
         0,
         mode(false, false, true, true),
     ),
-    (Fix::LateWriteAdopted, 7, mode(false, true, false, false)),
+    (Fix::LateWriteAdopted, 2, mode(false, true, false, false)),
     (
         Fix::StaleReadAfterConflict,
         578,
@@ -46,27 +46,27 @@ const CANARIES: &[(Fix, u64, Mode)] = &[
         4,
         mode(false, false, false, false),
     ),
-    (Fix::SettleOrder, 0, mode(false, false, true, false)),
+    (Fix::SettleOrder, 4, mode(false, false, true, false)),
     (Fix::BusyNaks, 0, mode(false, false, false, false)),
     (Fix::AfterAckOrder, 0, mode(true, false, false, false)),
-    (Fix::QueueAckOrder, 6, mode(false, true, true, false)),
+    (Fix::QueueAckOrder, 2, mode(false, false, true, false)),
     (Fix::MarkerKept, 11, mode(true, false, false, false)),
-    (Fix::PublishFailedMark, 11, mode(true, false, false, false)),
+    (Fix::PublishFailedMark, 256, mode(true, false, false, false)),
     (Fix::AheadWait, 668, mode(false, true, true, false)),
-    (Fix::AheadLate, 17, mode(false, true, true, true)),
+    (Fix::AheadLate, 1644, mode(false, false, true, false)),
     (
         Fix::PartitionConsumerInfo,
-        17,
-        mode(false, true, true, true),
+        1644,
+        mode(false, false, true, false),
     ),
-    (Fix::LateBeforeLast, 17, mode(false, true, true, true)),
+    (Fix::LateBeforeLast, 3707, mode(false, false, true, true)),
     (Fix::OutcomeWriteFenced, 2, mode(false, true, true, false)),
-    (Fix::LeaseFromSend, 35, mode(false, false, true, true)),
+    (Fix::LeaseFromSend, 74, mode(false, false, true, true)),
     (Fix::MarkerOnReceipt, 13978, mode(false, true, true, true)),
     (
         Fix::CoalescedGivenUpLettered,
-        1104,
-        mode(false, false, true, true),
+        16623,
+        mode(false, true, true, true),
     ),
     (Fix::RebindLiveConfig, 12, mode(false, false, true, false)),
     (
@@ -82,15 +82,15 @@ const CANARIES: &[(Fix, u64, Mode)] = &[
     ),
     (
         Fix::WindowCoversOutage,
-        1064,
-        mode(false, false, true, true),
+        2548,
+        mode(false, false, true, false),
     ),
     (Fix::QueueStageMarker, 2622, mode(false, true, true, false)),
     (Fix::LaggingReplayRuns, 9, mode(false, true, false, false)),
     (Fix::GroupCommitLapse, 11, mode(false, true, false, false)),
     (Fix::PinnedVersion, 11, mode(false, false, false, false)),
     (Fix::EffectsMark, 19, mode(false, false, false, false)),
-    (Fix::ChangeMovesClaims, 76, mode(false, false, false, false)),
+    (Fix::ChangeMovesClaims, 3, mode(false, false, false, false)),
     (
         Fix::RenameCarriesHistory,
         8,
@@ -111,7 +111,6 @@ const CANARIES: &[(Fix, u64, Mode)] = &[
         9992,
         mode(false, true, false, false),
     ),
-    (Fix::PinnedAfterLate, 15704, mode(false, false, true, true)),
     (
         Fix::CoalescedMessageSettled,
         10901,
@@ -135,26 +134,38 @@ const fn mode(claim_after: bool, fenced: bool, exclusive: bool, coalesce: bool) 
 /// then `setup --change-route` to claim before while it is still failed;
 /// `change-fences-claims` needs a draining host's write whose answer was lost to land in the
 /// old claim store between the change's read of its key and the copy;
-/// `pinned-after-late` needs a coalescing key begun by a candidate, rolled back or promoted
-/// away before a late or superseded delivery of the key;
+/// `coalesced-given-up-lettered` needs a coalesced key whose newest message the server gives
+/// up on (its claims refused until its last delivery) while no other message of the key runs;
 /// `coalesced-message-settled` needs a host paused past the ack wait between its coalesce
 /// write and its ack, and the message's redelivery finding its entity's newest message a
 /// duplicate (so it runs, not coalesces again).
 const PAST_BUDGET: &[Fix] = &[
     Fix::MarkerOnReceipt,
+    Fix::CoalescedGivenUpLettered,
     Fix::MarkSpendsNoAttempt,
     Fix::ChangeFencesClaims,
-    Fix::PinnedAfterLate,
     Fix::CoalescedMessageSettled,
 ];
 
+/// Fixes whose canary is an integration test against a real nats-server, not a seed: the
+/// simulation's checks accept what their revert leads to, so no seed fails for it.
+/// `pinned-after-late` (a claim pinned to a version not installed here settled before it is
+/// judged late or superseded): a key dead-lettered because the version that began it is gone
+/// is the documented way out, and the harm its first seed showed (9185, a letter refused, the
+/// key left failed with no message) needs a refused letter on top; its test is
+/// `edges_candidates::a_superseded_key_pinned_to_a_version_not_loaded_here_is_coalesced_not_held`.
+const INTEGRATION_ONLY: &[Fix] = &[Fix::PinnedAfterLate];
+
 /// Every fix with a test-only switch (`dedup_delivery::revert`) has a canary: its seed passes
-/// with nothing reverted and fails with the fix reverted alone. All but [`PAST_BUDGET`] are
+/// with nothing reverted and fails with the fix reverted alone (or, for [`INTEGRATION_ONLY`],
+/// an integration test that fails with it reverted). All but [`PAST_BUDGET`] are
 /// found within the CI budget of seeds ([`SEEDS`]); replaying the first failing seed proves
 /// that in a second (the search itself, `simulate --canaries`, takes about four minutes).
 #[test]
 fn every_reverted_fix_is_found_by_its_seed_within_the_ci_budget() {
-    let listed: Vec<Fix> = CANARIES.iter().map(|(f, _, _)| *f).collect();
+    let listed: Vec<Fix> = (CANARIES.iter().map(|(f, _, _)| *f))
+        .chain(INTEGRATION_ONLY.iter().copied())
+        .collect();
     let unlisted: Vec<&str> = Fix::ALL
         .iter()
         .filter(|f| !listed.contains(f))

@@ -259,10 +259,27 @@ impl SimStores {
 /// still be running the key). The key's message runs under the new contract; the claim left
 /// behind in the old space is no one's (`setup --change-route` fences the keys it lists, not
 /// those it cannot know of: `change::fence`).
+/// `record` as the move leaves it in both stores: the fence clears the old store's fencing
+/// token (`change::fence`), the copy keeps it.
+fn unfenced(record: &ClaimRecord) -> ClaimRecord {
+    ClaimRecord {
+        fencing_token: None,
+        ..record.clone()
+    }
+}
+
+/// A create is a first attempt never written again (no fencing token), naming at most its
+/// own version (a window route's claim names it: `Claimer::claim_window_message`).
 fn late_create(listed: &[String], key: &str, record: &ClaimRecord) -> bool {
     !listed.iter().any(|k| k == key)
         && record.state == ClaimState::InProgress
-        && !record.may_have_effects()
+        && record.attempt == 1
+        && record.fencing_token.is_none()
+        && !record.unknown_effects
+        && record
+            .effects_by
+            .as_ref()
+            .is_none_or(|v| *v == record.digest)
 }
 
 impl Hosts {
@@ -546,7 +563,7 @@ impl Hosts {
                     });
                     continue;
                 }
-                if there != Some(&record) {
+                if there.map(unfenced) != Some(unfenced(&record)) {
                     let what = format!(
                         "key {key} is half-moved by the contract change: {from} holds {:?}, {to} holds {:?}",
                         (record.state, record.permanent),
@@ -590,7 +607,8 @@ impl Hosts {
             .filter(|(key, record)| {
                 let plain = key.strip_prefix(w.route.as_str()).unwrap_or(key);
                 !w.replayed.contains(plain)
-                    && w.record(&format!("{space}{key}")).map(|(r, _)| r) != Some(record)
+                    && w.record(&format!("{space}{key}")).map(|(r, _)| unfenced(r))
+                        != Some(unfenced(record))
             })
             .map(|(key, _)| {
                 format!("key {key}, completed before the contract change, ran again after it")
