@@ -41,6 +41,7 @@ use super::Settings;
 mod candidates;
 mod change;
 mod edges;
+mod moved;
 mod rename;
 mod replay;
 

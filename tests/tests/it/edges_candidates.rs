@@ -193,6 +193,19 @@ fn age(file: &Path) {
     f.set_modified(old).unwrap();
 }
 
+/// Starts host B on `routes` served from `dir`, polling its files hourly: it takes the (old)
+/// live file at start, and the candidate, written moments ago, not within the test, although
+/// its files offer it all along.
+async fn without_the_candidate(env: &TestEnv, dir: &Path, routes: &str) -> RunningHost {
+    age(&dir.join("edge.wasm"));
+    let mut config = env.config(&Timing::default(), routes);
+    config.host.instance_id = Some("host-b".into());
+    config.components.poll_interval = Duration::from_secs(3600);
+    without_spare(env, dedup_host::serve::start(config))
+        .await
+        .expect("host starts")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_pinned_to_a_candidate_another_host_runs_waits_for_it_on_a_host_that_has_not_loaded_it(
 ) {
@@ -205,13 +218,7 @@ async fn a_key_pinned_to_a_candidate_another_host_runs_waits_for_it_on_a_host_th
     host.shutdown().await.unwrap();
     // Host B polls its files hourly: it takes the (old) live file at start, and the candidate,
     // written moments ago, not within the test. The candidate stays installed all along.
-    age(&dir.join("edge.wasm"));
-    let mut config = env.config(&Timing::default(), &routes);
-    config.host.instance_id = Some("host-b".into());
-    config.components.poll_interval = Duration::from_secs(3600);
-    let late = without_spare(&env, dedup_host::serve::start(config))
-        .await
-        .expect("host starts");
+    let late = without_the_candidate(&env, &dir, &routes).await;
     let record = wait_for(
         Duration::from_secs(60),
         "host B handled the key's redelivery",
@@ -264,13 +271,7 @@ async fn a_superseded_key_pinned_to_a_version_not_loaded_here_is_coalesced_not_h
     env.publish("in.edge.1", "newer", &[], "hello").await;
     // Host B has not loaded the candidate, which its files still offer (as in the test
     // above): it takes the old live file at start, and the candidate not within the test.
-    age(&dir.join("edge.wasm"));
-    let mut config = env.config(&Timing::default(), &routes);
-    config.host.instance_id = Some("host-b".into());
-    config.components.poll_interval = Duration::from_secs(3600);
-    let late = without_spare(&env, dedup_host::serve::start(config))
-        .await
-        .expect("host starts");
+    let late = without_the_candidate(&env, &dir, &routes).await;
     let newer = wait_for(
         Duration::from_secs(60),
         "the newer update of the entity ran",

@@ -18,7 +18,7 @@
 //! Checked: when the contract is swapped, each key's record in the new claim store is the one
 //! the old store holds (no key half-moved: the move fences each key in the old store before it
 //! copies it, so a draining host's write landing late there is refused; a claim created there
-//! after the move listed the keys is excused, [`late_create`]); at the end, a key completed
+//! after the move listed the keys is excused, [`super::moved::late_create`]); at the end, a key completed
 //! before the change is unchanged after it (not run again, in either direction: window to
 //! fenced, fenced to window, claim after to claim before).
 
@@ -40,6 +40,7 @@ use super::super::route::{HostConfig, Served};
 use super::super::store::{Shared, SimStore};
 use super::super::world::Rng;
 use super::super::{EPOCH_MS, FAULTS_MS};
+use super::moved::{late_create, unfenced};
 use super::{log, Hosts};
 
 /// The change run's lease (production's is 30 s; shorter here so reruns come sooner).
@@ -250,36 +251,6 @@ impl SimStores {
         self.renewed = now;
         Ok(())
     }
-}
-
-/// Whether `key`, holding `record` in the old claim space, is a claim created there after the
-/// move listed the keys (`listed`): a create sent by a host before it drained whose answer was
-/// lost, landing late. Nothing ran under it: its host, finding no record, gave the claim up
-/// before it drained (the change waits for every host to drain; a host that found it would
-/// still be running the key). The key's message runs under the new contract; the claim left
-/// behind in the old space is no one's (`setup --change-route` fences the keys it lists, not
-/// those it cannot know of: `change::fence`).
-/// `record` as the move leaves it in both stores: the fence clears the old store's fencing
-/// token (`change::fence`), the copy keeps it.
-fn unfenced(record: &ClaimRecord) -> ClaimRecord {
-    ClaimRecord {
-        fencing_token: None,
-        ..record.clone()
-    }
-}
-
-/// A create is a first attempt never written again (no fencing token), naming at most its
-/// own version (a window route's claim names it: `Claimer::claim_window_message`).
-fn late_create(listed: &[String], key: &str, record: &ClaimRecord) -> bool {
-    !listed.iter().any(|k| k == key)
-        && record.state == ClaimState::InProgress
-        && record.attempt == 1
-        && record.fencing_token.is_none()
-        && !record.unknown_effects
-        && record
-            .effects_by
-            .as_ref()
-            .is_none_or(|v| *v == record.digest)
 }
 
 impl Hosts {
