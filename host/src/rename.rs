@@ -8,7 +8,11 @@
 //!    settings match `OLD`'s contract and its subject `OLD`'s consumer's filter; no live host
 //!    serves `OLD`; none of `OLD`'s keys is unsettled: a key in progress, or failed and due
 //!    again, may have published part of its outputs under ids derived from `OLD`, which a
-//!    run under `NEW` would publish again under other ids);
+//!    run under `NEW` would publish again under other ids; on a claim-after route, whose
+//!    runs publish before they record the key, `OLD`'s consumer has no delivery pending and
+//!    the server gave up on no message of `OLD` not dead-lettered yet: a stranded-message
+//!    marker stands for none, and the consumer's ack floor is not below its last delivery,
+//!    [`rename::given_up_refuses`]);
 //! 2. copies `OLD`'s claim records to `NEW`'s keys in the same claim store (bucket or fenced
 //!    stream), so a key settled under the old name is not run again, each with its journal of
 //!    outbound calls, so a key run again under `NEW` (its dead letter replayed) replays the
@@ -32,7 +36,7 @@ use crate::config::Config;
 use crate::contract::{self, ContractRecord};
 use crate::contract_change::{
     copy_record, dead_with_effects, plan_calls, read_records, refuse_running, refuse_while_served,
-    store_key, AcceptedDead, CallsMove, Lease,
+    store_key, stranded_of, AcceptedDead, CallsMove, Lease,
 };
 use crate::setup::route_consumer_name;
 
@@ -158,17 +162,39 @@ pub async fn rename(
         accepted.check(old, &records)?;
         refuse_unsettled(old, new, &records, accepted)?;
         // Read now that no host serves `old`: a claim-after run may have published without
-        // a record yet.
-        let pending = (source.consumer_info(&old_consumer).await)
-            .with_context(|| format!("cannot read consumer `{old_consumer}` of route `{old}`"))?
-            .num_ack_pending;
+        // a record yet. Its ack floor, read here, is where the new consumer starts: the
+        // floor read before the probe may lag one a later ack moved past a message the
+        // server gave up on meanwhile, which a consumer from there would deliver again.
+        let latest = (source.consumer_info(&old_consumer).await)
+            .with_context(|| format!("cannot read consumer `{old_consumer}` of route `{old}`"))?;
+        let pending = latest.num_ack_pending as u64;
         let claim_after = route.claim == crate::config::ClaimMode::After;
-        if rename::pending_refuses(claim_after, pending as u64) {
+        if rename::pending_refuses(claim_after, pending) {
             return Err(RenameRefused::Pending {
                 old: old.to_string(),
                 new: new.to_string(),
                 consumer: old_consumer.clone(),
-                count: pending as u64,
+                count: pending,
+            }
+            .into());
+        }
+        let consumer = rename::OldConsumer {
+            ack_floor: latest.ack_floor.stream_sequence,
+            delivered: latest.delivered.stream_sequence,
+            ack_pending: pending,
+        };
+        let takes = |subject: &str| crate::subject::matches(&route.subject, subject);
+        let marked = match claim_after {
+            true => stranded_of(js, config, &source, &takes).await?,
+            false => Vec::new(),
+        };
+        if let Some(given_up) = rename::given_up_refuses(claim_after, consumer, &marked) {
+            return Err(RenameRefused::GivenUp {
+                old: old.to_string(),
+                new: new.to_string(),
+                consumer: old_consumer.clone(),
+                stream: config.source.stream.clone(),
+                given_up,
             }
             .into());
         }
@@ -180,11 +206,11 @@ pub async fn rename(
             let journal = plan_calls(js, (claims, key), (claims, &renamed), None).await?;
             journals.push(journal.unwrap_or_else(|_| CallsMove::default()));
         }
-        anyhow::Ok((records, journals))
+        anyhow::Ok((records, journals, consumer.ack_floor))
     }
     .await;
     let clear_with = format!("clear it with `dedup-host setup --config <the config that names {old}> --change-route {old}`, or run {fix} again");
-    let (records, journals) = match checked {
+    let (records, journals, ack_floor) = match checked {
         Ok(checked) => checked,
         Err(e)
             if e.chain()
@@ -227,6 +253,25 @@ pub async fn rename(
         }
         calls_copied += journal.len();
         // A record `new` kept from an earlier life of that name does not shadow a newer one.
+        // Copied as listed, not fenced in `old`'s key first as `--change-route` fences
+        // (`change::fence`): no late write can move a record copied here. That change met
+        // the race (a draining host's unanswered write landing after the copy) because it
+        // copies open records too; a rename copies only records listed settled (any key in
+        // progress, or failed and due again, refused it above), and every host write of a
+        // claim record is a create (expecting no record) or a compare-and-swap at the revision
+        // its writer read, and none is made over a settled record: a claim, a claim-after
+        // settle or mark finds it completed or dead-lettered and writes nothing
+        // (`Claimer::claim_message`, `after::unsettled`), and the undeliverable sweep drops
+        // the message of such a key (`undeliverable::decide`); the one settled record a host
+        // claims over, a coalesced one, is an exclusive route's, which is never renamed. So a
+        // write still on its way from a host that served `old` (paused, or its answer lost)
+        // expects an older revision and is refused; and it writes `old`'s key, never the
+        // renamed one, though both are in the same store. A late create of a key listed
+        // without a record lands under `old`, which nothing reads after the rename: a
+        // claim-after delivery that wrote it is still pending or given up (refused above),
+        // and a claim-before host whose claim's answer was lost gave the claim up, having run
+        // nothing (a host still running under `old` is what `refuse_while_served` rules out,
+        // as for the change).
         let copied = match copy_record(&claim_store, &store_key(claims, &renamed), &record).await {
             Ok(copied) => copied,
             Err(e) => {
@@ -253,7 +298,7 @@ pub async fn rename(
         .await
         .with_context(|| format!("cannot record route `{new}`'s contract"))?;
     // From the first message the old consumer had not acknowledged (its ack floor + 1).
-    let start = rename::start(info.ack_floor.stream_sequence);
+    let start = rename::start(ack_floor);
     let starts_at = start.unwrap_or(1);
     crate::setup::create_consumer_at(
         &source,
@@ -371,6 +416,21 @@ pub enum RenameRefused {
         /// How many deliveries are not acknowledged.
         count: u64,
     },
+    /// A claim-after route's server gave up on messages not dead-lettered yet
+    /// ([`dedup_delivery::rename::given_up_refuses`]).
+    #[error("route `{old}` claims after its run, and {}; run a host with the config that still names `{old}` until {}, stop it, then run `dedup-host setup --rename-route {old} {new}` again", given_up_what(.given_up, .consumer, .stream, .old, .new), given_up_fix(.given_up, .old))]
+    GivenUp {
+        /// The old route name.
+        old: String,
+        /// The new route name.
+        new: String,
+        /// The old route's consumer.
+        consumer: String,
+        /// The source stream.
+        stream: String,
+        /// What shows the messages given up on.
+        given_up: rename::GivenUp,
+    },
     /// Keys of the old route are not settled ([`refuse_unsettled`]).
     #[error("route `{old}` has {count} unsettled claim key(s) ({keys}): in progress, due again, or dead-lettered after publishing, they may have published outputs under ids of `{old}`, which a run (or a dead letter's replay) under `{new}` would publish again; run a host with the config that still names `{old}` until they settle (completed, or dead-lettered before any output; replay the letters of the others with `dedup-host dead-letters replay --route {old} --all` until they complete; `dedup-host inspect --route {old} --key <key>` shows one), stop it, then run `dedup-host setup --rename-route {old} {new}` again; a dead-lettered key that can never complete may be accepted as settled with `--accept-dead <key>` (repeatable): it moves as it is, still dead-lettered and marked as accepted, and `dead-letters replay` then refuses its letter unless `--force`")]
     Unsettled {
@@ -383,6 +443,49 @@ pub enum RenameRefused {
         /// The first of them, and how many more.
         keys: String,
     },
+}
+
+/// What a [`RenameRefused::GivenUp`] saw, and why it refuses.
+fn given_up_what(
+    given_up: &rename::GivenUp,
+    consumer: &str,
+    stream: &str,
+    old: &str,
+    new: &str,
+) -> String {
+    let risk = format!("a run of it may have published part of its outputs under ids of `{old}` and left no claim record, so nothing of its key is carried, and under `{new}`");
+    match given_up {
+        rename::GivenUp::Marked(sequences) => {
+            let markers: Vec<String> = (sequences.iter())
+                .map(|s| format!("`{}`", crate::stranded::key(stream, *s)))
+                .collect();
+            format!(
+                "the server gave up on message(s) {} of stream `{stream}` that it consumes, not dead-lettered yet (stranded-message marker(s) {} stand for them in the claim bucket): {risk} the hosts' marker sweep would dead-letter them and a replay of the letter would run them, publishing those outputs again under other ids",
+                sequences.iter().map(u64::to_string).collect::<Vec<_>>().join(", "),
+                markers.join(", ")
+            )
+        }
+        rename::GivenUp::BelowDelivered {
+            ack_floor,
+            delivered,
+        } => format!(
+            "its consumer `{consumer}` acknowledged every message up to stream sequence {ack_floor} but delivered up to {delivered}, with none pending: the server gave up on message(s) in between that are not dead-lettered (no stranded-message marker stands for them: none was written, or it is gone), and the new consumer, from {}, would deliver them again: {risk} they would run, publishing those outputs again under other ids",
+            ack_floor + 1
+        ),
+    }
+}
+
+/// How the operator clears a [`RenameRefused::GivenUp`].
+fn given_up_fix(given_up: &rename::GivenUp, old: &str) -> String {
+    let floor = "the consumer's ack floor passes them (`nats consumer info` shows `Ack Floor` and `Last Delivered Message`; the server moves the floor to the last delivered message once a later message is acknowledged with none pending, a replayed letter's for one)";
+    match given_up {
+        rename::GivenUp::Marked(_) => format!(
+            "its marker sweep has dead-lettered them under `{old}` (`dedup-host audit` lists each as `not_dead_lettered` with why its letter is not stored yet, e.g. a missing dead-letter stream), their letters are replayed and completed (`dedup-host dead-letters replay --route {old} --all`; a dead-lettered key that can never complete may instead be accepted with `--accept-dead <key>`) and {floor}"
+        ),
+        rename::GivenUp::BelowDelivered { .. } => format!(
+            "{floor}; `dedup-host audit` lists given-up messages whose letters are not stored yet"
+        ),
+    }
 }
 
 /// Refuses what another deployment owns (something without an owner is this deployment's).

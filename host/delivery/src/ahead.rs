@@ -73,7 +73,8 @@ pub fn wait(ahead: &[Option<ClaimRecord>], now_ms: u64, skew: Duration) -> Optio
     ahead
         .iter()
         .flatten()
-        .filter(|r| matches!(decide(Some(r), now_ms, skew), GivenUp::Running { .. }))
+        // Whether a key is running does not depend on which message it is.
+        .filter(|r| matches!(decide(Some(r), None, now_ms, skew), GivenUp::Running { .. }))
         .map(|r| {
             let lapses = r.lease_expires_ms.saturating_add(skew.as_millis() as u64);
             Duration::from_millis(lapses.saturating_sub(now_ms).max(1))

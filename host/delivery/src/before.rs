@@ -236,10 +236,10 @@ pub async fn run<C: ClaimedDelivery>(c: &C) -> MessageOutcome {
         if reclaimed {
             // Reclaimed from a coalesced record (a newer message of the entity was waiting),
             // most likely by a stale copy of a message another delivery settled: recorded
-            // coalesced again, as found, so no attempt is spent; a later message of the key
-            // reclaims it.
+            // coalesced again, as found (naming the message it named), so no attempt is
+            // spent; a later message of the key reclaims it.
             tracing::warn!("{}: not run, coalesced again", late.reason());
-            return settle::coalesced(&c.settling()).await;
+            return settle::coalesced_again(&c.settling()).await;
         }
         // The server may have handed out the entity's next message already.
         return settle::release_given_up(&c.settling(), late.reason()).await;

@@ -47,6 +47,27 @@ pub fn run(recorded: bool, same: bool, marked: bool) -> Run {
     }
 }
 
+/// Whether the old contract's open deliveries keep a change from going ahead: from claim
+/// after (`from_after`) to claim before (`to_after` false) while `open` messages of the old
+/// contract are not settled: delivered and not acknowledged (the consumer's
+/// `num_ack_pending`), or given up by the server and not dead-lettered yet (a
+/// stranded-message marker stands; once lettered, a claim-after key is recorded as one whose
+/// outputs may be stored, which [`plan`] weighs). A claim-after run publishes before it
+/// records its key, so such a message may have published outputs with no record to show it
+/// (its settled write unanswered, or its host stopped between the two); under claim before
+/// its next delivery (or its letter's replay) would claim the key as new, naming the version
+/// that runs then as the one that began effects it did not begin (the simulation's seed 26406
+/// `--claim-after`: a version promoted meanwhile), or, with fenced effects, publish its
+/// outputs again without message ids. Between two claim-after contracts the message runs again
+/// as the old contract would run it. The rename's decision
+/// ([`crate::rename::pending_refuses`]), over both counts.
+pub fn open_refuses(from_after: bool, to_after: bool, open: u64) -> bool {
+    from_after
+        && !to_after
+        && !revert::reverted(Fix::ChangeWaitsForClaimAfter)
+        && crate::rename::pending_refuses(from_after, open)
+}
+
 /// What a run that stopped with an error leaves of its mark.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stop {
@@ -331,6 +352,15 @@ pub trait Stores {
     /// The new store, and where claim key `claim_key` lives in it.
     fn to(&self, claim_key: &str) -> (&Self::To, String);
 
+    /// Removes claim key `claim_key`'s record from the new store, where it was read at
+    /// `revision` (a deletion expecting that revision where the store has one): the old store
+    /// no longer holds the key ([`forget`]).
+    fn remove(
+        &mut self,
+        claim_key: &str,
+        revision: u64,
+    ) -> impl Future<Output = Result<(), Self::Error>>;
+
     /// Counts a unit of work written.
     fn moved(&mut self);
 }
@@ -338,7 +368,8 @@ pub trait Stores {
 /// What a move wrote.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Moved {
-    /// Records written (a record the new store already held as it is is not counted).
+    /// Records written (a record the new store already held as it is is not counted), and
+    /// records removed from the new store for keys the old one no longer holds ([`forget`]).
     pub claims: usize,
     /// The keys accepted as settled though dead-lettered after their outputs.
     pub accepted: Vec<String>,
@@ -350,7 +381,8 @@ pub struct Moved {
 /// writes nothing. A key that a late write moved between the listing and its fence is checked
 /// again as fenced, and a refusal then stops the move part-way, with the keys before it
 /// copied; like any move that stopped part-way, the next run finishes it, copying every
-/// record again.
+/// record again. A key gone from the old store by its fence is removed from the new one
+/// ([`forget`]).
 pub async fn move_claims<S: Stores>(
     stores: &mut S,
     claims: Claims<'_>,
@@ -363,8 +395,14 @@ pub async fn move_claims<S: Stores>(
     let mut moved = Moved::default();
     for (index, planned) in copies.into_iter().enumerate() {
         stores.before(index).await?;
+        let claim_key = planned.key.clone();
         let Some(copy) = fenced(stores, planned, claims, accepts, by).await? else {
-            continue; // gone from the old store since it was listed
+            // Gone from the old store since it was listed: gone from the new one too.
+            if forget(stores, &claim_key).await? {
+                moved.claims += 1;
+                stores.moved();
+            }
+            continue;
         };
         if copy.accepted {
             moved.accepted.push(copy.key.clone());
@@ -385,6 +423,22 @@ pub async fn move_claims<S: Stores>(
         stores.moved();
     }
     Ok(moved)
+}
+
+/// Removes claim key `claim_key` from the new store once its fence found it gone from the old
+/// one (deleted, or aged out, since the keys were listed): a record the new store kept from an
+/// earlier life of the route there (claims moved A to B and back to A) would otherwise stand
+/// for the key, stale, where the old store holds none (the review's finding 6). Whether it
+/// removed one.
+async fn forget<S: Stores>(stores: &mut S, claim_key: &str) -> Result<bool, S::Error> {
+    let (to, key) = stores.to(claim_key);
+    let read = to.get_from_leader(&key).await;
+    let there = read.map_err(|source| CopyFailed { key, source })?;
+    let Some((_, revision)) = there else {
+        return Ok(false);
+    };
+    stores.remove(claim_key, revision).await?;
+    Ok(true)
 }
 
 /// Copy `planned` as its key is once fenced in the old store ([`fence`]): planned again

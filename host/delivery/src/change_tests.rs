@@ -94,6 +94,20 @@ fn only_a_first_run_refused_before_moving_clears_its_mark() {
 }
 
 #[test]
+fn only_a_change_away_from_claim_after_waits_for_its_open_messages() {
+    assert!(open_refuses(true, false, 1));
+    assert!(!open_refuses(true, false, 0));
+    assert!(
+        !open_refuses(true, true, 3),
+        "claim after again: run as before"
+    );
+    assert!(
+        !open_refuses(false, false, 3),
+        "claim before records its key first"
+    );
+}
+
+#[test]
 fn evidence_names_each_serving_host_once_with_every_fact() {
     let status = vec!["h1".to_string(), "h2".to_string()];
     let lines = evidence(Some("h1"), &status);
@@ -109,11 +123,14 @@ fn evidence_names_each_serving_host_once_with_every_fact() {
 
 /// A move between two in-memory stores. `late`: a write a draining host sent to the old store
 /// before it stopped (key, record, the revision it held), landing as the move reaches the key.
+/// `vanish`: a key deleted (or aged out) in the old store as the move reaches it (key, its
+/// revision).
 struct Memory {
     old: MemoryClaimStore,
     new: MemoryClaimStore,
     keys: Vec<String>,
     late: Option<(String, ClaimRecord, u64)>,
+    vanish: Option<(String, u64)>,
 }
 
 impl Stores for Memory {
@@ -139,6 +156,9 @@ impl Stores for Memory {
         if let Some((key, record, revision)) = self.late.take() {
             self.old.update(&key, &record, revision).await?;
         }
+        if let Some((key, revision)) = self.vanish.take() {
+            self.old.remove(&key, revision)?;
+        }
         Ok(())
     }
 
@@ -148,6 +168,10 @@ impl Stores for Memory {
 
     fn to(&self, claim_key: &str) -> (&MemoryClaimStore, String) {
         (&self.new, claim_key.to_string())
+    }
+
+    async fn remove(&mut self, claim_key: &str, revision: u64) -> Result<(), Self::Error> {
+        Ok(self.new.remove(claim_key, revision)?)
     }
 
     fn moved(&mut self) {}
@@ -163,6 +187,7 @@ fn claimed() -> (Memory, ClaimRecord, u64) {
         new: MemoryClaimStore::new(),
         keys: vec!["r.k".into()],
         late: None,
+        vanish: None,
     };
     (stores, running, held)
 }
@@ -210,6 +235,33 @@ fn a_draining_hosts_write_landing_before_the_fence_moves_as_fenced() {
         failed,
         "copied as fenced, not as listed"
     );
+}
+
+/// The review's finding 6: a key deleted (or aged out) in the old store between the listing
+/// and its fence must not leave the new store's older copy of it (from an earlier life of the
+/// route there: claims moved A to B and back to A) standing for it.
+#[test]
+fn a_key_gone_from_the_old_store_by_its_fence_leaves_no_stale_copy_in_the_new_one() {
+    let (mut stores, _, held) = claimed();
+    let stale = sample(ClaimState::Completed, false);
+    stores
+        .new
+        .create("r.k", &stale)
+        .now_or_never()
+        .unwrap()
+        .unwrap();
+    stores.vanish = Some(("r.k".into(), held));
+    assert_eq!(moved(&mut stores).claims, 1, "the removal counts");
+    let there = stores.new.get("r.k").now_or_never().unwrap().unwrap();
+    assert_eq!(
+        there, None,
+        "the stale copy stands for a key the old store no longer holds"
+    );
+    assert_eq!(stores.old.get("r.k").now_or_never().unwrap().unwrap(), None);
+    // The new store never held it: nothing to remove, nothing counted.
+    let (mut stores, _, held) = claimed();
+    stores.vanish = Some(("r.k".into(), held));
+    assert_eq!(moved(&mut stores).claims, 0);
 }
 
 /// A store where a write lands right after the first read from the leader (between the

@@ -2,11 +2,14 @@
 //! renamed in the config started over, a new consumer from the first retained message and no
 //! claims, so it ran the retained history again). The host's rename (`host/src/rename.rs`)
 //! does the I/O around these decisions, and the simulation's operator
-//! (`tests/src/sim/rename.rs`) calls the same functions over its model:
+//! (`tests/src/sim/host/rename.rs`) calls the same functions over its model:
 //! - whether a key of `OLD` is too open to move ([`unsettled`]): the rename is refused;
 //! - which claim key of `NEW` a claim key of `OLD` becomes ([`renamed_key`]);
 //! - what record is written there ([`carried`]): the same, with its outputs' ids and its
 //!   calls' idempotency keys still those of the old key;
+//! - whether, on a claim-after route, `OLD`'s consumer still has deliveries open
+//!   ([`pending_refuses`]) or the server gave up on messages of `OLD` that are not
+//!   dead-lettered yet ([`given_up_refuses`]): the rename is refused;
 //! - where `NEW`'s consumer starts ([`start`]): after the last message `OLD`'s consumer had
 //!   acknowledged in order (its ack floor), so every message not settled under `OLD` is
 //!   delivered again under `NEW` and every one acknowledged past the floor finds its copied
@@ -38,6 +41,79 @@ pub fn unsettled(record: &ClaimRecord, accepted: bool) -> bool {
 /// [`unsettled`] refuses.
 pub fn pending_refuses(claim_after: bool, ack_pending: u64) -> bool {
     claim_after && ack_pending > 0 && !revert::reverted(Fix::RenameWaitsForClaimAfter)
+}
+
+/// The old route's consumer as the server reports it (`consumer info`), read once no host
+/// serves the route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OldConsumer {
+    /// Its ack floor's stream sequence: every message up to it is acknowledged (or given
+    /// up on, by a server that moves the floor past such a message).
+    pub ack_floor: u64,
+    /// The stream sequence of the last message it delivered (`delivered.stream_seq`).
+    pub delivered: u64,
+    /// Its deliveries not acknowledged (`num_ack_pending`); a message the server gave up on
+    /// is not counted.
+    pub ack_pending: u64,
+}
+
+/// Why messages the server gave up on keep a claim-after rename from going ahead
+/// ([`given_up_refuses`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GivenUp {
+    /// Stranded-message markers (`=stranded.<stream>.<sequence>`) stand for these source
+    /// stream sequences of messages the old route consumes: the server gave up on them and
+    /// their letters are not stored yet.
+    Marked(Vec<u64>),
+    /// The old consumer's ack floor is below the last message it delivered though none is
+    /// pending: the server gave up on a message in between (its marker, if one was written,
+    /// is gone or was never written).
+    BelowDelivered {
+        /// The old consumer's ack floor.
+        ack_floor: u64,
+        /// The last message it delivered.
+        delivered: u64,
+    },
+}
+
+/// Whether messages the server gave up on (delivered `server_max_deliver` times) keep a
+/// claim-after route (`claim_after`) from being renamed, given its old consumer and the
+/// source stream sequences of the messages it consumes that a stranded-message marker stands
+/// for (`marked`). Such a message is no longer pending, yet a run of it may have published
+/// part of its outputs under ids of the old name and left no record (its publish-failed
+/// mark refused, say by a claim-store leader election that outlasted every delivery; found
+/// by the simulation, seed 14265 `--claim-after`), so nothing is carried for its key:
+/// - above the old consumer's ack floor, the new consumer delivers it again and it runs
+///   under the new name, publishing those outputs again under other ids;
+/// - marked (above the floor or not), the host's marker sweep dead-letters it once the
+///   rename is done, under the new name (the route the config then names for its subject),
+///   and a replay of that letter runs it under the new name alike.
+///
+/// Both are refused until the marker's sweep has dead-lettered the message under the old
+/// name, which records its key failed for good with its effects unknown ([`unsettled`] then
+/// refuses the key until its letter is replayed under the old name or the key is accepted),
+/// and the old consumer's floor is past it: a server that does not move the floor when it
+/// gives up (nats-server 2.15.1 does not) moves it to the last delivered message once a
+/// later one is acknowledged with none pending, such as the letter's replay. A floor below
+/// the last delivered message with none pending is the one sign of a given-up message whose
+/// marker was never written (the claim store refused it too). A claim-before key records
+/// that it began before it publishes: [`unsettled`] covers it.
+/// `None`: nothing refuses (or [`Fix::RenameWaitsForGivenUp`] is reverted, test-only).
+pub fn given_up_refuses(claim_after: bool, old: OldConsumer, marked: &[u64]) -> Option<GivenUp> {
+    if !claim_after || revert::reverted(Fix::RenameWaitsForGivenUp) {
+        return None;
+    }
+    if !marked.is_empty() {
+        let mut marked = marked.to_vec();
+        marked.sort_unstable();
+        marked.dedup();
+        return Some(GivenUp::Marked(marked));
+    }
+    // With deliveries pending, the floor lags them ([`pending_refuses`] refuses that).
+    (old.ack_pending == 0 && old.delivered > old.ack_floor).then_some(GivenUp::BelowDelivered {
+        ack_floor: old.ack_floor,
+        delivered: old.delivered,
+    })
 }
 
 /// The claim key of route `new` that claim key `claim_key` of route `old` becomes (the key's
@@ -99,6 +175,39 @@ mod tests {
         assert!(pending_refuses(true, 1));
         assert!(!pending_refuses(true, 0));
         assert!(!pending_refuses(false, 3));
+    }
+
+    #[test]
+    fn a_claim_after_route_waits_for_messages_the_server_gave_up_on() {
+        let old = |ack_floor, delivered, ack_pending| OldConsumer {
+            ack_floor,
+            delivered,
+            ack_pending,
+        };
+        // Seed 14265 `--claim-after`: message 11 given up, marked, the floor at 3.
+        assert_eq!(
+            given_up_refuses(true, old(3, 11, 0), &[11, 4, 11]),
+            Some(GivenUp::Marked(vec![4, 11]))
+        );
+        // Marked below the floor (a server that moves the floor past a given-up message):
+        // the sweep would letter it under the new name.
+        assert_eq!(
+            given_up_refuses(true, old(11, 11, 0), &[11]),
+            Some(GivenUp::Marked(vec![11]))
+        );
+        // No marker written (the claim store was electing a leader): the floor shows it.
+        assert_eq!(
+            given_up_refuses(true, old(3, 11, 0), &[]),
+            Some(GivenUp::BelowDelivered {
+                ack_floor: 3,
+                delivered: 11
+            })
+        );
+        assert_eq!(given_up_refuses(true, old(11, 11, 0), &[]), None);
+        // Pending deliveries hold the floor down: `pending_refuses` decides.
+        assert_eq!(given_up_refuses(true, old(3, 11, 2), &[]), None);
+        // A claim-before key records that it began before it publishes.
+        assert_eq!(given_up_refuses(false, old(3, 11, 0), &[11]), None);
     }
 
     #[test]

@@ -137,6 +137,8 @@ fixes! {
     RenameCarriesHistory = "rename-carries-history",
     /// A claim-after route is renamed while its consumer has messages delivered and not acknowledged (found by the simulation).
     RenameWaitsForClaimAfter = "rename-waits-for-claim-after",
+    /// A claim-after route is renamed while the server gave up on a message of it not dead-lettered yet (a stranded-message marker stands for it, or the old consumer's ack floor is below its last delivery with none pending): the new consumer delivers it again, or the sweep letters it, under the new name (found by the simulation, seed 14265 `--claim-after`).
+    RenameWaitsForGivenUp = "rename-waits-for-given-up",
     /// A claim-after publish-failed mark counts the delivery as an attempt, which a claim-before route spends after `setup --change-route` (found by the simulation).
     MarkSpendsNoAttempt = "mark-spends-no-attempt",
     /// `setup --change-route` copies each claim record as listed, without fencing it in the old claim store first: a draining host's write still on its way lands there after the copy (found by the simulation).
@@ -147,6 +149,9 @@ fixes! {
     /// A delivery of a message that an earlier delivery of it coalesced reclaims the key and may run it, while that delivery's late ack lets the entity's next message start beside the run.
     /// (`Claimer::claim_message`; found by the simulation, seed 10901 `--fenced --coalesce`: a host paused past the ack wait between its coalesce write and its ack.)
     CoalescedMessageSettled = "coalesced-message-settled",
+    /// `setup --change-route` from claim after to claim before goes ahead while the old contract's messages are delivered and not acknowledged, or given up and not dead-lettered yet.
+    /// (`change::open_refuses`; found by the simulation, seed 26406 `--claim-after`: a run that published with its settled write lost ran again under claim before, on a version promoted meanwhile.)
+    ChangeWaitsForClaimAfter = "change-waits-for-claim-after",
 }
 
 /// Unset: [`ENV`] not read yet.

@@ -175,6 +175,17 @@ pub async fn coalesced<T: Settling>(t: &T) -> MessageOutcome {
     MessageOutcome::Coalesced
 }
 
+/// A late delivery that reclaimed a coalesced key (most likely a stale copy of a message
+/// another delivery settled): recorded coalesced again as found, naming the message the
+/// record named ([`crate::claim::Lease::coalesce_again`]), and acked.
+pub async fn coalesced_again<T: Settling>(t: &T) -> MessageOutcome {
+    if let Err(e) = t.lease().coalesce_again().await {
+        return write_failed(t, e, false).await;
+    }
+    t.settle(Settlement::Ack).await;
+    MessageOutcome::Coalesced
+}
+
 /// How a failed attempt is retried.
 #[derive(Debug, Clone, Copy)]
 pub struct Retries {

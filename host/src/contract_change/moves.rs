@@ -4,6 +4,7 @@
 //! ([`super::calls`]) planned before anything is written and written before its record (each
 //! record is fenced in the old store, then copied: `dedup_delivery::change::fence`).
 
+use anyhow::Context as _;
 use async_nats::jetstream::Context;
 use dedup_delivery::change::{Copy, Stores};
 
@@ -63,6 +64,30 @@ impl Stores for HostStores<'_> {
 
     fn to(&self, claim_key: &str) -> (&HostClaimStore, String) {
         (&self.to, store_key(self.claims.1, claim_key))
+    }
+
+    async fn remove(&mut self, claim_key: &str, revision: u64) -> anyhow::Result<()> {
+        let to = self.claims.1;
+        let key = store_key(to, claim_key);
+        let removing = || {
+            format!(
+                "removing claim record `{key}` ({to}), which the old claim store no longer holds"
+            )
+        };
+        match to.strip_prefix("stream ") {
+            // A fenced stream's claim subject holds the key's records only, and nothing
+            // writes there while the route is marked: purged.
+            Some(stream) => {
+                let s = self.js.get_stream(stream).await.with_context(removing)?;
+                s.purge().filter(key.clone()).await.with_context(removing)?;
+            }
+            None => {
+                let bucket = to.strip_prefix("bucket ").unwrap_or(to);
+                let kv = self.js.get_key_value(bucket).await.with_context(removing)?;
+                (kv.delete_expect_revision(&key, Some(revision)).await).with_context(removing)?;
+            }
+        }
+        Ok(())
     }
 
     fn moved(&mut self) {

@@ -213,7 +213,9 @@ impl<S: ClaimStore> Shared<S> {
             let claim_key = route.claim_key(key);
             if let Some((record, revision)) = self.claimer.store().get(&claim_key).await? {
                 let skew = self.config.claims.clock_skew;
-                match given_up::decide(Some(&record), now_ms(), skew) {
+                // Judged by its source message: a key coalesced under it or a later message
+                // of its key settles it.
+                match given_up::decide(Some(&record), Some(sequence), now_ms(), skew) {
                     GivenUp::Settled => return self.drop_queued(client, marker, queued).await,
                     GivenUp::Running { owner } => {
                         anyhow::bail!("key `{key}` is still in progress by `{owner}`; its dead letter waits until that ends");

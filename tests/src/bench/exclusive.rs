@@ -55,7 +55,7 @@ pub async fn run(messages: usize, rounds: usize, partitions: usize) -> anyhow::R
         } else {
             (0..SETTINGS.len()).rev().collect()
         };
-        for i in order {
+        for i in order.into_iter().filter(|i| chosen(*i)) {
             let name = format!("x{round}s{i}");
             let (_, entities, arrival) = SETTINGS[i];
             let (rate, queued) = throughput(
@@ -77,8 +77,14 @@ pub async fn run(messages: usize, rounds: usize, partitions: usize) -> anyhow::R
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]
     };
-    let base = median(&rates[0]);
+    let base = match rates[0].is_empty() {
+        true => f64::NAN,
+        false => median(&rates[0]),
+    };
     for (i, (label, _, _)) in SETTINGS.iter().enumerate() {
+        if rates[i].is_empty() {
+            continue;
+        }
         let rate = median(&rates[i]);
         let queue = match queueing[i].is_empty() {
             true => String::new(),
@@ -97,6 +103,16 @@ pub async fn run(messages: usize, rounds: usize, partitions: usize) -> anyhow::R
         );
     }
     Ok(())
+}
+
+/// Whether setting `i` (its index in [`SETTINGS`]) runs: all of them, unless
+/// `DEDUP_BENCH_SETTINGS` lists some (comma-separated indices, e.g. `0,4` for the plain route
+/// and the partitions alone with 1,000 entities).
+fn chosen(i: usize) -> bool {
+    match std::env::var("DEDUP_BENCH_SETTINGS") {
+        Ok(list) => list.split(',').any(|s| s.trim().parse() == Ok(i)),
+        Err(_) => true,
+    }
 }
 
 /// One host draining `n` messages spread over the entities; returns messages per second, and

@@ -302,13 +302,16 @@ impl Ctx {
     /// found the key coalesced by its own message's other delivery, a lagging replica
     /// answering, while the key's next message had reclaimed it). An ack sent before anything
     /// recorded the outcome still finds the key not done since (unless another host
-    /// completed it meanwhile: then the ack loses nothing).
+    /// completed it meanwhile: then the ack loses nothing). A coalesced record counts only for
+    /// the message it names and older ones of the key ([`World::done_since`]): a later message
+    /// of the key acked against it is lost.
     pub(super) fn claimed_settle(&self, at: &At, nak: Option<u64>, claimed: u64) {
         if nak.is_none() {
             let done = {
                 let w = self.world();
+                let message = w.streams.message(at.lane, at.sequence).source;
                 (["b:", "s:"].iter())
-                    .any(|space| w.done_since(&format!("{space}{}", at.claim), claimed))
+                    .any(|space| w.done_since(&format!("{space}{}", at.claim), claimed, message))
             };
             if !done {
                 self.violation(format!(

@@ -524,7 +524,8 @@ fn rescue(w: &mut super::world::World, lane: Lane, sequence: u64, skew: Duration
     let key = w.claim_key(space(w), &m.key);
     let record = w.record(&key).cloned();
     let now = w.now;
-    let given_up = undeliverable::decide(record.as_ref().map(|(r, _)| r), now, skew);
+    let given_up =
+        undeliverable::decide(record.as_ref().map(|(r, _)| r), Some(m.source), now, skew);
     let later = |w: &mut super::world::World, tries: u32| {
         let ceiling = stranded::retry_ceiling(tries + 1).as_millis() as u64;
         let at = now + w.rng.range(ceiling / 2, ceiling);

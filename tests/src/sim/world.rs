@@ -215,11 +215,20 @@ impl World {
         self.revision
     }
 
-    /// Whether `key` was done (completed, or failed for good) as it stood at revision
-    /// `revision` of the claim spaces or at any later one, whatever it holds now.
-    pub fn done_since(&self, key: &str, revision: u64) -> bool {
-        let done = |r: &ClaimRecord| {
-            r.state == ClaimState::Completed || (r.state == ClaimState::Failed && r.permanent)
+    /// Whether `key` was done for the message at source sequence `message` (completed, or
+    /// failed for good) as it stood at revision `revision` of the claim spaces or at any later
+    /// one, whatever it holds now. A coalesced record counts only if it names that message or a
+    /// later one of the key ([`ClaimRecord::source_sequence`]): it settles those, as a claim
+    /// does (`Claimer::claim_message`), while a later message of the key reclaims it (the
+    /// entity's newest may carry the key, and must run).
+    pub fn done_since(&self, key: &str, revision: u64, message: u64) -> bool {
+        let done = |r: &ClaimRecord| match r.state {
+            ClaimState::Completed if r.is_coalesced() => {
+                r.source_sequence.is_some_and(|named| message <= named)
+            }
+            ClaimState::Completed => true,
+            ClaimState::Failed => r.permanent,
+            ClaimState::InProgress => false,
         };
         let history = self.kv.get(key).map_or(&[][..], Vec::as_slice);
         // The record it held at `revision` (its last write up to then), and every later one.

@@ -20,6 +20,19 @@ impl MemoryClaimStore {
     pub fn new() -> Self {
         Self::default()
     }
+
+    /// Removes `key` if its revision is `revision`, as a KV deletion expecting it does;
+    /// [`ClaimError::Conflict`] if it moved or is gone.
+    pub fn remove(&self, key: &str, revision: u64) -> Result<(), ClaimError> {
+        let mut guard = self.inner.lock().expect("poisoned");
+        match guard.1.get(key) {
+            Some((_, current)) if *current == revision => {
+                guard.1.remove(key);
+                Ok(())
+            }
+            _ => Err(ClaimError::Conflict),
+        }
+    }
 }
 
 impl ClaimStore for MemoryClaimStore {

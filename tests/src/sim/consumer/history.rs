@@ -15,6 +15,17 @@ impl Streams {
         settled.count() as u64
     }
 
+    /// The stream sequence of the last source message the source consumer delivered (its
+    /// `delivered.stream_seq`), or its ack floor if that is higher (a new consumer that has
+    /// delivered nothing yet). A message deleted since is left out: it counts as settled.
+    pub fn delivered(&self) -> u64 {
+        let delivered = (self.source.iter())
+            .filter(|m| m.deliveries > 0 && !m.deleted)
+            .map(|m| m.sequence)
+            .max();
+        delivered.unwrap_or(0).max(self.ack_floor())
+    }
+
     /// The source consumer's deliveries not acknowledged (its `num_ack_pending`): messages
     /// out, or delivered and waiting for their redelivery (naked, or their ack wait ran out).
     /// One the server gave up on is not counted.

@@ -12,8 +12,9 @@
 //! faults), and what a stopped run leaves of its mark ([`change::stop`]). The run can be
 //! killed part-way; the operator runs it again (a rerun after the lease lapsed takes the mark
 //! over and copies every record again). A refusal of open window keys (window to fenced) makes
-//! the operator reload the old config and call the change off. Exclusive routes are not
-//! changed here (their queue's move is not modelled).
+//! the operator reload the old config and call the change off; one of open messages of a
+//! claim-after route ([`change::open_refuses`]) too, and the operator tries again later
+//! ([`settling`]). Exclusive routes are not changed here (their queue's move is not modelled).
 //!
 //! Checked: when the contract is swapped, each key's record in the new claim store is the one
 //! the old store holds (no key half-moved: the move fences each key in the old store before it
@@ -32,7 +33,7 @@ use dedup_delivery::change::{
     self, Claims, Copy, CopyFailed, FenceFailed, Moved, Refused, Run, Stop, Stores,
 };
 use dedup_host::claim::record::virtual_clock;
-use dedup_host::claim::{ClaimError, ClaimRecord, ClaimState, ClaimStore};
+use dedup_host::claim::{ClaimError, ClaimRecord, ClaimState};
 use dedup_host::config::EffectsMode;
 use dedup_host::contract::{ChangeRun, Changing, ContractRecord, RouteContract};
 
@@ -51,6 +52,8 @@ const OPERATOR: usize = 9;
 /// What the change run's records say wrote them.
 const BY: &str = "setup --change-route r";
 
+mod settling;
+
 type Running = Pin<Box<dyn Future<Output = Result<Moved, Failed>>>>;
 
 /// The operator's change, drawn for a run from a generator of its own (runs without it run as
@@ -60,9 +63,14 @@ pub(super) struct Change {
     at: Option<u64>,
     /// Whether the hosts were reloaded with the new config yet.
     reloaded: bool,
-    /// The operator gave up (open window keys): the hosts run the old config again, and a
-    /// run with it calls the change off.
+    /// The operator gave up (open window keys), or went back for a while (open messages of a
+    /// claim-after route): the hosts run the old config again, and a run with it calls the
+    /// change off.
     back: bool,
+    /// Gone back for the old contract's open messages to settle, this many times: after the
+    /// call-off, the operator tries the change again later.
+    settles: u32,
+    settling: bool,
     /// Runs started.
     runs: u32,
     /// The run in flight: its number, whether it marked the record first, and its move.
@@ -94,6 +102,8 @@ impl Change {
             at,
             reloaded: false,
             back: false,
+            settles: 0,
+            settling: false,
             runs: 0,
             run: None,
             kills,
@@ -153,35 +163,14 @@ fn space_of(contract: &RouteContract) -> &'static str {
     }
 }
 
-/// A claim store read from its leader as production's move does (the old one as it fences a
-/// key, the new one as it copies it).
-struct Leader(SimStore);
-
-impl ClaimStore for Leader {
-    async fn get(&self, key: &str) -> Result<Option<(ClaimRecord, u64)>, ClaimError> {
-        self.0.get(key).await
-    }
-
-    async fn get_from_leader(&self, key: &str) -> Result<Option<(ClaimRecord, u64)>, ClaimError> {
-        self.0.get_fresh(key).await
-    }
-
-    async fn create(&self, key: &str, record: &ClaimRecord) -> Result<u64, ClaimError> {
-        self.0.create(key, record).await
-    }
-
-    async fn update(&self, key: &str, r: &ClaimRecord, revision: u64) -> Result<u64, ClaimError> {
-        self.0.update(key, r, revision).await
-    }
-}
-
-/// The model's side of the seam ([`Stores`]): the old and new claim spaces, and the run's
-/// hold on its mark (renewed once a third of the lease passed, at once: the contract store
-/// answers at once).
+/// The model's side of the seam ([`Stores`]): the old and new claim spaces (read from their
+/// leader where production's move reads so, `SimStore::get_from_leader`), and the run's hold
+/// on its mark (renewed once a third of the lease passed, at once: the contract store answers
+/// at once).
 struct SimStores {
     world: Shared,
-    from: Leader,
-    to: Leader,
+    from: SimStore,
+    to: SimStore,
     run: String,
     renewed: u64,
     units: Rc<Cell<u64>>,
@@ -190,8 +179,8 @@ struct SimStores {
 }
 
 impl Stores for SimStores {
-    type Old = Leader;
-    type To = Leader;
+    type Old = SimStore;
+    type To = SimStore;
     type Error = Failed;
 
     async fn records(&mut self) -> Result<Vec<(String, ClaimRecord)>, Failed> {
@@ -199,12 +188,12 @@ impl Stores for SimStores {
             .world
             .lock()
             .expect("one thread")
-            .claims_in(self.from.0.space);
+            .claims_in(self.from.space);
         *self.listed.borrow_mut() = keys.iter().map(|(k, _)| k.clone()).collect();
         let mut records = Vec::new();
         for (key, _) in keys {
             self.keep()?;
-            if let Some((record, _)) = self.from.0.get_fresh(&key).await.map_err(Failed::Read)? {
+            if let Some((record, _)) = self.from.get_fresh(&key).await.map_err(Failed::Read)? {
                 records.push((key, record));
             }
         }
@@ -219,12 +208,18 @@ impl Stores for SimStores {
         self.keep()
     }
 
-    fn old(&self, claim_key: &str) -> (&Leader, String) {
+    fn old(&self, claim_key: &str) -> (&SimStore, String) {
         (&self.from, claim_key.to_string())
     }
 
-    fn to(&self, claim_key: &str) -> (&Leader, String) {
+    fn to(&self, claim_key: &str) -> (&SimStore, String) {
         (&self.to, claim_key.to_string())
+    }
+
+    async fn remove(&mut self, claim_key: &str, _: u64) -> Result<(), Failed> {
+        // The model's claim spaces never lose a key (no deletion, no age limit), so no fence
+        // finds one gone: `change::forget` is the unit tests' (`change_tests`).
+        unreachable!("the model removed claim key {claim_key} from no claim space")
     }
 
     fn moved(&mut self) {
@@ -341,14 +336,14 @@ impl Hosts {
         match run {
             Run::Record | Run::Unchanged => {
                 w.log(|| format!("change run {number}: unchanged"));
-                self.change.at = None;
+                self.change.at = self.change.again_after_settling(now);
                 return;
             }
             Run::CallOff => {
                 w.contract.changing = None;
                 w.contract.revision += 1;
                 w.log(|| format!("change run {number}: called off, the mark cleared"));
-                self.change.at = None;
+                self.change.at = self.change.again_after_settling(now);
                 return;
             }
             Run::Change => {}
@@ -386,22 +381,25 @@ impl Hosts {
             return;
         }
         let old = recorded.contract.clone();
+        if self.waits_for_open((number, &id, first), (&old, &wanted), again) {
+            return;
+        }
         let (from, to) = (space_of(&old), space_of(&wanted));
         log(&self.world, || {
             format!("change run {number} ({id}) moves the claims {from} -> {to}")
         });
         let stores = SimStores {
             world: self.world.clone(),
-            from: Leader(SimStore {
+            from: SimStore {
                 world: self.world.clone(),
                 host: OPERATOR,
                 space: from,
-            }),
-            to: Leader(SimStore {
+            },
+            to: SimStore {
                 world: self.world.clone(),
                 host: OPERATOR,
                 space: to,
-            }),
+            },
             run: id,
             renewed: now,
             units: Rc::new(Cell::new(0)),

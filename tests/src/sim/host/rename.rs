@@ -5,8 +5,11 @@
 //! drain timeout, a paused one say, exits with its work dropped, as a killed host's). Then
 //! the rename decides as the host's does (`dedup_delivery::rename`): refused while a key of
 //! the old name is open ([`rename::unsettled`]) or, on a claim-after route, while the old
-//! consumer has deliveries not acknowledged ([`rename::pending_refuses`]), and then the hosts
-//! start again under the old name and the operator tries again later; else every claim record is carried to the new name's key
+//! consumer has deliveries not acknowledged ([`rename::pending_refuses`]) or the server gave
+//! up on a message not dead-lettered yet (a marker of the model's stands for it, or the
+//! consumer's ack floor is below its last delivery: [`rename::given_up_refuses`]), and then
+//! the hosts start again under the old name and the operator tries again later; else every
+//! claim record is carried to the new name's key
 //! ([`rename::renamed_key`], [`rename::carried`]), the old source consumer is deleted and a
 //! new one created from the old one's ack floor + 1 ([`rename::start`]) over the retained
 //! history (`consumer::history`), and the hosts start again with configs that name the route
@@ -17,6 +20,7 @@
 use dedup_delivery::rename;
 use dedup_host::claim::ClaimRecord;
 
+use super::super::consumer::Lane;
 use super::super::world::Rng;
 use super::super::{EPOCH_MS, FAULTS_MS};
 use super::{disrupt, log, space, Hosts};
@@ -144,9 +148,25 @@ impl Hosts {
             return Err(format!("unsettled keys {}", open.join(", ")));
         }
         let pending = w.streams.ack_pending();
-        if rename::pending_refuses(self.settings.mode.claim_after, pending) {
+        let claim_after = self.settings.mode.claim_after;
+        if rename::pending_refuses(claim_after, pending) {
             return Err(format!(
                 "a claim-after route with {pending} deliveries not acknowledged"
+            ));
+        }
+        let consumer = rename::OldConsumer {
+            ack_floor: w.streams.ack_floor(),
+            delivered: w.streams.delivered(),
+            ack_pending: pending,
+        };
+        // The model's one route consumes every source message.
+        let marked: Vec<u64> = (w.streams.markers.keys())
+            .filter(|(lane, _)| *lane == Lane::Source)
+            .map(|(_, sequence)| *sequence)
+            .collect();
+        if let Some(given_up) = rename::given_up_refuses(claim_after, consumer, &marked) {
+            return Err(format!(
+                "a claim-after route with messages given up on: {given_up:?}"
             ));
         }
         let mut carried = 0;

@@ -1,0 +1,148 @@
+//! A claim-after route is not renamed while the server gave up on a message of it that is
+//! not dead-lettered yet: a run of it may have published part of its outputs under ids of the
+//! old name and left no record (its publish-failed mark refused by a claim-store leader
+//! election that outlasted every delivery), so nothing of its key is carried, and under the
+//! new name it would run again, delivered again by the new consumer (from the old one's ack
+//! floor) or dead-lettered by the marker sweep and replayed, publishing those outputs again
+//! under other ids (found by the simulation, seed 14265 `--claim-after`;
+//! `dedup_delivery::rename::given_up_refuses`). Against a real nats-server.
+
+use std::time::Duration;
+
+use async_nats::jetstream::consumer::pull;
+use async_nats::jetstream::AckKind;
+use dedup_host::stranded::{self, Marker};
+use dedup_host_tests::guests::cli_async;
+use dedup_host_tests::harness::{wait_for, TestEnv, Timing, BUCKET, CONSUMER, DEAD, SOURCE};
+use futures::StreamExt;
+
+/// A claim-after route named `name` with one output per message.
+fn route(name: &str) -> String {
+    format!(
+        r#"
+[[routes]]
+name = "{name}"
+subject = "in.ren.*"
+component = "{{guest:flaky}}"
+key = {{ subject_token = 2 }}
+claim = "after"
+limits = {{ deadline = "1s" }}
+allowed_outputs = ["in.ren.*.done"]
+config = {{ succeed_on_attempt = "1", outputs = "1", work_ms = "0" }}
+"#
+    )
+}
+
+/// Message `b` of route `old`, delivered until the server gave up on it and never recorded,
+/// keeps `setup --rename-route old new` from going ahead while its stranded-message marker
+/// stands, and while the old consumer's ack floor is below it (the server keeps the floor
+/// there until a later message is acknowledged with none pending); once a host under the
+/// old name dead-lettered it and its letter was replayed, the rename goes through and
+/// nothing runs twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_after_route_is_not_renamed_while_a_message_given_up_on_waits_for_its_letter() {
+    let env = TestEnv::start().await;
+    let timing = Timing::default();
+    let host = env.host(&timing, &route("old"), "h1").await;
+    env.publish("in.ren.a", "a", &[], "x").await;
+    env.wait_completed("old", &["a"], Duration::from_secs(60))
+        .await;
+    host.shutdown().await.unwrap();
+
+    // The server gives up on `b` after two deliveries, both given back unrun (as a host
+    // whose every read of the key met a claim-store leader election gives them back).
+    let mut source = env.js.get_stream(SOURCE).await.unwrap();
+    let name = format!("{CONSUMER}-old");
+    let mut consumer = source.get_consumer::<pull::Config>(&name).await.unwrap();
+    let mut config = consumer.cached_info().config.clone();
+    config.max_deliver = 2;
+    source.update_consumer(config).await.unwrap();
+    env.publish("in.ren.b", "b", &[], "x").await;
+    let b = source.info().await.unwrap().state.last_sequence;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let given_up = loop {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the server never gave up on b"
+        );
+        // Delivered to this fetch, or to a pull request the stopped host left open (given
+        // back after the ack wait).
+        let batch = (consumer.fetch().max_messages(1))
+            .expires(Duration::from_secs(1))
+            .messages()
+            .await
+            .unwrap();
+        for m in batch.collect::<Vec<_>>().await.into_iter().flatten() {
+            m.ack_with(AckKind::Nak(None)).await.unwrap();
+        }
+        let info = consumer.info().await.unwrap().clone();
+        if info.num_ack_pending == 0 && info.delivered.stream_sequence == b {
+            break info;
+        }
+    };
+
+    let path = env.path("renamed.toml");
+    std::fs::write(&path, env.config_text(&timing, &route("new"))).unwrap();
+    let rename = || cli_async(&path, &["setup", "--rename-route", "old", "new"]);
+    // Its marker, as the host writes it before a message's last delivery.
+    let kv = env.js.get_key_value(BUCKET).await.unwrap();
+    let marker = Marker::new(SOURCE, b, 2, "the server's last delivery".into());
+    stranded::mark(&kv, &marker).await;
+    let (ok, out) = rename().await;
+    assert!(!ok, "renamed with b's marker standing: {out}");
+    assert!(
+        out.contains(&format!("`{}`", marker.key())) && out.contains("dead-letters replay"),
+        "{out}"
+    );
+    let new = format!("{CONSUMER}-new");
+    assert!(source.consumer_info(&new).await.is_err(), "no `{new}` made");
+
+    // No marker (the claim store refused it too): the floor below b shows it. A server that
+    // moves the floor past a message it gives up on does not deliver b again to `new`.
+    kv.purge(marker.key()).await.unwrap();
+    if given_up.ack_floor.stream_sequence < b {
+        let (ok, out) = rename().await;
+        assert!(!ok, "renamed with the floor below b: {out}");
+        let floor = given_up.ack_floor.stream_sequence;
+        assert!(
+            out.contains(&format!(
+                "up to stream sequence {floor} but delivered up to {b}"
+            )),
+            "{out}"
+        );
+    }
+
+    // The host under the old name sweeps the marker: b is dead-lettered, its key failed for
+    // good (its effects unknown), and its letter replayed runs it once.
+    stranded::mark(&kv, &marker).await;
+    let old_path = env.path("old.toml");
+    std::fs::write(&old_path, env.config_text(&timing, &route("old"))).unwrap();
+    let host = env.host(&timing, &route("old"), "h1").await;
+    wait_for(Duration::from_secs(60), "b's dead letter", || async {
+        (!env.messages(DEAD).await.is_empty() && kv.get(marker.key()).await.ok()?.is_none())
+            .then_some(())
+    })
+    .await;
+    host.shutdown().await.unwrap();
+    let (ok, out) = rename().await;
+    assert!(!ok && out.contains("unsettled"), "{out}");
+    let host = env.host(&timing, &route("old"), "h1").await;
+    let (ok, out) = cli_async(
+        &old_path,
+        &["dead-letters", "replay", "--route", "old", "--all"],
+    )
+    .await;
+    assert!(ok, "{out}");
+    env.wait_completed("old", &["a", "b"], Duration::from_secs(60))
+        .await;
+    host.shutdown().await.unwrap();
+
+    let (ok, out) = rename().await;
+    assert!(ok, "{out}");
+    let host = env.host(&timing, &route("new"), "h2").await;
+    env.publish("in.ren.c", "c", &[], "x").await;
+    env.wait_completed("new", &["a", "b", "c"], Duration::from_secs(60))
+        .await;
+    host.shutdown().await.unwrap();
+    assert_eq!(env.outputs().await.len(), 3, "none ran twice");
+}
