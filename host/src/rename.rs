@@ -10,9 +10,8 @@
 //!    again, may have published part of its outputs under ids derived from `OLD`, which a
 //!    run under `NEW` would publish again under other ids; on a claim-after route, whose
 //!    runs publish before they record the key, `OLD`'s consumer has no delivery pending and
-//!    the server gave up on no message of `OLD` not dead-lettered yet: a stranded-message
-//!    marker stands for none, and the consumer's ack floor is not below its last delivery,
-//!    [`rename::given_up_refuses`]);
+//!    the server gave up on no message of `OLD` not dead-lettered yet (a stranded-message
+//!    marker stands for none, [`rename::given_up_refuses`]);
 //! 2. copies `OLD`'s claim records to `NEW`'s keys in the same claim store (bucket or fenced
 //!    stream), so a key settled under the old name is not run again, each with its journal of
 //!    outbound calls, so a key run again under `NEW` (its dead letter replayed) replays the
@@ -23,7 +22,9 @@
 //! 3. records `OLD`'s contract under `NEW`;
 //! 4. creates `NEW`'s consumer from the first message `OLD`'s consumer had not acknowledged
 //!    (its ack floor + 1: anything acked after the floor finds its copied claim and is acked
-//!    without running), then deletes `OLD`'s consumer and contract;
+//!    without running; on a claim-after route, after the last message it delivered, where it
+//!    would go on, so a message the server gave up on is not delivered again under `NEW`),
+//!    then deletes `OLD`'s consumer and contract;
 //! 5. copies `OLD`'s deployed component to `NEW` (when `NEW` has none), recording this
 //!    deployment and `NEW`'s consumer as its deployer, so hosts serve `NEW` at once.
 
@@ -158,13 +159,11 @@ pub async fn rename(
     let claim_store = crate::fenced::host_store(js, config).await?;
     let checked = async {
         refuse_while_served(js, config, old).await?;
-        let records = read_records(js, &claim_store, claims, old, &mut lease).await?;
-        accepted.check(old, &records)?;
-        refuse_unsettled(old, new, &records, accepted)?;
-        // Read now that no host serves `old`: a claim-after run may have published without
-        // a record yet. Its ack floor, read here, is where the new consumer starts: the
-        // floor read before the probe may lag one a later ack moved past a message the
-        // server gave up on meanwhile, which a consumer from there would deliver again.
+        // Read now that no host serves `old`, and before its records: a claim-after run may
+        // have published without a record yet, and a host's marker sweep writes a given-up
+        // message's record before it removes the marker, so a marker gone by now left a
+        // record the read below finds. The consumer's position, read here, is where the new
+        // consumer starts ([`rename::start`]).
         let latest = (source.consumer_info(&old_consumer).await)
             .with_context(|| format!("cannot read consumer `{old_consumer}` of route `{old}`"))?;
         let pending = latest.num_ack_pending as u64;
@@ -188,16 +187,18 @@ pub async fn rename(
             true => stranded_of(js, config, &source, &takes).await?,
             false => Vec::new(),
         };
-        if let Some(given_up) = rename::given_up_refuses(claim_after, consumer, &marked) {
+        if let Some(given_up) = rename::given_up_refuses(claim_after, &marked) {
             return Err(RenameRefused::GivenUp {
                 old: old.to_string(),
                 new: new.to_string(),
-                consumer: old_consumer.clone(),
                 stream: config.source.stream.clone(),
                 given_up,
             }
             .into());
         }
+        let records = read_records(js, &claim_store, claims, old, &mut lease).await?;
+        accepted.check(old, &records)?;
+        refuse_unsettled(old, new, &records, accepted)?;
         let mut journals = Vec::new();
         for (key, _) in &records {
             lease.keep().await?;
@@ -206,11 +207,11 @@ pub async fn rename(
             let journal = plan_calls(js, (claims, key), (claims, &renamed), None).await?;
             journals.push(journal.unwrap_or_else(|_| CallsMove::default()));
         }
-        anyhow::Ok((records, journals, consumer.ack_floor))
+        anyhow::Ok((records, journals, rename::start(consumer, claim_after)))
     }
     .await;
     let clear_with = format!("clear it with `dedup-host setup --config <the config that names {old}> --change-route {old}`, or run {fix} again");
-    let (records, journals, ack_floor) = match checked {
+    let (records, journals, start) = match checked {
         Ok(checked) => checked,
         Err(e)
             if e.chain()
@@ -297,8 +298,8 @@ pub async fn rename(
         .create(new, bytes.into())
         .await
         .with_context(|| format!("cannot record route `{new}`'s contract"))?;
-    // From the first message the old consumer had not acknowledged (its ack floor + 1).
-    let start = rename::start(ack_floor);
+    // From the first message the old consumer had not acknowledged (its ack floor + 1), or
+    // on a claim-after route from where it would go on.
     let starts_at = start.unwrap_or(1);
     crate::setup::create_consumer_at(
         &source,
@@ -418,14 +419,12 @@ pub enum RenameRefused {
     },
     /// A claim-after route's server gave up on messages not dead-lettered yet
     /// ([`dedup_delivery::rename::given_up_refuses`]).
-    #[error("route `{old}` claims after its run, and {}; run a host with the config that still names `{old}` until {}, stop it, then run `dedup-host setup --rename-route {old} {new}` again", given_up_what(.given_up, .consumer, .stream, .old, .new), given_up_fix(.given_up, .old))]
+    #[error("route `{old}` claims after its run, and {}; run a host with the config that still names `{old}` until its marker sweep has dead-lettered them under `{old}` (`dedup-host audit` lists each as `not_dead_lettered`, with why its letter is not stored yet, e.g. a missing dead-letter stream), replay their letters until they complete (`dedup-host dead-letters replay --route {old} --all`; a dead-lettered key that can never complete may instead be accepted with `--accept-dead <key>`), stop it, then run `dedup-host setup --rename-route {old} {new}` again", given_up_what(.given_up, .stream, .old, .new))]
     GivenUp {
         /// The old route name.
         old: String,
         /// The new route name.
         new: String,
-        /// The old route's consumer.
-        consumer: String,
         /// The source stream.
         stream: String,
         /// What shows the messages given up on.
@@ -446,46 +445,16 @@ pub enum RenameRefused {
 }
 
 /// What a [`RenameRefused::GivenUp`] saw, and why it refuses.
-fn given_up_what(
-    given_up: &rename::GivenUp,
-    consumer: &str,
-    stream: &str,
-    old: &str,
-    new: &str,
-) -> String {
-    let risk = format!("a run of it may have published part of its outputs under ids of `{old}` and left no claim record, so nothing of its key is carried, and under `{new}`");
-    match given_up {
-        rename::GivenUp::Marked(sequences) => {
-            let markers: Vec<String> = (sequences.iter())
-                .map(|s| format!("`{}`", crate::stranded::key(stream, *s)))
-                .collect();
-            format!(
-                "the server gave up on message(s) {} of stream `{stream}` that it consumes, not dead-lettered yet (stranded-message marker(s) {} stand for them in the claim bucket): {risk} the hosts' marker sweep would dead-letter them and a replay of the letter would run them, publishing those outputs again under other ids",
-                sequences.iter().map(u64::to_string).collect::<Vec<_>>().join(", "),
-                markers.join(", ")
-            )
-        }
-        rename::GivenUp::BelowDelivered {
-            ack_floor,
-            delivered,
-        } => format!(
-            "its consumer `{consumer}` acknowledged every message up to stream sequence {ack_floor} but delivered up to {delivered}, with none pending: the server gave up on message(s) in between that are not dead-lettered (no stranded-message marker stands for them: none was written, or it is gone), and the new consumer, from {}, would deliver them again: {risk} they would run, publishing those outputs again under other ids",
-            ack_floor + 1
-        ),
-    }
-}
-
-/// How the operator clears a [`RenameRefused::GivenUp`].
-fn given_up_fix(given_up: &rename::GivenUp, old: &str) -> String {
-    let floor = "the consumer's ack floor passes them (`nats consumer info` shows `Ack Floor` and `Last Delivered Message`; the server moves the floor to the last delivered message once a later message is acknowledged with none pending, a replayed letter's for one)";
-    match given_up {
-        rename::GivenUp::Marked(_) => format!(
-            "its marker sweep has dead-lettered them under `{old}` (`dedup-host audit` lists each as `not_dead_lettered` with why its letter is not stored yet, e.g. a missing dead-letter stream), their letters are replayed and completed (`dedup-host dead-letters replay --route {old} --all`; a dead-lettered key that can never complete may instead be accepted with `--accept-dead <key>`) and {floor}"
-        ),
-        rename::GivenUp::BelowDelivered { .. } => format!(
-            "{floor}; `dedup-host audit` lists given-up messages whose letters are not stored yet"
-        ),
-    }
+fn given_up_what(given_up: &rename::GivenUp, stream: &str, old: &str, new: &str) -> String {
+    let rename::GivenUp::Marked(sequences) = given_up;
+    let markers: Vec<String> = (sequences.iter())
+        .map(|s| format!("`{}`", crate::stranded::key(stream, *s)))
+        .collect();
+    format!(
+        "the server gave up on message(s) {} of stream `{stream}` that it consumes, not dead-lettered yet (stranded-message marker(s) {} stand for them in the claim bucket): a run of one may have published part of its outputs under ids of `{old}` and left no claim record, so nothing of its key is carried, and under `{new}` the hosts' marker sweep would dead-letter it and a replay of the letter would run it, publishing those outputs again under other ids",
+        sequences.iter().map(u64::to_string).collect::<Vec<_>>().join(", "),
+        markers.join(", ")
+    )
 }
 
 /// Refuses what another deployment owns (something without an owner is this deployment's).

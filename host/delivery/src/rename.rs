@@ -65,55 +65,33 @@ pub enum GivenUp {
     /// stream sequences of messages the old route consumes: the server gave up on them and
     /// their letters are not stored yet.
     Marked(Vec<u64>),
-    /// The old consumer's ack floor is below the last message it delivered though none is
-    /// pending: the server gave up on a message in between (its marker, if one was written,
-    /// is gone or was never written).
-    BelowDelivered {
-        /// The old consumer's ack floor.
-        ack_floor: u64,
-        /// The last message it delivered.
-        delivered: u64,
-    },
 }
 
 /// Whether messages the server gave up on (delivered `server_max_deliver` times) keep a
-/// claim-after route (`claim_after`) from being renamed, given its old consumer and the
-/// source stream sequences of the messages it consumes that a stranded-message marker stands
-/// for (`marked`). Such a message is no longer pending, yet a run of it may have published
-/// part of its outputs under ids of the old name and left no record (its publish-failed
-/// mark refused, say by a claim-store leader election that outlasted every delivery; found
-/// by the simulation, seed 14265 `--claim-after`), so nothing is carried for its key:
-/// - above the old consumer's ack floor, the new consumer delivers it again and it runs
-///   under the new name, publishing those outputs again under other ids;
-/// - marked (above the floor or not), the host's marker sweep dead-letters it once the
-///   rename is done, under the new name (the route the config then names for its subject),
-///   and a replay of that letter runs it under the new name alike.
-///
-/// Both are refused until the marker's sweep has dead-lettered the message under the old
-/// name, which records its key failed for good with its effects unknown ([`unsettled`] then
-/// refuses the key until its letter is replayed under the old name or the key is accepted),
-/// and the old consumer's floor is past it: a server that does not move the floor when it
-/// gives up (nats-server 2.15.1 does not) moves it to the last delivered message once a
-/// later one is acknowledged with none pending, such as the letter's replay. A floor below
-/// the last delivered message with none pending is the one sign of a given-up message whose
-/// marker was never written (the claim store refused it too). A claim-before key records
-/// that it began before it publishes: [`unsettled`] covers it.
-/// `None`: nothing refuses (or [`Fix::RenameWaitsForGivenUp`] is reverted, test-only).
-pub fn given_up_refuses(claim_after: bool, old: OldConsumer, marked: &[u64]) -> Option<GivenUp> {
-    if !claim_after || revert::reverted(Fix::RenameWaitsForGivenUp) {
+/// claim-after route (`claim_after`) from being renamed, given the source stream sequences of
+/// the messages it consumes that a stranded-message marker stands for (`marked`). Such a
+/// message is no longer pending, yet a run of it may have published part of its outputs
+/// under ids of the old name and left no record (its publish-failed mark refused, say by a
+/// claim-store leader election that outlasted every delivery; found by the simulation, seed
+/// 14265 `--claim-after`), so nothing is carried for its key, and the host's marker sweep
+/// would dead-letter it under the new name once the rename is done (the route the config then
+/// names for its subject): a replay of that letter would run it under the new name,
+/// publishing those outputs again under other ids. Refused until the sweep has dead-lettered
+/// it under the old name, which records its key failed for good with its effects unknown
+/// ([`unsettled`] then refuses the key until its letter is replayed under the old name or the
+/// key is accepted). A given-up message without a marker is never delivered again under the
+/// new name either: a claim-after route's new consumer starts after the last message the old
+/// one delivered ([`start`]). A claim-before key records that it began before it publishes:
+/// [`unsettled`] covers it. `None`: nothing refuses (or [`Fix::RenameWaitsForGivenUp`] is
+/// reverted, test-only).
+pub fn given_up_refuses(claim_after: bool, marked: &[u64]) -> Option<GivenUp> {
+    if !claim_after || marked.is_empty() || revert::reverted(Fix::RenameWaitsForGivenUp) {
         return None;
     }
-    if !marked.is_empty() {
-        let mut marked = marked.to_vec();
-        marked.sort_unstable();
-        marked.dedup();
-        return Some(GivenUp::Marked(marked));
-    }
-    // With deliveries pending, the floor lags them ([`pending_refuses`] refuses that).
-    (old.ack_pending == 0 && old.delivered > old.ack_floor).then_some(GivenUp::BelowDelivered {
-        ack_floor: old.ack_floor,
-        delivered: old.delivered,
-    })
+    let mut marked = marked.to_vec();
+    marked.sort_unstable();
+    marked.dedup();
+    Some(GivenUp::Marked(marked))
 }
 
 /// The claim key of route `new` that claim key `claim_key` of route `old` becomes (the key's
@@ -139,14 +117,23 @@ pub fn carried(mut record: ClaimRecord, claim_key: &str) -> Option<ClaimRecord> 
     Some(record)
 }
 
-/// The stream sequence the new name's consumer starts at, given the old consumer's ack floor
-/// (the last stream sequence below which it acknowledged everything): the one after it.
-/// `None`: from the first retained message, `DeliverPolicy::All` (test-only,
-/// [`Fix::RenameCarriesHistory`] reverted).
-pub fn start(ack_floor: u64) -> Option<u64> {
-    match revert::reverted(Fix::RenameCarriesHistory) {
-        true => None,
-        false => Some(ack_floor + 1),
+/// The stream sequence the new name's consumer starts at, given the old consumer (`old`) and
+/// whether the route claims after its run (`claim_after`): after its ack floor (the last
+/// stream sequence below which it acknowledged everything), so every message not settled
+/// under the old name is delivered again; on a claim-after route, whose rename waits until
+/// nothing is pending ([`pending_refuses`]), after the last message it delivered, which is
+/// where the old consumer would go on: a message the server gave up on between the floor
+/// and there (nats-server 2.15 leaves the floor below it until a later message is
+/// acknowledged with none pending) is never delivered again, as under the old name, rather
+/// than run under the new name with new ids. `None`: from the first retained message,
+/// `DeliverPolicy::All` (test-only, [`Fix::RenameCarriesHistory`] reverted).
+pub fn start(old: OldConsumer, claim_after: bool) -> Option<u64> {
+    if revert::reverted(Fix::RenameCarriesHistory) {
+        return None;
+    }
+    match claim_after && !revert::reverted(Fix::RenameWaitsForGivenUp) {
+        true => Some(old.delivered.max(old.ack_floor) + 1),
+        false => Some(old.ack_floor + 1),
     }
 }
 
@@ -179,41 +166,30 @@ mod tests {
 
     #[test]
     fn a_claim_after_route_waits_for_messages_the_server_gave_up_on() {
-        let old = |ack_floor, delivered, ack_pending| OldConsumer {
-            ack_floor,
-            delivered,
-            ack_pending,
-        };
-        // Seed 14265 `--claim-after`: message 11 given up, marked, the floor at 3.
+        // Seed 14265 `--claim-after`: message 11 given up, marked (with message 4).
         assert_eq!(
-            given_up_refuses(true, old(3, 11, 0), &[11, 4, 11]),
+            given_up_refuses(true, &[11, 4, 11]),
             Some(GivenUp::Marked(vec![4, 11]))
         );
-        // Marked below the floor (a server that moves the floor past a given-up message):
-        // the sweep would letter it under the new name.
-        assert_eq!(
-            given_up_refuses(true, old(11, 11, 0), &[11]),
-            Some(GivenUp::Marked(vec![11]))
-        );
-        // No marker written (the claim store was electing a leader): the floor shows it.
-        assert_eq!(
-            given_up_refuses(true, old(3, 11, 0), &[]),
-            Some(GivenUp::BelowDelivered {
-                ack_floor: 3,
-                delivered: 11
-            })
-        );
-        assert_eq!(given_up_refuses(true, old(11, 11, 0), &[]), None);
-        // Pending deliveries hold the floor down: `pending_refuses` decides.
-        assert_eq!(given_up_refuses(true, old(3, 11, 2), &[]), None);
+        assert_eq!(given_up_refuses(true, &[]), None);
         // A claim-before key records that it began before it publishes.
-        assert_eq!(given_up_refuses(false, old(3, 11, 0), &[11]), None);
+        assert_eq!(given_up_refuses(false, &[11]), None);
     }
 
     #[test]
     fn the_new_consumer_starts_after_the_old_ones_ack_floor() {
-        assert_eq!(start(0), Some(1));
-        assert_eq!(start(41), Some(42));
+        let old = |ack_floor, delivered| OldConsumer {
+            ack_floor,
+            delivered,
+            ack_pending: 0,
+        };
+        assert_eq!(start(old(0, 0), false), Some(1));
+        assert_eq!(start(old(41, 45), false), Some(42));
+        // Claim after: after the last delivery, so a message given up on above the floor
+        // (nats-server 2.15 keeps the floor below it) is not delivered again under the new
+        // name, with no marker to refuse the rename (its write refused too).
+        assert_eq!(start(old(3, 11), true), Some(12));
+        assert_eq!(start(old(11, 11), true), Some(12));
     }
 
     #[test]

@@ -11,6 +11,7 @@ use async_nats::jetstream::context::ConsumerInfoErrorKind;
 use async_nats::jetstream::stream::{LastRawMessageErrorKind, Stream};
 use async_nats::jetstream::Context;
 use dedup_delivery::change;
+use futures::StreamExt as _;
 
 use super::ChangeError;
 use crate::config::{ClaimMode, Config, RouteConfig};
@@ -69,20 +70,30 @@ async fn read(
     let source = (js.get_stream(source_name).await)
         .with_context(|| format!("cannot open source stream `{source_name}`"))?;
     let consumer = crate::consumers::route_consumer_name(config, &route.name);
-    let info = (source.consumer_info(&consumer).await).with_context(|| {
-        format!(
-            "cannot read consumer `{consumer}` of route `{}`",
-            route.name
-        )
-    })?;
-    let mut filters = info.config.filter_subjects.clone();
-    if !info.config.filter_subject.is_empty() {
-        filters.push(info.config.filter_subject.clone());
+    let mut filters = Vec::new();
+    match source.consumer_info(&consumer).await {
+        Ok(info) => {
+            filters.extend(info.config.filter_subjects.iter().cloned());
+            if !info.config.filter_subject.is_empty() {
+                filters.push(info.config.filter_subject.clone());
+            }
+            open.pending.push((consumer, info.num_ack_pending as u64));
+        }
+        // Not there (deleted by the operator, or never made): it delivers nothing, and the
+        // change makes it again. Its markers still count.
+        Err(e) if e.kind() == ConsumerInfoErrorKind::NotFound => {}
+        Err(e) => {
+            return Err(anyhow::Error::new(e)).with_context(|| {
+                format!(
+                    "cannot read consumer `{consumer}` of route `{}`",
+                    route.name
+                )
+            })
+        }
     }
     if filters.is_empty() {
         filters.push(route.subject.clone());
     }
-    open.pending.push((consumer, info.num_ack_pending as u64));
     let queue_name = crate::exclusive::stream_name(config);
     let queue = match old.exclusive_by {
         Some(_) => Some(js.get_stream(&queue_name).await.with_context(|| {
@@ -94,11 +105,26 @@ async fn read(
         None => None,
     };
     if let Some(queue) = &queue {
-        for p in 0..old.partitions.unwrap_or(1) {
-            let name = crate::exclusive::partition_consumer_name(config, &route.name, p);
+        // Every partition consumer of the route there is, whatever count made it (an
+        // earlier run of a change of `partitions` may have left both counts'): listed by
+        // name, `<consumer>-<route>-p<n>`.
+        let prefix = crate::exclusive::partition_consumer_name(config, &route.name, 0);
+        let prefix = prefix.trim_end_matches('0');
+        let mut names = queue.consumer_names();
+        let mut partitions = Vec::new();
+        while let Some(name) = names.next().await {
+            let name = name.with_context(|| {
+                format!("cannot list the consumers of queue stream `{queue_name}`")
+            })?;
+            let number = name.strip_prefix(prefix).unwrap_or_default();
+            if !number.is_empty() && number.bytes().all(|b| b.is_ascii_digit()) {
+                partitions.push(name);
+            }
+        }
+        for name in partitions {
             match queue.consumer_info(&name).await {
                 Ok(info) => open.pending.push((name, info.num_ack_pending as u64)),
-                // Not there (never made, or deleted by an earlier change run): nothing open.
+                // Deleted since the listing: nothing open.
                 Err(e) if e.kind() == ConsumerInfoErrorKind::NotFound => {}
                 Err(e) => {
                     return Err(anyhow::Error::new(e)).with_context(|| {

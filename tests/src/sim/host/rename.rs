@@ -6,12 +6,13 @@
 //! the rename decides as the host's does (`dedup_delivery::rename`): refused while a key of
 //! the old name is open ([`rename::unsettled`]) or, on a claim-after route, while the old
 //! consumer has deliveries not acknowledged ([`rename::pending_refuses`]) or the server gave
-//! up on a message not dead-lettered yet (a marker of the model's stands for it, or the
-//! consumer's ack floor is below its last delivery: [`rename::given_up_refuses`]), and then
+//! up on a message not dead-lettered yet (a marker of the model's stands for it:
+//! [`rename::given_up_refuses`]), and then
 //! the hosts start again under the old name and the operator tries again later; else every
 //! claim record is carried to the new name's key
 //! ([`rename::renamed_key`], [`rename::carried`]), the old source consumer is deleted and a
-//! new one created from the old one's ack floor + 1 ([`rename::start`]) over the retained
+//! new one created from the old one's ack floor + 1, or on a claim-after route after its
+//! last delivery ([`rename::start`]), over the retained
 //! history (`consumer::history`), and the hosts start again with configs that name the route
 //! anew (their claim keys carry the new name, `World::route`). The model's one contract
 //! record stands for the route's under either name. Exclusive routes are not renamed (the
@@ -164,7 +165,7 @@ impl Hosts {
             .filter(|(lane, _)| *lane == Lane::Source)
             .map(|(_, sequence)| *sequence)
             .collect();
-        if let Some(given_up) = rename::given_up_refuses(claim_after, consumer, &marked) {
+        if let Some(given_up) = rename::given_up_refuses(claim_after, &marked) {
             return Err(format!(
                 "a claim-after route with messages given up on: {given_up:?}"
             ));
@@ -185,7 +186,7 @@ impl Hosts {
             }
         }
         let floor = w.streams.ack_floor();
-        let start = rename::start(floor);
+        let start = rename::start(consumer, claim_after);
         let again = w.streams.replace_source_consumer(start, now);
         w.route = new.clone();
         w.names.push(new.clone());
