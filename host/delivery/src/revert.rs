@@ -137,7 +137,7 @@ fixes! {
     RenameCarriesHistory = "rename-carries-history",
     /// A claim-after route is renamed while its consumer has messages delivered and not acknowledged (found by the simulation).
     RenameWaitsForClaimAfter = "rename-waits-for-claim-after",
-    /// A claim-after route is renamed while the server gave up on a message of it not dead-lettered yet (a stranded-message marker stands for it, or the old consumer's ack floor is below its last delivery with none pending): the new consumer delivers it again, or the sweep letters it, under the new name (found by the simulation, seed 14265 `--claim-after`).
+    /// A claim-after route is renamed while the server gave up on a message of it not dead-lettered yet (a stranded-message marker stands for it), and its new consumer starts after the old one's ack floor rather than its last delivery: the sweep letters it, or the new consumer delivers it again, under the new name (found by the simulation, seed 14265 `--claim-after`).
     RenameWaitsForGivenUp = "rename-waits-for-given-up",
     /// A claim-after publish-failed mark counts the delivery as an attempt, which a claim-before route spends after `setup --change-route` (found by the simulation).
     MarkSpendsNoAttempt = "mark-spends-no-attempt",

@@ -16,22 +16,7 @@ use dedup_host_tests::guests::cli_async;
 use dedup_host_tests::harness::{wait_for, TestEnv, Timing, BUCKET, CONSUMER, DEAD, SOURCE};
 use futures::StreamExt;
 
-/// A claim-after route named `name` with one output per message.
-fn route(name: &str) -> String {
-    format!(
-        r#"
-[[routes]]
-name = "{name}"
-subject = "in.ren.*"
-component = "{{guest:flaky}}"
-key = {{ subject_token = 2 }}
-claim = "after"
-limits = {{ deadline = "1s" }}
-allowed_outputs = ["in.ren.*.done"]
-config = {{ succeed_on_attempt = "1", outputs = "1", work_ms = "0" }}
-"#
-    )
-}
+use crate::rename_pending::route;
 
 /// Message `b` of route `old`, delivered until the server gave up on it and never recorded,
 /// keeps `setup --rename-route old new` from going ahead while its stranded-message marker

@@ -12,7 +12,7 @@ use dedup_host_tests::harness::{TestEnv, Timing, CONSUMER, SOURCE};
 use futures::StreamExt;
 
 /// A claim-after route named `name` with one output per message.
-fn route(name: &str) -> String {
+pub(crate) fn route(name: &str) -> String {
     format!(
         r#"
 [[routes]]
