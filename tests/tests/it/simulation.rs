@@ -182,16 +182,8 @@ const PAST_BUDGET: &[Fix] = &[
 /// `edges_candidates::a_superseded_key_pinned_to_a_version_not_loaded_here_is_coalesced_not_held`.
 const INTEGRATION_ONLY: &[Fix] = &[Fix::PinnedAfterLate];
 
-/// Fixes whose seed shows their harm only with another fix reverted too, one that now keeps
-/// the harm's scenario out of the model (the seed must pass with that one reverted alone):
-/// `mark-spends-no-attempt` needs a claim-after key still failed, its message naked, as
-/// `setup --change-route` to claim before runs, which `change-waits-for-claim-after` refuses
-/// (no seed below 40,000 finds it with that fix in place; replay with `simulate --revert
-/// mark-spends-no-attempt,change-waits-for-claim-after`).
-const ALSO_REVERTED: &[(Fix, Fix)] = &[(Fix::MarkSpendsNoAttempt, Fix::ChangeWaitsForClaimAfter)];
-
 /// Every fix with a test-only switch (`dedup_delivery::revert`) has a canary: its seed passes
-/// with nothing reverted and fails with the fix reverted alone (for [`ALSO_REVERTED`], with
+/// with nothing reverted and fails with the fix reverted alone (for `sim::canary::ALSO_REVERTED`, with
 /// its other fix reverted too; or, for [`INTEGRATION_ONLY`], an integration test that fails
 /// with it reverted). All but [`PAST_BUDGET`] are
 /// found within the CI budget of seeds ([`SEEDS`]); replaying the first failing seed proves
@@ -218,10 +210,7 @@ fn every_reverted_fix_is_found_by_its_seed_within_the_ci_budget() {
         };
         revert::set(&[]);
         let clean = sim::run(seed, settings, false);
-        let also: Vec<Fix> = (ALSO_REVERTED.iter())
-            .filter(|(f, _)| *f == fix)
-            .map(|(_, other)| *other)
-            .collect();
+        let also = sim::canary::also_reverted(fix);
         revert::set(&[&[fix][..], &also].concat());
         let reverted = sim::run(seed, settings, false);
         revert::set(&also);
