@@ -75,11 +75,14 @@ impl Stores for HostStores<'_> {
             )
         };
         match to.strip_prefix("stream ") {
-            // A fenced stream's claim subject holds the key's records only, and nothing
-            // writes there while the route is marked: purged.
+            // A fenced stream's claim subject holds the key's records only: purged up to the
+            // record read (its sequence is its revision), as the bucket's delete expects it,
+            // so a record written there since stays (nothing should write there while the
+            // route is marked).
             Some(stream) => {
                 let s = self.js.get_stream(stream).await.with_context(removing)?;
-                s.purge().filter(key.clone()).await.with_context(removing)?;
+                let purge = s.purge().filter(key.clone()).sequence(revision + 1);
+                purge.await.with_context(removing)?;
             }
             None => {
                 let bucket = to.strip_prefix("bucket ").unwrap_or(to);
