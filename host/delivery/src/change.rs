@@ -59,13 +59,10 @@ pub fn run(recorded: bool, same: bool, marked: bool) -> Run {
 /// that runs then as the one that began effects it did not begin (the simulation's seed 26406
 /// `--claim-after`: a version promoted meanwhile), or, with fenced effects, publish its
 /// outputs again without message ids. Between two claim-after contracts the message runs again
-/// as the old contract would run it. The rename's decision
-/// ([`crate::rename::pending_refuses`]), over both counts.
+/// as the old contract would run it. The rename refuses on the same grounds
+/// ([`crate::rename::pending_refuses`]).
 pub fn open_refuses(from_after: bool, to_after: bool, open: u64) -> bool {
-    from_after
-        && !to_after
-        && !revert::reverted(Fix::ChangeWaitsForClaimAfter)
-        && crate::rename::pending_refuses(from_after, open)
+    from_after && !to_after && open > 0 && !revert::reverted(Fix::ChangeWaitsForClaimAfter)
 }
 
 /// What a run that stopped with an error leaves of its mark.

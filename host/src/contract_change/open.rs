@@ -16,6 +16,7 @@ use futures::StreamExt as _;
 use super::ChangeError;
 use crate::config::{ClaimMode, Config, RouteConfig};
 use crate::contract::RouteContract;
+use crate::stranded::Marker;
 
 /// The old contract's messages not settled, as read.
 #[derive(Debug, Default)]
@@ -136,13 +137,12 @@ async fn read(
     }
     let source_filters =
         |subject: &str| filters.iter().any(|f| crate::subject::matches(f, subject));
-    open.stranded += stranded_of(js, config, &source, &source_filters)
-        .await?
-        .len() as u64;
+    let markers = markers(js, config).await?;
+    open.stranded += marked_in(&markers, &source, &source_filters).await?.len() as u64;
     if let Some(queue) = &queue {
         let queued = format!("{}.", crate::exclusive::route_subjects(config, &route.name));
         let ours = |subject: &str| subject.starts_with(&queued);
-        open.stranded += stranded_of(js, config, queue, &ours).await?.len() as u64;
+        open.stranded += marked_in(&markers, queue, &ours).await?.len() as u64;
     }
     Ok(open)
 }
@@ -156,13 +156,28 @@ pub(crate) async fn stranded_of(
     stream: &Stream,
     takes: &dyn Fn(&str) -> bool,
 ) -> anyhow::Result<Vec<u64>> {
-    let name = &stream.cached_info().config.name;
+    marked_in(&markers(js, config).await?, stream, takes).await
+}
+
+/// Every stranded-message marker in the claim bucket.
+async fn markers(js: &Context, config: &Config) -> anyhow::Result<Vec<Marker>> {
     let bucket = &config.claims.bucket;
     let markers = crate::stranded::list(js, bucket).await.with_context(|| {
         format!("cannot read the stranded-message markers in claim bucket `{bucket}`")
     })?;
+    Ok(markers.into_iter().map(|(marker, _)| marker).collect())
+}
+
+/// The sequences of the messages of `stream` whose subject `takes` that one of `markers`
+/// stands for ([`stranded_of`]).
+async fn marked_in(
+    markers: &[Marker],
+    stream: &Stream,
+    takes: &dyn Fn(&str) -> bool,
+) -> anyhow::Result<Vec<u64>> {
+    let name = &stream.cached_info().config.name;
     let mut marked = Vec::new();
-    for (marker, _) in markers.into_iter().filter(|(m, _)| m.stream == *name) {
+    for marker in markers.iter().filter(|m| m.stream == *name) {
         match stream.get_raw_message(marker.sequence).await {
             Ok(m) if takes(&m.subject) => marked.push(marker.sequence),
             Ok(_) => {}

@@ -13,10 +13,10 @@ use async_nats::jetstream::consumer::{pull, DeliverPolicy};
 use async_nats::jetstream::AckKind;
 use dedup_host::stranded::{self, Marker};
 use dedup_host_tests::guests::cli_async;
-use dedup_host_tests::harness::{wait_for, TestEnv, Timing, BUCKET, CONSUMER, DEAD, SOURCE};
+use dedup_host_tests::harness::{wait_for, BUCKET, CONSUMER, DEAD, SOURCE};
 use futures::StreamExt;
 
-use crate::rename_pending::route;
+use crate::rename_pending::{route, with_a_settled_under_old};
 
 /// Message `b` of route `old`, delivered until the server gave up on it and never recorded,
 /// keeps `setup --rename-route old new` from going ahead while its stranded-message marker
@@ -25,13 +25,7 @@ use crate::rename_pending::route;
 /// nothing runs twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_after_route_is_not_renamed_while_a_message_given_up_on_waits_for_its_letter() {
-    let env = TestEnv::start().await;
-    let timing = Timing::default();
-    let host = env.host(&timing, &route("old"), "h1").await;
-    env.publish("in.ren.a", "a", &[], "x").await;
-    env.wait_completed("old", &["a"], Duration::from_secs(60))
-        .await;
-    host.shutdown().await.unwrap();
+    let (env, timing) = with_a_settled_under_old().await;
 
     // The server gives up on `b` after two deliveries, both given back unrun (as a host
     // whose every read of the key met a claim-store leader election gives them back).

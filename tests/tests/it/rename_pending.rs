@@ -28,11 +28,9 @@ config = {{ succeed_on_attempt = "1", outputs = "1", work_ms = "0" }}
     )
 }
 
-/// A message delivered and never acknowledged (as a host stopped between its publish and its
-/// record leaves it) keeps `setup --rename-route` from going ahead, naming the fix; once a
-/// host under the old name settled it, the rename goes through and nothing runs twice.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_claim_after_route_is_renamed_only_once_nothing_is_pending() {
+/// A test server with claim-after route `old` served once: message `a` completed under it,
+/// and its host stopped.
+pub(crate) async fn with_a_settled_under_old() -> (TestEnv, Timing) {
     let env = TestEnv::start().await;
     let timing = Timing::default();
     let host = env.host(&timing, &route("old"), "h1").await;
@@ -40,6 +38,15 @@ async fn a_claim_after_route_is_renamed_only_once_nothing_is_pending() {
     env.wait_completed("old", &["a"], Duration::from_secs(60))
         .await;
     host.shutdown().await.unwrap();
+    (env, timing)
+}
+
+/// A message delivered and never acknowledged (as a host stopped between its publish and its
+/// record leaves it) keeps `setup --rename-route` from going ahead, naming the fix; once a
+/// host under the old name settled it, the rename goes through and nothing runs twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_after_route_is_renamed_only_once_nothing_is_pending() {
+    let (env, timing) = with_a_settled_under_old().await;
 
     env.publish("in.ren.b", "b", &[], "x").await;
     let source = env.js.get_stream(SOURCE).await.unwrap();
