@@ -447,13 +447,10 @@ pub enum RenameRefused {
 /// What a [`RenameRefused::GivenUp`] saw, and why it refuses.
 fn given_up_what(given_up: &rename::GivenUp, stream: &str, old: &str, new: &str) -> String {
     let rename::GivenUp::Marked(sequences) = given_up;
-    let markers: Vec<String> = (sequences.iter())
-        .map(|s| format!("`{}`", crate::stranded::key(stream, *s)))
-        .collect();
     format!(
-        "the server gave up on message(s) {} of stream `{stream}` that it consumes, not dead-lettered yet (stranded-message marker(s) {} stand for them in the claim bucket): a run of one may have published part of its outputs under ids of `{old}` and left no claim record, so nothing of its key is carried, and under `{new}` the hosts' marker sweep would dead-letter it and a replay of the letter would run it, publishing those outputs again under other ids",
+        "the server gave up on message(s) {} of stream `{stream}` that it consumes, not dead-lettered yet (stranded-message marker(s) `{}.<sequence>.<consumer>` stand for them in the claim bucket): a run of one may have published part of its outputs under ids of `{old}` and left no claim record, so nothing of its key is carried, and under `{new}` the hosts' marker sweep would dead-letter it and a replay of the letter would run it, publishing those outputs again under other ids",
         sequences.iter().map(u64::to_string).collect::<Vec<_>>().join(", "),
-        markers.join(", ")
+        crate::stranded::PREFIX.to_string() + "." + stream,
     )
 }
 

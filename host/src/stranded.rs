@@ -37,6 +37,16 @@ pub struct Marker {
     pub stream: String,
     /// Its sequence there.
     pub sequence: u64,
+    /// The durable consumer that gave it up (`None` on a marker written before markers named
+    /// it). Part of the marker's key: two deployments whose routes both take a message each
+    /// keep their own marker of it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consumer: Option<String>,
+    /// The deployment whose consumer gave it up ([`crate::config::Config::deployment_name`]):
+    /// only its hosts sweep the marker and letter the message, under their own routes (`None`:
+    /// written before markers named it, swept by any host).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deployment: Option<String>,
     /// How many times the server delivered it.
     pub deliveries: u64,
     /// Why it was stranded.
@@ -54,13 +64,28 @@ pub struct Marker {
     pub next_ms: u64,
 }
 
+/// Where a stranded message is and who gave it up.
+#[derive(Debug, Clone, Copy)]
+pub struct Origin<'a> {
+    /// The stream holding it.
+    pub stream: &'a str,
+    /// Its sequence there.
+    pub sequence: u64,
+    /// The durable consumer that gave it up.
+    pub consumer: &'a str,
+    /// The deployment that consumer belongs to.
+    pub deployment: &'a str,
+}
+
 impl Marker {
-    /// A new marker for `sequence` of `stream`, due at once.
-    pub fn new(stream: &str, sequence: u64, deliveries: u64, reason: String) -> Self {
+    /// A new marker for the message at `origin`, due at once.
+    pub fn new(origin: Origin<'_>, deliveries: u64, reason: String) -> Self {
         let now = now_ms();
         Self {
-            stream: stream.to_string(),
-            sequence,
+            stream: origin.stream.to_string(),
+            sequence: origin.sequence,
+            consumer: Some(origin.consumer.to_string()),
+            deployment: Some(origin.deployment.to_string()),
             deliveries,
             reason,
             error: None,
@@ -70,9 +95,23 @@ impl Marker {
         }
     }
 
-    /// Its key in the claim bucket.
+    /// Its key in the claim bucket: `=stranded.<stream>.<sequence>.<consumer>` (without the
+    /// consumer on a marker that names none).
     pub fn key(&self) -> String {
-        key(&self.stream, self.sequence)
+        use dedup_delivery::revert::{reverted, Fix};
+        match &self.consumer {
+            _ if reverted(Fix::MarkersPerDeployment) => key(&self.stream, self.sequence),
+            Some(consumer) => format!("{}.{consumer}", key(&self.stream, self.sequence)),
+            None => key(&self.stream, self.sequence),
+        }
+    }
+
+    /// Whether a host of `deployment` sweeps it: one of its own, or one that names no
+    /// deployment.
+    pub fn swept_by(&self, deployment: &str) -> bool {
+        use dedup_delivery::revert::{reverted, Fix};
+        reverted(Fix::MarkersPerDeployment)
+            || self.deployment.as_deref().is_none_or(|d| d == deployment)
     }
 
     /// The same marker after one more failed try, with `error` and its next try time.
@@ -95,7 +134,8 @@ impl Marker {
     }
 }
 
-/// The key of the marker of `sequence` in `stream`.
+/// The key of the marker of `sequence` in `stream` that names no consumer (the prefix of
+/// those that do).
 pub fn key(stream: &str, sequence: u64) -> String {
     format!("{PREFIX}.{stream}.{sequence}")
 }
@@ -132,9 +172,10 @@ pub async fn mark(claims: &Store, marker: &Marker) {
     }
 }
 
-/// The marker of `sequence` in `stream`, if there is one (and it can be read).
-pub async fn load(claims: &Store, stream: &str, sequence: u64) -> Option<Marker> {
-    let value = claims.get(key(stream, sequence)).await.ok()??;
+/// The marker of the message at `origin`, if there is one (and it can be read).
+pub async fn load(claims: &Store, origin: Origin<'_>) -> Option<Marker> {
+    let wanted = Marker::new(origin, 0, String::new()).key();
+    let value = claims.get(wanted).await.ok()??;
     serde_json::from_slice(&value).ok()
 }
 
@@ -266,13 +307,41 @@ mod tests {
 
     #[test]
     fn a_marker_is_keyed_outside_every_claim_key_and_round_trips() {
-        let m = Marker::new("SHOP", 42, 100, "last delivery".into());
-        assert_eq!(m.key(), "=stranded.SHOP.42");
+        let origin = Origin {
+            stream: "SHOP",
+            sequence: 42,
+            consumer: "hosts-orders",
+            deployment: "shop",
+        };
+        let m = Marker::new(origin, 100, "last delivery".into());
+        assert_eq!(m.key(), "=stranded.SHOP.42.hosts-orders");
         assert!(m.due());
         let later = m.clone().failed("no stream".into());
         assert_eq!(later.tries, 1);
         assert!(!later.due());
         let back: Marker = serde_json::from_slice(&serde_json::to_vec(&later).unwrap()).unwrap();
         assert_eq!(back, later);
+    }
+
+    #[test]
+    fn a_marker_is_swept_by_its_own_deployment_and_one_naming_none_by_every_host() {
+        let origin = Origin {
+            stream: "SHOP",
+            sequence: 42,
+            consumer: "hosts-orders",
+            deployment: "shop",
+        };
+        let ours = Marker::new(origin, 3, "last delivery".into());
+        assert!(ours.swept_by("shop"));
+        assert!(
+            !ours.swept_by("billing"),
+            "another deployment's marker swept"
+        );
+        let legacy: Marker = serde_json::from_str(
+            r#"{"stream":"SHOP","sequence":7,"deliveries":3,"reason":"r","since_ms":1}"#,
+        )
+        .unwrap();
+        assert_eq!(legacy.key(), "=stranded.SHOP.7");
+        assert!(legacy.swept_by("shop") && legacy.swept_by("billing"));
     }
 }

@@ -152,6 +152,9 @@ fixes! {
     /// `setup --change-route` from claim after to claim before goes ahead while the old contract's messages are delivered and not acknowledged, or given up and not dead-lettered yet.
     /// (`change::open_refuses`; found by the simulation, seed 26406 `--claim-after`: a run that published with its settled write lost ran again under claim before, on a version promoted meanwhile.)
     ChangeWaitsForClaimAfter = "change-waits-for-claim-after",
+    /// A host takes every `MAX_DELIVERIES` advisory and sweeps every stranded-message marker of its claim bucket and streams, another deployment's too, and letters their messages under its own routes (or none); two deployments' markers of one message share a key.
+    /// (`stranded::Marker::swept_by`, the advisory loop's consumer check; no seed: the simulation runs one deployment. Its test is `markers_per_deployment`.)
+    MarkersPerDeployment = "markers-per-deployment",
 }
 
 /// Unset: [`ENV`] not read yet.

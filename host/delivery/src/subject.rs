@@ -104,8 +104,9 @@ pub fn reload_subject(source_stream: &str, named: Option<&str>) -> String {
     }
 }
 
-/// `name` as one subject token (see [`reload_subject`]).
-fn name_token(name: &str) -> String {
+/// `name` as one subject token (see [`reload_subject`]): itself when it is letters, digits,
+/// `_` and `-` and does not start with `x`, else `x` and its bytes in hex.
+pub fn name_token(name: &str) -> String {
     let plain = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
     if !name.is_empty() && !name.starts_with('x') && name.chars().all(plain) {
         return name.to_string();

@@ -159,13 +159,18 @@ pub(crate) async fn stranded_of(
     marked_in(&markers(js, config).await?, stream, takes).await
 }
 
-/// Every stranded-message marker in the claim bucket.
+/// Every stranded-message marker of `config`'s deployment in the claim bucket.
 async fn markers(js: &Context, config: &Config) -> anyhow::Result<Vec<Marker>> {
     let bucket = &config.claims.bucket;
     let markers = crate::stranded::list(js, bucket).await.with_context(|| {
         format!("cannot read the stranded-message markers in claim bucket `{bucket}`")
     })?;
-    Ok(markers.into_iter().map(|(marker, _)| marker).collect())
+    // Another deployment's markers stand for its own consumers' deliveries.
+    let deployment = config.deployment_name();
+    Ok((markers.into_iter())
+        .map(|(marker, _)| marker)
+        .filter(|marker| marker.swept_by(&deployment))
+        .collect())
 }
 
 /// The sequences of the messages of `stream` whose subject `takes` that one of `markers`

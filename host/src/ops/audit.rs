@@ -256,7 +256,10 @@ pub async fn run(
     }
 
     // Messages the server delivers no more whose letter is not stored yet: hosts retry them.
-    for (m, _) in crate::stranded::list(js, &config.claims.bucket).await? {
+    // Another deployment's are its own audit's.
+    let deployment = config.deployment_name();
+    let markers = crate::stranded::list(js, &config.claims.bucket).await?;
+    for (m, _) in markers.into_iter().filter(|(m, _)| m.swept_by(&deployment)) {
         let at = if m.stream == config.source.stream {
             format!("seq:{}", m.sequence)
         } else {

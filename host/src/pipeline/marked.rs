@@ -11,7 +11,7 @@ use async_nats::jetstream::kv::Store;
 use dedup_delivery::marker::Marking;
 use tracing::Instrument as _;
 
-use crate::stranded::{self, Marker};
+use crate::stranded::{self, Marker, Origin};
 
 /// The marker of one delivery that is the server's last.
 pub(super) struct Marked<'a> {
@@ -52,12 +52,13 @@ pub(super) struct Received<'a> {
 }
 
 impl<'a> Received<'a> {
-    /// The marker of `message` when it is the server's last delivery (`server_max_deliver`),
+    /// The marker of `message` (in claim bucket `claims`, named for `deployment`) when it is
+    /// the server's last delivery (`server_max_deliver`),
     /// due two ack waits on, as the one its work writes (`queues`: the work is an exclusive
     /// route's queue stage, whose marker says so); `None` otherwise, or when its metadata
     /// cannot be read (its work then decides).
     pub(super) fn of(
-        claims: &'a Store,
+        (claims, deployment): (&'a Store, &str),
         message: &jetstream::Message,
         (server_max_deliver, ack_wait): (i64, Duration),
         queues: bool,
@@ -71,8 +72,13 @@ impl<'a> Received<'a> {
         }
         let what = if queues { "queue" } else { "settle" };
         let reason = format!("its last delivery ({delivered}) did not {what} it");
-        let marker = Marker::new(info.stream, info.stream_sequence, delivered, reason)
-            .not_before(ack_wait * 2);
+        let origin = Origin {
+            stream: info.stream,
+            sequence: info.stream_sequence,
+            consumer: info.consumer,
+            deployment,
+        };
+        let marker = Marker::new(origin, delivered, reason).not_before(ack_wait * 2);
         Some(Self { claims, marker })
     }
 }

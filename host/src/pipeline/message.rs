@@ -17,7 +17,7 @@ use crate::claim::{ClaimError, ClaimOutcome, ClaimStore, Lease};
 use crate::config::MissingKey;
 use crate::routes::{Guest, Route};
 use crate::runtime::{Invocation, Outcome};
-use crate::stranded::{self, Marker};
+use crate::stranded::{self, Marker, Origin};
 use crate::telemetry::Trace;
 use opentelemetry::trace::SpanKind;
 use opentelemetry::KeyValue;
@@ -139,10 +139,22 @@ impl<S: ClaimStore> Shared<S> {
                 None => self.config.source.stream.clone(),
             };
             let sequence = d.queued.as_ref().map_or(d.sequence, |(_, s)| *s);
+            // The partition's consumer, the route's, or the one of unrouted subjects.
+            let consumer = match (&d.partition, &route) {
+                (Some(partition), _) => partition.clone(),
+                (None, Some(route)) => crate::setup::route_consumer_name(&self.config, &route.name),
+                (None, None) => self.config.source.consumer.clone(),
+            };
+            let origin = Origin {
+                stream: &stream,
+                sequence,
+                consumer: &consumer,
+                deployment: &self.deployment,
+            };
             let reason = format!("its last delivery ({}) did not settle it", d.delivered);
             Marked {
                 claims: &self.markers,
-                marker: Marker::new(&stream, sequence, d.delivered, reason)
+                marker: Marker::new(origin, d.delivered, reason)
                     .not_before(self.config.source.ack_wait * 2),
                 // The short span, for the marker's lines: made only when there is a marker.
                 span: d.span(

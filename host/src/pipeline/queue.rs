@@ -22,7 +22,7 @@ use crate::exclusive;
 use crate::idempotency;
 use crate::metrics::MessageOutcome;
 use crate::routes::{Exclusive, Route};
-use crate::stranded::{self, Marker};
+use crate::stranded::{self, Marker, Origin};
 
 impl<S: ClaimStore> Shared<S> {
     /// Queues one message of an exclusive route, then acks it. A message without an entity
@@ -50,7 +50,13 @@ impl<S: ClaimStore> Shared<S> {
         let last = stranded::last_delivery(d.delivered, self.config.source.server_max_deliver);
         let marked = (last && queue::marks_last_delivery()).then(|| {
             let reason = format!("its last delivery ({}) did not queue it", d.delivered);
-            let marker = Marker::new(&self.config.source.stream, sequence, d.delivered, reason)
+            let origin = Origin {
+                stream: &self.config.source.stream,
+                sequence,
+                consumer: &crate::setup::route_consumer_name(&self.config, &route.name),
+                deployment: &self.deployment,
+            };
+            let marker = Marker::new(origin, d.delivered, reason)
                 .not_before(self.config.source.ack_wait * 2);
             Marked {
                 claims: &self.markers,

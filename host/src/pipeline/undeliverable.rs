@@ -33,9 +33,11 @@ use super::Shared;
 use crate::claim::record::now_ms;
 use crate::claim::ClaimStore;
 use crate::metrics::MessageOutcome;
-use crate::stranded::{self, Marker};
+use crate::stranded::{self, Marker, Origin};
+use dedup_delivery::revert::{self, Fix};
 
-/// The queue group hosts share, so one of them handles each advisory.
+/// The queue group a deployment's hosts share, so one of them handles each advisory; the
+/// deployment's name follows (each deployment hears every advisory, and takes its own).
 const QUEUE: &str = "dedup-host-undeliverable";
 
 /// How often a host reads the markers (jittered, so hosts do not sweep in step).
@@ -45,6 +47,7 @@ const SWEEP_EVERY: Duration = Duration::from_secs(10);
 #[derive(Debug, Deserialize)]
 struct Advisory {
     stream: String,
+    consumer: String,
     stream_seq: u64,
     deliveries: u64,
 }
@@ -88,10 +91,14 @@ pub(super) async fn run<S: ClaimStore>(
         shared.config.source.stream.clone(),
         crate::exclusive::stream_name(&shared.config),
     ];
+    let queue = format!(
+        "{QUEUE}.{}",
+        dedup_delivery::subject::name_token(&shared.deployment)
+    );
     let mut subscriptions = Vec::new();
     for stream in &streams {
         let subject = format!("$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.{stream}.*");
-        match client.queue_subscribe(subject, QUEUE.into()).await {
+        match client.queue_subscribe(subject, queue.clone()).await {
             Ok(s) => subscriptions.push(s),
             Err(e) => tracing::error!("cannot follow max-deliveries advisories of `{stream}`; its undeliverable messages wait for the sweep: {e}"),
         }
@@ -105,11 +112,18 @@ pub(super) async fn run<S: ClaimStore>(
         let Ok(a) = serde_json::from_slice::<Advisory>(&advisory.payload) else {
             continue;
         };
-        if streams.contains(&a.stream) {
-            let marker = stranded::load(&shared.markers, &a.stream, a.stream_seq).await;
+        // Another deployment's consumer on a shared stream: its own hosts hear it too.
+        if streams.contains(&a.stream) && shared.consumes(&a.consumer) {
+            let origin = Origin {
+                stream: &a.stream,
+                sequence: a.stream_seq,
+                consumer: &a.consumer,
+                deployment: &shared.deployment,
+            };
+            let marker = stranded::load(&shared.markers, origin).await;
             let marker = marker.unwrap_or_else(|| {
                 let reason = format!("delivered {} times", a.deliveries);
-                Marker::new(&a.stream, a.stream_seq, a.deliveries, reason)
+                Marker::new(origin, a.deliveries, reason)
             });
             shared.rescue(&client, marker).await;
         }
@@ -136,6 +150,10 @@ pub(super) async fn sweep<S: ClaimStore>(
                 continue;
             }
         };
+        // Another deployment's markers are its hosts' to sweep, under their routes.
+        let markers: Vec<_> = (markers.into_iter())
+            .filter(|(m, _)| m.swept_by(&shared.deployment))
+            .collect();
         let metrics = shared.routes.metrics();
         metrics.set_stranded(markers.len() as u64);
         let mut left = markers.len() as u64;
@@ -152,6 +170,26 @@ pub(super) async fn sweep<S: ClaimStore>(
 }
 
 impl<S: ClaimStore> Shared<S> {
+    /// Whether durable `consumer` is one of this host's: a route's, a partition's of an
+    /// exclusive route (`<route consumer>-p<n>`), or the one of unrouted subjects. (A route
+    /// removed by a reload is no longer: its last delivery's marker brings its messages out.)
+    fn consumes(&self, consumer: &str) -> bool {
+        if revert::reverted(Fix::MarkersPerDeployment) {
+            return true;
+        }
+        let config = &self.config;
+        consumer == config.source.consumer
+            || self.routes.iter().any(|r| {
+                let name = crate::setup::route_consumer_name(config, &r.name);
+                consumer.strip_prefix(name.as_str()).is_some_and(|rest| {
+                    rest.is_empty()
+                        || rest
+                            .strip_prefix("-p")
+                            .is_some_and(|n| n.parse::<usize>().is_ok())
+                })
+            })
+    }
+
     /// Dead-letters the message `marker` names and removes the marker; if the letter cannot
     /// be stored, records why and when to try again. Returns whether the message is out.
     async fn rescue(&self, client: &async_nats::Client, marker: Marker) -> bool {

@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use async_nats::jetstream::consumer::pull;
-use dedup_host::stranded::{self, Marker};
+use dedup_host::stranded::{self, Marker, Origin};
 use dedup_host_tests::guests::cli_async;
 use dedup_host_tests::harness::{TestEnv, Timing, BUCKET, CONSUMER, SOURCE};
 use futures::StreamExt;
@@ -89,7 +89,13 @@ async fn a_claim_after_route_changes_to_claim_before_only_once_nothing_is_pendin
     // the host writes it before a message's last delivery). Nothing is pending.
     let b = source.info().await.unwrap().state.last_sequence;
     let kv = env.js.get_key_value(BUCKET).await.unwrap();
-    let marker = Marker::new(SOURCE, b, 5, "the server's last delivery".into());
+    let origin = Origin {
+        stream: SOURCE,
+        sequence: b,
+        consumer: &name,
+        deployment: &env.config(&timing, &route(true)).deployment_name(),
+    };
+    let marker = Marker::new(origin, 5, "the server's last delivery".into());
     stranded::mark(&kv, &marker).await;
     let (ok, out) = cli_async(&path, &["setup", "--change-route", "chp"]).await;
     assert!(!ok, "changed with b's marker standing: {out}");

@@ -137,7 +137,8 @@ async fn the_queue_stage_marks_a_message_on_its_last_delivery_until_it_is_dead_l
     .await
     .expect("no stranded marker within 90 s")
     .expect("the watch ended");
-    assert_eq!(marked.key, dedup_host::stranded::key(SOURCE, 1));
+    let by = format!("{CONSUMER}-ex");
+    assert_eq!(marked.key, dedup_host::stranded::key(SOURCE, 1) + "." + &by);
     let marker: dedup_host::stranded::Marker = serde_json::from_slice(&marked.value).unwrap();
     assert!(
         marker.reason.contains("last delivery (2) did not queue it"),

@@ -13,7 +13,7 @@ use dedup_host_tests::harness::{wait_for, TestEnv};
 
 /// A team's config as the quick start writes it: the default source stream and deployment
 /// name, one route named `route` on `<prefix>.*`.
-fn team(env: &TestEnv, prefix: &str, route: &str) -> (PathBuf, Config) {
+pub(crate) fn team(env: &TestEnv, prefix: &str, route: &str) -> (PathBuf, Config) {
     let text = format!(
         r#"
 [nats]
@@ -45,7 +45,7 @@ allowed_outputs = ["{prefix}-out.>"]
 }
 
 /// Runs a `dedup-host` command off the runtime's threads: (exit code, stdout + stderr).
-async fn cli(config: &Path, args: &[&str]) -> (i32, String) {
+pub(crate) async fn cli(config: &Path, args: &[&str]) -> (i32, String) {
     let config = config.to_path_buf();
     let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
     tokio::task::spawn_blocking(move || {
@@ -97,7 +97,7 @@ async fn contract_bytes(env: &TestEnv, config: &Config, route: &str) -> Vec<u8> 
 }
 
 /// Sets team `path` up and deploys the hostile guest to its route.
-async fn set_up(path: &Path, route: &str) {
+pub(crate) async fn set_up(path: &Path, route: &str) {
     let (code, out) = cli(path, &["setup"]).await;
     assert_eq!(code, 0, "{out}");
     let hostile = guest("hostile");

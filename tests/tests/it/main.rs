@@ -62,6 +62,7 @@ mod http_tls;
 mod http_trace;
 mod lifecycle;
 mod limits;
+mod markers_per_deployment;
 mod operations;
 mod ownership;
 mod permissions;

@@ -180,7 +180,9 @@ const PAST_BUDGET: &[Fix] = &[
 /// is the documented way out, and the harm its first seed showed (9185, a letter refused, the
 /// key left failed with no message) needs a refused letter on top; its test is
 /// `edges_candidates::a_superseded_key_pinned_to_a_version_not_loaded_here_is_coalesced_not_held`.
-const INTEGRATION_ONLY: &[Fix] = &[Fix::PinnedAfterLate];
+/// `markers-per-deployment`: the simulation runs one deployment; its test is
+/// `markers_per_deployment::…`.
+const INTEGRATION_ONLY: &[Fix] = &[Fix::PinnedAfterLate, Fix::MarkersPerDeployment];
 
 /// Every fix with a test-only switch (`dedup_delivery::revert`) has a canary: its seed passes
 /// with nothing reverted and fails with the fix reverted alone (for `sim::canary::ALSO_REVERTED`, with
