@@ -4,15 +4,17 @@
 //! advisory reached no host. Such a message is still in its stream (neither acked nor
 //! terminated) but nothing would ever deliver it again.
 //!
-//! Each one gets a marker in the claim bucket, `=stranded.<stream>.<sequence>` (no claim key
-//! starts with `=`: route names are letters, digits, `_` and `-`), written before a host works
-//! on a message's last delivery (on an exclusive route's consumers already as it arrives, before
-//! it waits for its turn), kept unless that work ended the message, and written when
-//! dead-lettering an undeliverable message fails. Every host
-//! sweeps the markers and retries each one with a bounded, jittered backoff until its letter
+//! Each one gets a marker in the claim bucket, `=stranded.<stream>.<sequence>.<consumer>` (no
+//! claim key starts with `=`: route names are letters, digits, `_` and `-`), written before a
+//! host works on a message's last delivery (on an exclusive route's consumers already as it
+//! arrives, before it waits for its turn), kept unless that work ended the message, and written
+//! when dead-lettering an undeliverable message fails. Every host sweeps the markers of its
+//! deployment's consumers ([`owner`]) and retries each one with a bounded, jittered backoff until its letter
 //! is stored (or its key turns out settled), then removes it; so neither a missed advisory nor
 //! an outage at the last delivery loses a message. Meanwhile `audit` lists them
 //! (`not_dead_lettered`), `/readyz` names them and `dedup_stranded_messages` counts them.
+
+pub mod owner;
 
 use std::time::Duration;
 
@@ -42,11 +44,6 @@ pub struct Marker {
     /// keep their own marker of it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub consumer: Option<String>,
-    /// The deployment whose consumer gave it up ([`crate::config::Config::deployment_name`]):
-    /// only its hosts sweep the marker and letter the message, under their own routes (`None`:
-    /// written before markers named it, swept by any host).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub deployment: Option<String>,
     /// How many times the server delivered it.
     pub deliveries: u64,
     /// Why it was stranded.
@@ -73,8 +70,6 @@ pub struct Origin<'a> {
     pub sequence: u64,
     /// The durable consumer that gave it up.
     pub consumer: &'a str,
-    /// The deployment that consumer belongs to.
-    pub deployment: &'a str,
 }
 
 impl Marker {
@@ -85,7 +80,6 @@ impl Marker {
             stream: origin.stream.to_string(),
             sequence: origin.sequence,
             consumer: Some(origin.consumer.to_string()),
-            deployment: Some(origin.deployment.to_string()),
             deliveries,
             reason,
             error: None,
@@ -104,14 +98,6 @@ impl Marker {
             Some(consumer) => format!("{}.{consumer}", key(&self.stream, self.sequence)),
             None => key(&self.stream, self.sequence),
         }
-    }
-
-    /// Whether a host of `deployment` sweeps it: one of its own, or one that names no
-    /// deployment.
-    pub fn swept_by(&self, deployment: &str) -> bool {
-        use dedup_delivery::revert::{reverted, Fix};
-        reverted(Fix::MarkersPerDeployment)
-            || self.deployment.as_deref().is_none_or(|d| d == deployment)
     }
 
     /// The same marker after one more failed try, with `error` and its next try time.
@@ -305,15 +291,16 @@ mod tests {
         }
     }
 
+    /// Message 42 of `SHOP`, given up by consumer `hosts-orders`.
+    const SHOP_42: Origin<'static> = Origin {
+        stream: "SHOP",
+        sequence: 42,
+        consumer: "hosts-orders",
+    };
+
     #[test]
     fn a_marker_is_keyed_outside_every_claim_key_and_round_trips() {
-        let origin = Origin {
-            stream: "SHOP",
-            sequence: 42,
-            consumer: "hosts-orders",
-            deployment: "shop",
-        };
-        let m = Marker::new(origin, 100, "last delivery".into());
+        let m = Marker::new(SHOP_42, 100, "last delivery".into());
         assert_eq!(m.key(), "=stranded.SHOP.42.hosts-orders");
         assert!(m.due());
         let later = m.clone().failed("no stream".into());
@@ -324,24 +311,11 @@ mod tests {
     }
 
     #[test]
-    fn a_marker_is_swept_by_its_own_deployment_and_one_naming_none_by_every_host() {
-        let origin = Origin {
-            stream: "SHOP",
-            sequence: 42,
-            consumer: "hosts-orders",
-            deployment: "shop",
-        };
-        let ours = Marker::new(origin, 3, "last delivery".into());
-        assert!(ours.swept_by("shop"));
-        assert!(
-            !ours.swept_by("billing"),
-            "another deployment's marker swept"
-        );
+    fn a_marker_written_before_markers_named_their_consumer_keeps_its_key() {
         let legacy: Marker = serde_json::from_str(
             r#"{"stream":"SHOP","sequence":7,"deliveries":3,"reason":"r","since_ms":1}"#,
         )
         .unwrap();
         assert_eq!(legacy.key(), "=stranded.SHOP.7");
-        assert!(legacy.swept_by("shop") && legacy.swept_by("billing"));
     }
 }

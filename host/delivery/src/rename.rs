@@ -61,7 +61,7 @@ pub struct OldConsumer {
 /// ([`given_up_refuses`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum GivenUp {
-    /// Stranded-message markers (`=stranded.<stream>.<sequence>`) stand for these source
+    /// Stranded-message markers (`=stranded.<stream>.<sequence>.<consumer>`) stand for these source
     /// stream sequences of messages the old route consumes: the server gave up on them and
     /// their letters are not stored yet.
     Marked(Vec<u64>),

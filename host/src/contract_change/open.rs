@@ -16,6 +16,7 @@ use futures::StreamExt as _;
 use super::ChangeError;
 use crate::config::{ClaimMode, Config, RouteConfig};
 use crate::contract::RouteContract;
+use crate::stranded::owner::Consumers;
 use crate::stranded::Marker;
 
 /// The old contract's messages not settled, as read.
@@ -165,12 +166,17 @@ async fn markers(js: &Context, config: &Config) -> anyhow::Result<Vec<Marker>> {
     let markers = crate::stranded::list(js, bucket).await.with_context(|| {
         format!("cannot read the stranded-message markers in claim bucket `{bucket}`")
     })?;
-    // Another deployment's markers stand for its own consumers' deliveries.
-    let deployment = config.deployment_name();
-    Ok((markers.into_iter())
-        .map(|(marker, _)| marker)
-        .filter(|marker| marker.swept_by(&deployment))
-        .collect())
+    // Another deployment's markers stand for its own consumers' deliveries (one whose
+    // consumer cannot be judged now counts).
+    let consumers = Consumers::of(config);
+    let mut ours = Vec::new();
+    for (marker, _) in markers {
+        let consumer = marker.consumer.as_deref();
+        if consumers.take(js, &marker.stream, consumer).await != Ok(false) {
+            ours.push(marker);
+        }
+    }
+    Ok(ours)
 }
 
 /// The sequences of the messages of `stream` whose subject `takes` that one of `markers`

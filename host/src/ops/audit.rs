@@ -256,10 +256,13 @@ pub async fn run(
     }
 
     // Messages the server delivers no more whose letter is not stored yet: hosts retry them.
-    // Another deployment's are its own audit's.
-    let deployment = config.deployment_name();
-    let markers = crate::stranded::list(js, &config.claims.bucket).await?;
-    for (m, _) in markers.into_iter().filter(|(m, _)| m.swept_by(&deployment)) {
+    // Another deployment's are its own audit's (one whose consumer cannot be judged now is
+    // listed).
+    let consumers = crate::stranded::owner::Consumers::of(config);
+    for (m, _) in crate::stranded::list(js, &config.claims.bucket).await? {
+        if consumers.take(js, &m.stream, m.consumer.as_deref()).await == Ok(false) {
+            continue;
+        }
         let at = if m.stream == config.source.stream {
             format!("seq:{}", m.sequence)
         } else {

@@ -188,7 +188,7 @@ pub(super) async fn consume<S: ClaimStore>(
                         None => {
                             let config = &shared.config.source;
                             let marker = Received::of(
-                                (&shared.markers, &shared.deployment),
+                                &shared.markers,
                                 &message,
                                 (config.server_max_deliver, config.ack_wait),
                                 role == Role::Queue,

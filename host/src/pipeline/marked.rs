@@ -52,13 +52,13 @@ pub(super) struct Received<'a> {
 }
 
 impl<'a> Received<'a> {
-    /// The marker of `message` (in claim bucket `claims`, named for `deployment`) when it is
-    /// the server's last delivery (`server_max_deliver`),
+    /// The marker of `message` (in claim bucket `claims`) when it is the server's last
+    /// delivery (`server_max_deliver`),
     /// due two ack waits on, as the one its work writes (`queues`: the work is an exclusive
     /// route's queue stage, whose marker says so); `None` otherwise, or when its metadata
     /// cannot be read (its work then decides).
     pub(super) fn of(
-        (claims, deployment): (&'a Store, &str),
+        claims: &'a Store,
         message: &jetstream::Message,
         (server_max_deliver, ack_wait): (i64, Duration),
         queues: bool,
@@ -76,7 +76,6 @@ impl<'a> Received<'a> {
             stream: info.stream,
             sequence: info.stream_sequence,
             consumer: info.consumer,
-            deployment,
         };
         let marker = Marker::new(origin, delivered, reason).not_before(ack_wait * 2);
         Some(Self { claims, marker })

@@ -149,7 +149,6 @@ impl<S: ClaimStore> Shared<S> {
                 stream: &stream,
                 sequence,
                 consumer: &consumer,
-                deployment: &self.deployment,
             };
             let reason = format!("its last delivery ({}) did not settle it", d.delivered);
             Marked {

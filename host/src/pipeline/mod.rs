@@ -66,9 +66,6 @@ pub(crate) struct Shared<S: ClaimStore> {
     claimer: Claimer<S>,
     /// The claim bucket, where stranded messages are marked ([`crate::stranded`]).
     markers: async_nats::jetstream::kv::Store,
-    /// This host's deployment ([`Config::deployment_name`]): named by its markers, and the
-    /// only one whose markers it sweeps.
-    deployment: String,
     guest_runtime: tokio::runtime::Handle,
     /// The series of messages no route takes, resolved once (the consumer of unrouted
     /// subjects sees every routed message too).
@@ -95,7 +92,6 @@ impl<S: ClaimStore> Shared<S> {
     ) -> Self {
         let unrouted = routes.metrics().route("");
         Self {
-            deployment: config.deployment_name(),
             client: js.client(),
             fenced: crate::fenced::group::GroupCommits::new(js.clone(), routes.metrics().batches()),
             js,

@@ -54,7 +54,6 @@ impl<S: ClaimStore> Shared<S> {
                 stream: &self.config.source.stream,
                 sequence,
                 consumer: &crate::setup::route_consumer_name(&self.config, &route.name),
-                deployment: &self.deployment,
             };
             let marker = Marker::new(origin, d.delivered, reason)
                 .not_before(self.config.source.ack_wait * 2);

@@ -33,8 +33,8 @@ use super::Shared;
 use crate::claim::record::now_ms;
 use crate::claim::ClaimStore;
 use crate::metrics::MessageOutcome;
+use crate::stranded::owner::Consumers;
 use crate::stranded::{self, Marker, Origin};
-use dedup_delivery::revert::{self, Fix};
 
 /// The queue group a deployment's hosts share, so one of them handles each advisory; the
 /// deployment's name follows (each deployment hears every advisory, and takes its own).
@@ -91,9 +91,10 @@ pub(super) async fn run<S: ClaimStore>(
         shared.config.source.stream.clone(),
         crate::exclusive::stream_name(&shared.config),
     ];
+    let deployment = shared.config.deployment_name();
     let queue = format!(
         "{QUEUE}.{}",
-        dedup_delivery::subject::name_token(&shared.deployment)
+        dedup_delivery::subject::name_token(&deployment)
     );
     let mut subscriptions = Vec::new();
     for stream in &streams {
@@ -112,21 +113,33 @@ pub(super) async fn run<S: ClaimStore>(
         let Ok(a) = serde_json::from_slice::<Advisory>(&advisory.payload) else {
             continue;
         };
-        // Another deployment's consumer on a shared stream: its own hosts hear it too.
-        if streams.contains(&a.stream) && shared.consumes(&a.consumer) {
-            let origin = Origin {
-                stream: &a.stream,
-                sequence: a.stream_seq,
-                consumer: &a.consumer,
-                deployment: &shared.deployment,
-            };
-            let marker = stranded::load(&shared.markers, origin).await;
-            let marker = marker.unwrap_or_else(|| {
-                let reason = format!("delivered {} times", a.deliveries);
-                Marker::new(origin, a.deliveries, reason)
-            });
-            shared.rescue(&client, marker).await;
+        if !streams.contains(&a.stream) {
+            continue;
         }
+        let origin = Origin {
+            stream: &a.stream,
+            sequence: a.stream_seq,
+            consumer: &a.consumer,
+        };
+        let take = (shared.consumers())
+            .take(&shared.js, &a.stream, Some(&a.consumer))
+            .await;
+        let marker = match take {
+            // Another deployment's consumer on a shared stream: its own hosts hear it too.
+            Ok(false) => continue,
+            Ok(true) => stranded::load(&shared.markers, origin).await,
+            Err(e) => {
+                // Whose it is is decided by the sweep, once the server answers.
+                let reason = format!("delivered {} times; {e}", a.deliveries);
+                stranded::mark(&shared.markers, &Marker::new(origin, a.deliveries, reason)).await;
+                continue;
+            }
+        };
+        let marker = marker.unwrap_or_else(|| {
+            let reason = format!("delivered {} times", a.deliveries);
+            Marker::new(origin, a.deliveries, reason)
+        });
+        shared.rescue(&client, marker).await;
     }
 }
 
@@ -150,10 +163,17 @@ pub(super) async fn sweep<S: ClaimStore>(
                 continue;
             }
         };
-        // Another deployment's markers are its hosts' to sweep, under their routes.
-        let markers: Vec<_> = (markers.into_iter())
-            .filter(|(m, _)| m.swept_by(&shared.deployment))
-            .collect();
+        // Another deployment's markers are its hosts' to sweep, under their routes (and one
+        // whose consumer cannot be judged now waits for the next sweep).
+        let consumers = shared.consumers();
+        let mut ours = Vec::new();
+        for (marker, revision) in markers {
+            let consumer = marker.consumer.as_deref();
+            if consumers.take(&shared.js, &marker.stream, consumer).await == Ok(true) {
+                ours.push((marker, revision));
+            }
+        }
+        let markers = ours;
         let metrics = shared.routes.metrics();
         metrics.set_stranded(markers.len() as u64);
         let mut left = markers.len() as u64;
@@ -170,24 +190,12 @@ pub(super) async fn sweep<S: ClaimStore>(
 }
 
 impl<S: ClaimStore> Shared<S> {
-    /// Whether durable `consumer` is one of this host's: a route's, a partition's of an
-    /// exclusive route (`<route consumer>-p<n>`), or the one of unrouted subjects. (A route
-    /// removed by a reload is no longer: its last delivery's marker brings its messages out.)
-    fn consumes(&self, consumer: &str) -> bool {
-        if revert::reverted(Fix::MarkersPerDeployment) {
-            return true;
-        }
-        let config = &self.config;
-        consumer == config.source.consumer
-            || self.routes.iter().any(|r| {
-                let name = crate::setup::route_consumer_name(config, &r.name);
-                consumer.strip_prefix(name.as_str()).is_some_and(|rest| {
-                    rest.is_empty()
-                        || rest
-                            .strip_prefix("-p")
-                            .is_some_and(|n| n.parse::<usize>().is_ok())
-                })
-            })
+    /// The consumers whose given-up messages this host takes: its routes' as they are now.
+    fn consumers(&self) -> Consumers {
+        let routes: Vec<_> = self.routes.iter().collect();
+        let named =
+            (routes.iter()).map(|r| (r.name.as_str(), r.exclusive.as_ref().map(|e| e.partitions)));
+        Consumers::named(&self.config, named)
     }
 
     /// Dead-letters the message `marker` names and removes the marker; if the letter cannot

@@ -93,7 +93,6 @@ async fn a_claim_after_route_changes_to_claim_before_only_once_nothing_is_pendin
         stream: SOURCE,
         sequence: b,
         consumer: &name,
-        deployment: &env.config(&timing, &route(true)).deployment_name(),
     };
     let marker = Marker::new(origin, 5, "the server's last delivery".into());
     stranded::mark(&kv, &marker).await;

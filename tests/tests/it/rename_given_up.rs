@@ -68,7 +68,6 @@ async fn a_claim_after_route_is_not_renamed_while_a_message_given_up_on_waits_fo
         stream: SOURCE,
         sequence: b,
         consumer: &name,
-        deployment: &env.config(&timing, &route("old")).deployment_name(),
     };
     let marker = Marker::new(origin, 2, "the server's last delivery".into());
     stranded::mark(&kv, &marker).await;
