@@ -129,9 +129,13 @@ pub(super) async fn run<S: ClaimStore>(
             Ok(false) => continue,
             Ok(true) => stranded::load(&shared.markers, origin).await,
             Err(e) => {
-                // Whose it is is decided by the sweep, once the server answers.
-                let reason = format!("delivered {} times; {e}", a.deliveries);
-                stranded::mark(&shared.markers, &Marker::new(origin, a.deliveries, reason)).await;
+                // Whose it is is decided by the sweep, once the server answers (a marker
+                // already there, its owner's, is kept as it is).
+                if stranded::load(&shared.markers, origin).await.is_none() {
+                    let reason = format!("delivered {} times; {e}", a.deliveries);
+                    let marker = Marker::new(origin, a.deliveries, reason);
+                    stranded::mark(&shared.markers, &marker).await;
+                }
                 continue;
             }
         };

@@ -122,7 +122,11 @@ async fn a_deployment_leaves_another_deployments_given_up_messages_to_it() {
     // consumer deleted since): no other deployment claims it, so team orders takes it.
     let mut orphan = our_marker.clone();
     orphan.consumer = Some("dedup-host-removed".into());
+    // And one of another application's consumer on the stream: nobody's here.
+    let mut foreign = our_marker.clone();
+    foreign.consumer = Some("billing-app".into());
     stranded::mark(&kv, &their_marker).await;
+    stranded::mark(&kv, &foreign).await;
     stranded::mark(&kv, &our_marker).await;
     stranded::mark(&kv, &orphan).await;
 
@@ -132,6 +136,8 @@ async fn a_deployment_leaves_another_deployments_given_up_messages_to_it() {
     // The sweep reads the markers in the order they were written.
     removed(&kv, &our_marker, "team orders' own marker swept").await;
     removed(&kv, &orphan, "the removed route's marker swept").await;
+    let standing = kv.get(foreign.key()).await.unwrap();
+    assert!(standing.is_some(), "another application's marker swept");
     left_alone(&env, &one, &kv, &their_marker).await;
 
     // The advisories, theirs first: team orders' hosts take only their own.
