@@ -9,9 +9,9 @@
 //! host works on a message's last delivery (on an exclusive route's consumers already as it
 //! arrives, before it waits for its turn), kept unless that work ended the message, and written
 //! when dead-lettering an undeliverable message fails. Every host sweeps the markers of its
-//! deployment's consumers ([`owner`]) and retries each one with a bounded, jittered backoff until its letter
-//! is stored (or its key turns out settled), then removes it; so neither a missed advisory nor
-//! an outage at the last delivery loses a message. Meanwhile `audit` lists them
+//! deployment's consumers ([`owner`]) and retries each one with a bounded, jittered backoff
+//! until its letter is stored (or its key turns out settled), then removes it; so neither a
+//! missed advisory nor an outage at the last delivery loses a message. Meanwhile `audit` lists them
 //! (`not_dead_lettered`), `/readyz` names them and `dedup_stranded_messages` counts them.
 
 pub mod owner;

@@ -417,6 +417,27 @@ replicas = {replicas}
         (pending, unacked)
     }
 
+    /// Writes the stranded-message marker of message `sequence` of the source stream, given
+    /// up by `consumer` after `deliveries`, as a host writes it before a message's last
+    /// delivery (in the claim bucket [`BUCKET`], due at once).
+    pub async fn mark_given_up(
+        &self,
+        consumer: &str,
+        sequence: u64,
+        deliveries: u64,
+    ) -> dedup_host::stranded::Marker {
+        use dedup_host::stranded::{self, Marker, Origin};
+        let kv = self.js.get_key_value(BUCKET).await.expect("claim bucket");
+        let origin = Origin {
+            stream: SOURCE,
+            sequence,
+            consumer,
+        };
+        let marker = Marker::new(origin, deliveries, "the server's last delivery".into());
+        stranded::mark(&kv, &marker).await;
+        marker
+    }
+
     /// Waits until the consumers have nothing pending or unacknowledged.
     pub async fn wait_drained(&self, timeout: Duration) {
         let started = Instant::now();

@@ -168,15 +168,8 @@ async fn markers(js: &Context, config: &Config) -> anyhow::Result<Vec<Marker>> {
     })?;
     // Another deployment's markers stand for its own consumers' deliveries (one whose
     // consumer cannot be judged now counts).
-    let consumers = Consumers::of(config);
-    let mut ours = Vec::new();
-    for (marker, _) in markers {
-        let consumer = marker.consumer.as_deref();
-        if consumers.take(js, &marker.stream, consumer).await != Ok(false) {
-            ours.push(marker);
-        }
-    }
-    Ok(ours)
+    let ours = Consumers::of(config).keep(js, markers, true).await;
+    Ok(ours.into_iter().map(|(marker, _)| marker).collect())
 }
 
 /// The sequences of the messages of `stream` whose subject `takes` that one of `markers`

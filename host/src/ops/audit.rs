@@ -258,11 +258,9 @@ pub async fn run(
     // Messages the server delivers no more whose letter is not stored yet: hosts retry them.
     // Another deployment's are its own audit's (one whose consumer cannot be judged now is
     // listed).
+    let markers = crate::stranded::list(js, &config.claims.bucket).await?;
     let consumers = crate::stranded::owner::Consumers::of(config);
-    for (m, _) in crate::stranded::list(js, &config.claims.bucket).await? {
-        if consumers.take(js, &m.stream, m.consumer.as_deref()).await == Ok(false) {
-            continue;
-        }
+    for (m, _) in consumers.keep(js, markers, true).await {
         let at = if m.stream == config.source.stream {
             format!("seq:{}", m.sequence)
         } else {

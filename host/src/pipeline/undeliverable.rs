@@ -169,15 +169,7 @@ pub(super) async fn sweep<S: ClaimStore>(
         };
         // Another deployment's markers are its hosts' to sweep, under their routes (and one
         // whose consumer cannot be judged now waits for the next sweep).
-        let consumers = shared.consumers();
-        let mut ours = Vec::new();
-        for (marker, revision) in markers {
-            let consumer = marker.consumer.as_deref();
-            if consumers.take(&shared.js, &marker.stream, consumer).await == Ok(true) {
-                ours.push((marker, revision));
-            }
-        }
-        let markers = ours;
+        let markers = shared.consumers().keep(&shared.js, markers, false).await;
         let metrics = shared.routes.metrics();
         metrics.set_stranded(markers.len() as u64);
         let mut left = markers.len() as u64;

@@ -17,8 +17,9 @@ use async_nats::jetstream::context::ConsumerInfoErrorKind;
 use async_nats::jetstream::Context;
 
 use crate::config::Config;
-use crate::consumers::{consumer_specs, route_consumer_name};
+use crate::consumers::{route_consumer_name, uncovered_subjects};
 use crate::exclusive::{partition_consumer_name, stream_name};
+use crate::stranded::Marker;
 
 /// The consumers a deployment names, and its two streams.
 pub struct Consumers {
@@ -52,8 +53,9 @@ impl Consumers {
             }
         }
         // The consumer of unrouted subjects, when the config has one.
-        let unrouted = consumer_specs(config).into_iter().map(|(name, _, _)| name);
-        named.extend(unrouted.filter(|n| *n == config.source.consumer));
+        if !uncovered_subjects(config).is_empty() {
+            named.insert(config.source.consumer.clone());
+        }
         Self {
             named,
             partitions: queue,
@@ -75,6 +77,27 @@ impl Consumers {
             (r.name.as_str(), partitions)
         });
         Self::named(config, routes)
+    }
+
+    /// The markers of `markers` this deployment takes ([`Consumers::take`]), and those whose
+    /// consumer cannot be judged now when `undecided` (counted by a check, left to the next
+    /// sweep by a sweep).
+    pub async fn keep(
+        &self,
+        js: &Context,
+        markers: Vec<(Marker, u64)>,
+        undecided: bool,
+    ) -> Vec<(Marker, u64)> {
+        let mut ours = Vec::new();
+        for (marker, revision) in markers {
+            let take = self
+                .take(js, &marker.stream, marker.consumer.as_deref())
+                .await;
+            if take.unwrap_or(undecided) {
+                ours.push((marker, revision));
+            }
+        }
+        ours
     }
 
     /// Whether what `consumer` of `stream` gave up is this deployment's to dead-letter

@@ -8,7 +8,6 @@
 use std::time::Duration;
 
 use async_nats::jetstream::consumer::pull;
-use dedup_host::stranded::{self, Marker, Origin};
 use dedup_host_tests::guests::cli_async;
 use dedup_host_tests::harness::{TestEnv, Timing, BUCKET, CONSUMER, SOURCE};
 use futures::StreamExt;
@@ -89,13 +88,7 @@ async fn a_claim_after_route_changes_to_claim_before_only_once_nothing_is_pendin
     // the host writes it before a message's last delivery). Nothing is pending.
     let b = source.info().await.unwrap().state.last_sequence;
     let kv = env.js.get_key_value(BUCKET).await.unwrap();
-    let origin = Origin {
-        stream: SOURCE,
-        sequence: b,
-        consumer: &name,
-    };
-    let marker = Marker::new(origin, 5, "the server's last delivery".into());
-    stranded::mark(&kv, &marker).await;
+    let marker = env.mark_given_up(&name, b, 5).await;
     let (ok, out) = cli_async(&path, &["setup", "--change-route", "chp"]).await;
     assert!(!ok, "changed with b's marker standing: {out}");
     assert!(

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use async_nats::jetstream::consumer::{pull, DeliverPolicy};
 use async_nats::jetstream::AckKind;
-use dedup_host::stranded::{self, Marker, Origin};
+use dedup_host::stranded;
 use dedup_host_tests::guests::cli_async;
 use dedup_host_tests::harness::{wait_for, BUCKET, CONSUMER, DEAD, SOURCE};
 use futures::StreamExt;
@@ -64,13 +64,7 @@ async fn a_claim_after_route_is_not_renamed_while_a_message_given_up_on_waits_fo
     let rename = || cli_async(&path, &["setup", "--rename-route", "old", "new"]);
     // Its marker, as the host writes it before a message's last delivery.
     let kv = env.js.get_key_value(BUCKET).await.unwrap();
-    let origin = Origin {
-        stream: SOURCE,
-        sequence: b,
-        consumer: &name,
-    };
-    let marker = Marker::new(origin, 2, "the server's last delivery".into());
-    stranded::mark(&kv, &marker).await;
+    let marker = env.mark_given_up(&name, b, 2).await;
     let (ok, out) = rename().await;
     assert!(!ok, "renamed with b's marker standing: {out}");
     assert!(
