@@ -158,6 +158,14 @@ pub async fn mark(claims: &Store, marker: &Marker) {
     }
 }
 
+/// Records `marker` unless a marker stands under its key (or the bucket cannot be read):
+/// one already there keeps its tries and its next try time.
+pub async fn mark_if_absent(claims: &Store, marker: &Marker) {
+    if let Ok(None) = claims.get(marker.key()).await {
+        mark(claims, marker).await;
+    }
+}
+
 /// The marker of the message at `origin`, if there is one (and it can be read).
 pub async fn load(claims: &Store, origin: Origin<'_>) -> Option<Marker> {
     let wanted = Marker::new(origin, 0, String::new()).key();

@@ -155,6 +155,9 @@ fixes! {
     /// A host takes every `MAX_DELIVERIES` advisory and sweeps every stranded-message marker of its claim bucket and streams, another deployment's too, and letters their messages under its own routes (or none); two deployments' markers of one message share a key.
     /// (`stranded::Marker::swept_by`, the advisory loop's consumer check; no seed: the simulation runs one deployment. Its test is `markers_per_deployment`.)
     MarkersPerDeployment = "markers-per-deployment",
+    /// A host letters a given-up message of a route it does not serve, its config differing from the route's contract (a change not applied yet, hosts of mixed configs), under its own config's key, claim mode and effects.
+    /// (`pipeline/undeliverable.rs`; no seed: the simulation's hosts share one config. Its test is `letter_where_served`.)
+    LetterWhereServed = "letter-where-served",
 }
 
 /// Unset: [`ENV`] not read yet.

@@ -23,6 +23,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use async_nats::{HeaderMap, HeaderName, HeaderValue, Message, Subject};
 use base64::Engine as _;
+use dedup_delivery::revert::{reverted, Fix};
 use dedup_delivery::undeliverable::{self as given_up, GivenUp};
 use futures::StreamExt;
 use serde::Deserialize;
@@ -68,6 +69,12 @@ struct ApiError {
     #[serde(default)]
     description: String,
 }
+
+/// A given-up message of a route this host does not serve (its config differs from the
+/// route's contract on the server): a host that serves the route letters it.
+#[derive(Debug, thiserror::Error)]
+#[error("route `{0}` is not served here (this host's config differs from its contract): a host that serves it dead-letters this message")]
+struct NotServedHere(String);
 
 /// `no message found`, `stream not found`: nothing is left to dead-letter.
 const GONE: [u64; 2] = [10037, 10059];
@@ -203,6 +210,14 @@ impl<S: ClaimStore> Shared<S> {
                 stranded::forget(&self.markers, &key).await;
                 true
             }
+            Err(e) if e.is::<NotServedHere>() => {
+                // Left as it is for a host that serves the route (a marker is written only
+                // when none stands: the advisory reached this host first).
+                let (stream, sequence) = (&marker.stream, marker.sequence);
+                tracing::info!(stream, sequence, "{e}");
+                stranded::mark_if_absent(&self.markers, &marker).await;
+                false
+            }
             Err(e) => {
                 let (stream, sequence) = (&marker.stream, marker.sequence);
                 tracing::error!(stream, sequence, "undeliverable message not dead-lettered yet; it stays in its stream and is retried: {e:#}");
@@ -234,6 +249,14 @@ impl<S: ClaimStore> Shared<S> {
             marker.sequence
         };
         let route = self.routes.find(&message.subject);
+        // Its key, claim mode and effects are the route's contract; a host whose config
+        // differs from it (a change not applied yet, or hosts of mixed configs) would letter
+        // it under its own, so only a host that serves the route does.
+        if let Some(refused) = route.as_ref().filter(|r| r.contract_refused().is_some()) {
+            if !reverted(Fix::LetterWhereServed) {
+                return Err(NotServedHere(refused.name.clone()).into());
+            }
+        }
         let mut attempt = 0;
         let mut last_reason = None;
         let mut claim = None;

@@ -323,11 +323,14 @@ impl Streams {
         }
     }
 
-    /// Deletes a message (dead-lettered by a host).
+    /// Settles a message a host dead-lettered, or found settled, after the server gave up on
+    /// it: a queued copy is deleted from the work queue (the host deletes it); a source
+    /// message stays in its stream (limits retention: the host deletes nothing there), so a
+    /// new consumer starting before it delivers it again.
     pub fn delete(&mut self, lane: Lane, sequence: u64) {
         let m = &mut self.lane_mut(lane)[sequence as usize - 1];
         m.delivery = Delivery::Done;
-        m.deleted = true;
+        m.deleted = lane == Lane::Queue;
     }
 
     /// Messages whose ack wait ran out become available again.

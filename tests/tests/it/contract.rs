@@ -49,7 +49,7 @@ async fn recorded(
 }
 
 /// Per host: why it does not serve `route` (`None`: it serves it).
-async fn refusals(
+pub(crate) async fn refusals(
     env: &TestEnv,
     config: &dedup_host::config::Config,
     route: &str,

@@ -60,6 +60,7 @@ mod http_moves;
 mod http_operate;
 mod http_tls;
 mod http_trace;
+mod letter_where_served;
 mod lifecycle;
 mod limits;
 mod markers_per_deployment;

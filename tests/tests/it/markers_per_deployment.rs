@@ -44,7 +44,7 @@ async fn publish(env: &TestEnv, subject: &'static str) -> u64 {
 }
 
 /// The messages in the dead-letter stream (none when it is not there).
-async fn letters(env: &TestEnv, config: &Config) -> u64 {
+pub(crate) async fn letters(env: &TestEnv, config: &Config) -> u64 {
     match env.js.get_stream(&config.dead_letter.stream).await {
         Ok(mut dead) => dead.info().await.unwrap().state.messages,
         Err(_) => 0,
@@ -63,7 +63,7 @@ async fn left_alone(env: &TestEnv, config: &Config, kv: &Store, theirs: &Marker)
 }
 
 /// Publishes a `MAX_DELIVERIES` advisory for `marker`'s message, as the server does.
-async fn advisory(env: &TestEnv, marker: &Marker) {
+pub(crate) async fn advisory(env: &TestEnv, marker: &Marker) {
     let consumer = marker.consumer.as_deref().unwrap();
     let subject = format!(
         "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.{}.{consumer}",

@@ -181,8 +181,13 @@ const PAST_BUDGET: &[Fix] = &[
 /// key left failed with no message) needs a refused letter on top; its test is
 /// `edges_candidates::a_superseded_key_pinned_to_a_version_not_loaded_here_is_coalesced_not_held`.
 /// `markers-per-deployment`: the simulation runs one deployment; its test is
-/// `markers_per_deployment::…`.
-const INTEGRATION_ONLY: &[Fix] = &[Fix::PinnedAfterLate, Fix::MarkersPerDeployment];
+/// `markers_per_deployment::…`. `letter-where-served`: the simulation's hosts share one config;
+/// its test is `letter_where_served::…`.
+const INTEGRATION_ONLY: &[Fix] = &[
+    Fix::PinnedAfterLate,
+    Fix::MarkersPerDeployment,
+    Fix::LetterWhereServed,
+];
 
 /// Every fix with a test-only switch (`dedup_delivery::revert`) has a canary: its seed passes
 /// with nothing reverted and fails with the fix reverted alone (for `sim::canary::ALSO_REVERTED`, with
