@@ -79,7 +79,7 @@ impl Health {
         let mut warnings = Vec::new();
         let stranded = self.routes.get().map_or(0, |r| r.metrics().stranded());
         if stranded > 0 {
-            warnings.push(format!("{stranded} message(s) past their last delivery are not dead-lettered yet (the dead-letter stream refused or was missing); hosts retry them, `dedup-host audit` lists them"));
+            warnings.push(format!("{stranded} message(s) past their last delivery are not dead-lettered yet (the dead-letter stream refused or was missing, or no host here serves their route under its contract); hosts retry them, `dedup-host audit` lists them"));
         }
         Readiness {
             ready: missing.is_empty(),

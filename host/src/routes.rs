@@ -90,6 +90,9 @@ pub struct Route {
     /// Why this host does not serve the route at all: its config differs from the route's
     /// contract on the server ([`crate::contract`]).
     contract_refused: std::sync::Mutex<Option<String>>,
+    /// Whether this host's config of the route was found to agree with its contract (set by
+    /// the contract check, cleared by a refusal; false until the first check).
+    contract_agreed: std::sync::atomic::AtomicBool,
     /// Whether the route's component source has decided: a version served or refused, or
     /// none deployed (withdrawn). Until then the host is not ready.
     decided: std::sync::atomic::AtomicBool,
@@ -164,11 +167,26 @@ impl Route {
         self.guest.send_modify(|_| {});
     }
 
-    /// Records why this host does not serve the route (`None`: it agrees with the route's
-    /// contract and serves it).
+    /// Records that this host's config of the route agrees with its contract: it serves it.
+    pub fn agree_with_contract(&self) {
+        self.refuse_contract(None);
+        (self.contract_agreed).store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Records why this host does not serve the route (`None`: no reason to report, as while
+    /// a contract change keeps it out).
     pub fn refuse_contract(&self, reason: Option<String>) {
+        (self.contract_agreed).store(false, std::sync::atomic::Ordering::SeqCst);
         *self.contract_refused.lock().expect("refused lock") = reason;
         self.guest.send_modify(|_| {});
+    }
+
+    /// Whether this host's config of the route agrees with its contract, as last checked:
+    /// `false` before the first check (a route just added or replaced by a reload) and while
+    /// refused. What is done for the route outside its pipeline under its settings (a given-up
+    /// message's letter) waits for it.
+    pub fn agrees_with_contract(&self) -> bool {
+        (self.contract_agreed).load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Why this host does not serve the route, if its config differs from the contract.
@@ -374,6 +392,7 @@ impl Routes {
             guest: watch::Sender::new(guest),
             refused: std::sync::Mutex::new(None),
             contract_refused: std::sync::Mutex::new(None),
+            contract_agreed: std::sync::atomic::AtomicBool::new(false),
             decided: std::sync::atomic::AtomicBool::new(false),
             candidate: RwLock::new(None),
             metrics: route_metrics,

@@ -1,7 +1,8 @@
 //! Stranded messages: messages the server stopped delivering (their consumer's
 //! `server_max_deliver` was reached) whose dead letter is not stored yet, because the
-//! dead-letter stream was missing, full or unreachable, or because the `MAX_DELIVERIES`
-//! advisory reached no host. Such a message is still in its stream (neither acked nor
+//! dead-letter stream was missing, full or unreachable, because the `MAX_DELIVERIES`
+//! advisory reached no host, or because it reached only hosts that do not serve the message's
+//! route (their config differs from its contract: they leave it to one that does). Such a message is still in its stream (neither acked nor
 //! terminated) but nothing would ever deliver it again.
 //!
 //! Each one gets a marker in the claim bucket, `=stranded.<stream>.<sequence>.<consumer>` (no
@@ -155,14 +156,6 @@ pub async fn mark(claims: &Store, marker: &Marker) {
             sequence = marker.sequence,
             "cannot record a stranded message in the claim bucket: {e}"
         );
-    }
-}
-
-/// Records `marker` unless a marker stands under its key (or the bucket cannot be read):
-/// one already there keeps its tries and its next try time.
-pub async fn mark_if_absent(claims: &Store, marker: &Marker) {
-    if let Ok(None) = claims.get(marker.key()).await {
-        mark(claims, marker).await;
     }
 }
 

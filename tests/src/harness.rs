@@ -438,8 +438,10 @@ replicas = {replicas}
         marker
     }
 
-    /// Waits until the consumers have nothing pending or unacknowledged.
+    /// Waits until the consumers have nothing pending or unacknowledged (for `timeout`, at
+    /// least [`LEAST_WAIT`]).
     pub async fn wait_drained(&self, timeout: Duration) {
+        let timeout = timeout.max(LEAST_WAIT);
         let started = Instant::now();
         loop {
             if self.pending().await == (0, 0) {
@@ -454,7 +456,8 @@ replicas = {replicas}
         }
     }
 
-    /// Waits until every key of `route` is completed, or panics after `within`.
+    /// Waits until every key of `route` is completed, or panics after `within` (at least
+    /// [`LEAST_WAIT`]).
     pub async fn wait_completed(&self, route: &str, keys: &[&str], within: Duration) {
         wait_for(
             within,
@@ -478,12 +481,19 @@ replicas = {replicas}
     }
 }
 
-/// Polls `check` until it returns `Some`, or panics after `timeout` with `what`.
+/// The least any wait of a test allows, whatever it asks: a wait is a bound that keeps a
+/// broken test from hanging, never a timing, and the suite must pass beside CPU hogs (CI
+/// runs it so), where hosts, servers and guests take several times longer than alone.
+pub const LEAST_WAIT: Duration = Duration::from_secs(60);
+
+/// Polls `check` until it returns `Some`, or panics after `timeout` (at least
+/// [`LEAST_WAIT`]) with `what`.
 pub async fn wait_for<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
 {
+    let timeout = timeout.max(LEAST_WAIT);
     let started = Instant::now();
     loop {
         if let Some(v) = check().await {

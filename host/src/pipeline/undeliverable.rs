@@ -73,7 +73,7 @@ struct ApiError {
 /// A given-up message of a route this host does not serve (its config differs from the
 /// route's contract on the server): a host that serves the route letters it.
 #[derive(Debug, thiserror::Error)]
-#[error("route `{0}` is not served here (this host's config differs from its contract): a host that serves it dead-letters this message")]
+#[error("route `{0}` is not served here under its contract (this host's config differs from it, or was not checked against it yet): a host that serves it dead-letters this message")]
 struct NotServedHere(String);
 
 /// `no message found`, `stream not found`: nothing is left to dead-letter.
@@ -146,11 +146,12 @@ pub(super) async fn run<S: ClaimStore>(
                 continue;
             }
         };
+        let standing = marker.is_some();
         let marker = marker.unwrap_or_else(|| {
             let reason = format!("delivered {} times", a.deliveries);
             Marker::new(origin, a.deliveries, reason)
         });
-        shared.rescue(&client, marker).await;
+        shared.rescue(&client, marker, standing).await;
     }
 }
 
@@ -184,7 +185,7 @@ pub(super) async fn sweep<S: ClaimStore>(
             if *stopped.borrow() {
                 return;
             }
-            if shared.rescue(&client, marker).await {
+            if shared.rescue(&client, marker, true).await {
                 left -= 1;
             }
         }
@@ -202,8 +203,10 @@ impl<S: ClaimStore> Shared<S> {
     }
 
     /// Dead-letters the message `marker` names and removes the marker; if the letter cannot
-    /// be stored, records why and when to try again. Returns whether the message is out.
-    async fn rescue(&self, client: &async_nats::Client, marker: Marker) -> bool {
+    /// be stored, records why and when to try again; if this host does not serve its route,
+    /// leaves the marker for one that does (writing it unless it is `standing`: the advisory
+    /// found none). Returns whether the message is out.
+    async fn rescue(&self, client: &async_nats::Client, marker: Marker, standing: bool) -> bool {
         let key = marker.key();
         match self.undeliverable(client, &marker).await {
             Ok(()) => {
@@ -211,11 +214,13 @@ impl<S: ClaimStore> Shared<S> {
                 true
             }
             Err(e) if e.is::<NotServedHere>() => {
-                // Left as it is for a host that serves the route (a marker is written only
-                // when none stands: the advisory reached this host first).
+                // A standing marker is left as it is (rewritten, it could come back after a
+                // host that serves the route removed it).
                 let (stream, sequence) = (&marker.stream, marker.sequence);
                 tracing::info!(stream, sequence, "{e}");
-                stranded::mark_if_absent(&self.markers, &marker).await;
+                if !standing {
+                    stranded::mark(&self.markers, &marker).await;
+                }
                 false
             }
             Err(e) => {
@@ -252,7 +257,7 @@ impl<S: ClaimStore> Shared<S> {
         // Its key, claim mode and effects are the route's contract; a host whose config
         // differs from it (a change not applied yet, or hosts of mixed configs) would letter
         // it under its own, so only a host that serves the route does.
-        if let Some(refused) = route.as_ref().filter(|r| r.contract_refused().is_some()) {
+        if let Some(refused) = route.as_ref().filter(|r| !r.agrees_with_contract()) {
             if !reverted(Fix::LetterWhereServed) {
                 return Err(NotServedHere(refused.name.clone()).into());
             }

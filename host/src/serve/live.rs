@@ -237,7 +237,7 @@ impl Live {
         let reported = reason.is_some() && route.contract_refused() == reason;
         match agreement::decide(comparison, serving) {
             Agreement::Serve => {
-                route.refuse_contract(None);
+                route.agree_with_contract();
                 return Ok(true);
             }
             Agreement::KeepServing => {

@@ -63,7 +63,8 @@ pub struct Message {
     pub delivery: Delivery,
     /// How many times it was delivered.
     pub deliveries: u64,
-    /// Deleted from its stream (dead-lettered): a new consumer does not deliver it.
+    /// Deleted from its stream (a queued copy dead-lettered or found settled): a new consumer
+    /// does not deliver it. A source message is never deleted.
     pub deleted: bool,
 }
 

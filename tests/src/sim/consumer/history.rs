@@ -17,10 +17,10 @@ impl Streams {
 
     /// The stream sequence of the last source message the source consumer delivered (its
     /// `delivered.stream_seq`), or its ack floor if that is higher (a new consumer that has
-    /// delivered nothing yet). A message deleted since is left out: it counts as settled.
+    /// delivered nothing yet).
     pub fn delivered(&self) -> u64 {
         let delivered = (self.source.iter())
-            .filter(|m| m.deliveries > 0 && !m.deleted)
+            .filter(|m| m.deliveries > 0)
             .map(|m| m.sequence)
             .max();
         delivered.unwrap_or(0).max(self.ack_floor())
@@ -46,7 +46,7 @@ impl Streams {
         self.source_generation += 1;
         let from = start.unwrap_or(1);
         let mut again = 0;
-        for m in (self.source.iter_mut()).filter(|m| m.sequence >= from && !m.deleted) {
+        for m in (self.source.iter_mut()).filter(|m| m.sequence >= from) {
             again += usize::from(m.delivery == Delivery::Done);
             m.delivery = match m.delivery {
                 // Not published yet.

@@ -76,10 +76,14 @@ async fn deploy_wait_returns_only_once_every_live_host_runs_the_candidate_in_the
     // Live again by its own status (the refresher's entry goes stale meanwhile): it has taken
     // the 20 % canary. On a busy machine a resumed host can take seconds to write it, and a
     // wait that began before would count one live host.
-    wait_for(Duration::from_secs(60), "host-b to take the canary", || async {
-        let now = candidate_of(&d, "host-b").await?;
-        (now == format!("{digest} canary 20%")).then_some(())
-    })
+    wait_for(
+        Duration::from_secs(60),
+        "host-b to take the canary",
+        || async {
+            let now = candidate_of(&d, "host-b").await?;
+            (now == format!("{digest} canary 20%")).then_some(())
+        },
+    )
     .await;
 
     // A change of share: when the wait returns, both hosts run the new share.
