@@ -169,15 +169,20 @@ impl Route {
 
     /// Records that this host's config of the route agrees with its contract: it serves it.
     pub fn agree_with_contract(&self) {
-        self.refuse_contract(None);
-        (self.contract_agreed).store(true, std::sync::atomic::Ordering::SeqCst);
+        self.record_contract(true, None);
     }
 
     /// Records why this host does not serve the route (`None`: no reason to report, as while
     /// a contract change keeps it out).
     pub fn refuse_contract(&self, reason: Option<String>) {
-        (self.contract_agreed).store(false, std::sync::atomic::Ordering::SeqCst);
-        *self.contract_refused.lock().expect("refused lock") = reason;
+        self.record_contract(false, reason);
+    }
+
+    /// Records the contract check's verdict: whether the config agrees, and why the route is
+    /// not served if it is not.
+    fn record_contract(&self, agreed: bool, refused: Option<String>) {
+        (self.contract_agreed).store(agreed, std::sync::atomic::Ordering::SeqCst);
+        *self.contract_refused.lock().expect("refused lock") = refused;
         self.guest.send_modify(|_| {});
     }
 

@@ -1,9 +1,10 @@
 //! Stranded messages: messages the server stopped delivering (their consumer's
 //! `server_max_deliver` was reached) whose dead letter is not stored yet, because the
 //! dead-letter stream was missing, full or unreachable, because the `MAX_DELIVERIES`
-//! advisory reached no host, or because it reached only hosts that do not serve the message's
-//! route (their config differs from its contract: they leave it to one that does). Such a message is still in its stream (neither acked nor
-//! terminated) but nothing would ever deliver it again.
+//! advisory reached no host, or because it reached only hosts that do not serve the
+//! message's route (their config differs from its contract: they leave it to one that does).
+//! Such a message is still in its stream (neither acked nor terminated) but nothing would
+//! ever deliver it again.
 //!
 //! Each one gets a marker in the claim bucket, `=stranded.<stream>.<sequence>.<consumer>` (no
 //! claim key starts with `=`: route names are letters, digits, `_` and `-`), written before a

@@ -257,10 +257,9 @@ impl<S: ClaimStore> Shared<S> {
         // Its key, claim mode and effects are the route's contract; a host whose config
         // differs from it (a change not applied yet, or hosts of mixed configs) would letter
         // it under its own, so only a host that serves the route does.
-        if let Some(refused) = route.as_ref().filter(|r| !r.agrees_with_contract()) {
-            if !reverted(Fix::LetterWhereServed) {
-                return Err(NotServedHere(refused.name.clone()).into());
-            }
+        let not_served = route.as_ref().filter(|r| !r.agrees_with_contract());
+        if let Some(not_served) = not_served.filter(|_| !reverted(Fix::LetterWhereServed)) {
+            return Err(NotServedHere(not_served.name.clone()).into());
         }
         let mut attempt = 0;
         let mut last_reason = None;
