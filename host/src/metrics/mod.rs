@@ -176,7 +176,7 @@ impl Metrics {
             "consumer_ack_pending", "Messages delivered and not yet acknowledged (read every 5 s)", m.ack_pending;
             "consumer_bound", "1 while the route's consumer is bound, 0 while it is being re-created", m.bound;
             "serving_info", "The component version a route serves (value 1)", m.serving;
-            "stranded_messages", "Messages the server delivers no more whose dead letter is not stored yet (the dead-letter stream was missing, full or unreachable); hosts retry each with a backoff up to 5 minutes, audit lists them", m.stranded;
+            "stranded_messages", "Messages the server delivers no more whose dead letter is not stored yet (the dead-letter stream was missing, full or unreachable, or no host here serves its route under the contract), as the last sweep left them; hosts retry each with a backoff up to 5 minutes, audit lists them", m.stranded;
             "spans_dropped", "Trace spans dropped: the export queue was full or an export failed", m.spans_dropped;
             "pool_overflow", "Guest instances made outside the host-wide instance pool (it was full, or a reload raised a route's memory limit past its slots): slower, never refused; lower concurrency if it keeps rising", m.pool_overflows;
             "host_ready", "1 while /readyz answers 200 (ready), 0 otherwise", m.ready;

@@ -155,8 +155,10 @@ pub(super) async fn run<S: ClaimStore>(
     }
 }
 
-/// Retries the stranded messages' letters as they fall due, until `stopped`; keeps the
-/// `dedup_stranded_messages` gauge current.
+/// Retries the stranded messages' letters as they fall due, until `stopped`; after each pass
+/// sets the `dedup_stranded_messages` gauge to what it left (so a gauge that counts a marker
+/// says a whole pass saw it and could not letter it: its letter failed, or no host here
+/// serves its route).
 pub(super) async fn sweep<S: ClaimStore>(
     shared: Arc<Shared<S>>,
     client: async_nats::Client,
@@ -179,7 +181,6 @@ pub(super) async fn sweep<S: ClaimStore>(
         // whose consumer cannot be judged now waits for the next sweep).
         let markers = shared.consumers().keep(&shared.js, markers, false).await;
         let metrics = shared.routes.metrics();
-        metrics.set_stranded(markers.len() as u64);
         let mut left = markers.len() as u64;
         for (marker, _) in markers.into_iter().filter(|(m, _)| m.due()) {
             if *stopped.borrow() {

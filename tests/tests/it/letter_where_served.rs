@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use async_nats::jetstream::consumer::PullConsumer;
 use dedup_host::consumers::route_consumer_name;
+use dedup_host::serve::RunningHost;
 use dedup_host::stranded::{Marker, Origin};
 use dedup_host_tests::harness::{wait_for, TestEnv, Timing};
 use futures::StreamExt;
@@ -28,19 +29,13 @@ allowed_outputs = ["in.lw.*.done"]
     )
 }
 
-/// Route `lw`'s key `k1` on `in.lw.x` is given up (its delivery acked here, so no host runs
-/// it, and the server's advisory sent by hand). A host whose config keys the route by
-/// subject token, against its contract's `Nats-Msg-Id`, hears the advisory: it leaves a
-/// marker and no letter. A host that serves the route then letters it under key `k1`.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_host_that_differs_from_the_contract_leaves_a_given_up_message_to_one_that_serves_it() {
-    let env = TestEnv::start().await;
-    let timing = Timing::default();
-    // The first host records the route's contract (keyed by `Nats-Msg-Id`).
-    let serving = env.host(&timing, &route(""), "serving").await;
+/// Route `lw`'s key `k1` on `in.lw.x`, given up: the first host records the route's contract
+/// (keyed by `Nats-Msg-Id`) and stops; the message's delivery is acked here, so no host runs
+/// it. Returns the route's consumer and the message's sequence.
+async fn given_up_message(env: &TestEnv, timing: &Timing) -> (String, u64) {
+    let serving = env.host(timing, &route(""), "serving").await;
     serving.shutdown().await.unwrap();
-    let config = env.config(&timing, &route(""));
-
+    let config = env.config(timing, &route(""));
     env.publish("in.lw.x", "k1", &[], "spin-sleep:0:0").await;
     let source = env.js.get_stream(&config.source.stream).await.unwrap();
     let name = route_consumer_name(&config, "lw");
@@ -49,17 +44,57 @@ async fn a_host_that_differs_from_the_contract_leaves_a_given_up_message_to_one_
     let message = batch.next().await.expect("the message").unwrap();
     let sequence = message.info().unwrap().stream_sequence;
     message.double_ack().await.unwrap();
+    (name, sequence)
+}
 
+/// Starts a host whose config keys route `lw` by subject token, against its contract's
+/// `Nats-Msg-Id`, and waits until it refuses the route.
+async fn differing_host(env: &TestEnv, timing: &Timing) -> RunningHost {
+    let config = env.config(timing, &route(""));
     let differing = env
-        .host(&timing, &route("key = { subject_token = 2 }"), "differing")
+        .host(timing, &route("key = { subject_token = 2 }"), "differing")
         .await;
     wait_for(Duration::from_secs(30), "the route refused", || async {
-        let why = refusals(&env, &config, "lw").await;
+        let why = refusals(env, &config, "lw").await;
         why.get("differing")
             .is_some_and(Option::is_some)
             .then_some(())
     })
     .await;
+    differing
+}
+
+/// A host that serves route `lw` sweeps the marker and letters the message under the
+/// contract's key `k1`.
+async fn lettered_by_a_serving_host(env: &TestEnv, timing: &Timing, marker: &Marker) {
+    let config = env.config(timing, &route(""));
+    let kv = env.js.get_key_value(&config.claims.bucket).await.unwrap();
+    let serving = env.host(timing, &route(""), "serving").await;
+    wait_for(Duration::from_secs(60), "the marker swept", || async {
+        kv.get(marker.key()).await.ok()?.is_none().then_some(())
+    })
+    .await;
+    let dead = env.messages(&config.dead_letter.stream).await;
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    let header = |name: &str| dead[0].headers.get(name).map(|v| v.as_str().to_string());
+    assert_eq!(header("Dedup-Route").as_deref(), Some("lw"));
+    assert_eq!(
+        header("Dedup-Key").as_deref(),
+        Some("k1"),
+        "the contract's key"
+    );
+    serving.shutdown().await.unwrap();
+}
+
+/// The advisory: the host that differs hears the server give the message up; it leaves a
+/// marker and no letter. A host that serves the route then letters it under key `k1`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_that_differs_from_the_contract_leaves_a_given_up_message_to_one_that_serves_it() {
+    let env = TestEnv::start().await;
+    let timing = Timing::default();
+    let (name, sequence) = given_up_message(&env, &timing).await;
+    let config = env.config(&timing, &route(""));
+    let differing = differing_host(&env, &timing).await;
     let origin = Origin {
         stream: &config.source.stream,
         sequence,
@@ -82,20 +117,34 @@ async fn a_host_that_differs_from_the_contract_leaves_a_given_up_message_to_one_
         "a host that does not serve route lw lettered its message under its own key"
     );
     differing.shutdown().await.unwrap();
+    lettered_by_a_serving_host(&env, &timing, &given_up).await;
+}
 
-    let serving = env.host(&timing, &route(""), "serving").await;
-    wait_for(Duration::from_secs(60), "the marker swept", || async {
-        kv.get(given_up.key()).await.ok()?.is_none().then_some(())
+/// The sweep: a marker already standing (the advisory's host died before lettering) is left
+/// as it is by the host that differs, through a whole pass of its sweep (its stranded gauge
+/// counts it), and lettered under key `k1` by a host that serves the route.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_that_differs_from_the_contract_leaves_a_standing_marker_to_one_that_serves_it() {
+    let env = TestEnv::start().await;
+    let timing = Timing::default();
+    let (name, sequence) = given_up_message(&env, &timing).await;
+    let config = env.config(&timing, &route(""));
+    let standing = env.mark_given_up(&name, sequence, 5).await;
+    let differing = differing_host(&env, &timing).await;
+    let left = wait_for(Duration::from_secs(60), "a sweep that left it", || async {
+        let lettered = letters(&env, &config).await > 0;
+        (lettered || differing.metrics().stranded() == 1).then_some(lettered)
     })
     .await;
-    let dead = env.messages(&config.dead_letter.stream).await;
-    assert_eq!(dead.len(), 1, "{dead:?}");
-    let header = |name: &str| dead[0].headers.get(name).map(|v| v.as_str().to_string());
-    assert_eq!(header("Dedup-Route").as_deref(), Some("lw"));
-    assert_eq!(
-        header("Dedup-Key").as_deref(),
-        Some("k1"),
-        "the contract's key"
+    assert!(
+        !left,
+        "a host that does not serve route lw lettered its message under its own key"
     );
-    serving.shutdown().await.unwrap();
+    let kv = env.js.get_key_value(&config.claims.bucket).await.unwrap();
+    assert!(
+        kv.get(standing.key()).await.unwrap().is_some(),
+        "the marker stands for a host that serves the route"
+    );
+    differing.shutdown().await.unwrap();
+    lettered_by_a_serving_host(&env, &timing, &standing).await;
 }

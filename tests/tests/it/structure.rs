@@ -171,10 +171,38 @@ fn the_delivery_logic_depends_on_neither_the_nats_client_nor_the_wasm_runtime() 
     }
 }
 
+/// Whether `name` is a variable cargo (or nextest) sets for the test it runs, describing the
+/// test's own package (`CARGO_MANIFEST_DIR=.../tests`, `CARGO_PKG_NAME`, ...). A cargo started
+/// from the test inherits them, and build scripts that watch them (`ring`'s and every `cc`
+/// build's `rerun-if-env-changed=CARGO_MANIFEST_DIR`) then count as changed: cargo rebuilt
+/// them and everything above, relinking the test binaries while the suite was running them
+/// (CI saw 14 tests fail with "No such file or directory" at their start).
+fn set_for_the_test(name: &str) -> bool {
+    const PREFIXES: [&str; 7] = [
+        "CARGO_PKG_",
+        "CARGO_BIN_",
+        "CARGO_MANIFEST_",
+        "CARGO_CRATE_",
+        "CARGO_PRIMARY_",
+        "CARGO_CFG_",
+        "CARGO_FEATURE_",
+    ];
+    PREFIXES.iter().any(|p| name.starts_with(p))
+        || ["CARGO_TARGET_TMPDIR", "CARGO_RUSTC_CURRENT_DIR", "OUT_DIR"].contains(&name)
+}
+
 /// Every library cargo builds for `args` (a build whose units are fresh compiles nothing and
-/// only reports them): package, target and the files it makes.
+/// only reports them): package, target and the files it makes. Fails if cargo compiled
+/// anything: both builds have run before the tests, and a compile here would relink binaries
+/// other tests are running.
 fn built_libraries(args: &[&str]) -> BTreeSet<String> {
-    let out = std::process::Command::new(env!("CARGO"))
+    let mut cargo = std::process::Command::new(env!("CARGO"));
+    for (name, _) in std::env::vars_os() {
+        if name.to_str().is_some_and(set_for_the_test) {
+            cargo.env_remove(name);
+        }
+    }
+    let out = cargo
         .current_dir(workspace_root())
         .args(args)
         .args(["--release", "--workspace", "--message-format", "json"])
@@ -186,11 +214,15 @@ fn built_libraries(args: &[&str]) -> BTreeSet<String> {
         String::from_utf8_lossy(&out.stderr)
     );
     let mut libraries = BTreeSet::new();
+    let mut compiled = Vec::new();
     for line in String::from_utf8_lossy(&out.stdout).lines() {
         let Ok(message) = serde_json::from_str::<serde_json::Value>(line) else {
             continue;
         };
         let target = &message["target"];
+        if message["reason"] == "compiler-artifact" && message["fresh"] != true {
+            compiled.push(format!("{} {}", message["package_id"], target["name"]));
+        }
         let kinds = target["kind"].to_string();
         if message["reason"] != "compiler-artifact"
             || kinds.contains("bin")
@@ -205,6 +237,10 @@ fn built_libraries(args: &[&str]) -> BTreeSet<String> {
             message["package_id"], target["name"], message["filenames"]
         ));
     }
+    assert!(
+        compiled.is_empty(),
+        "cargo {args:?} compiled again: {compiled:#?}\nBuild first (`cargo build --release --workspace --bins`, then the tests, as tests/run.sh does); if that was done, a variable of this test's environment makes cargo rebuild: leave it out in `set_for_the_test`"
+    );
     libraries
 }
 
