@@ -6,7 +6,6 @@ use dedup_delivery::change;
 use dedup_host::config::ClaimMode;
 use dedup_host::contract::RouteContract;
 
-use super::super::super::consumer::Delivery;
 use super::super::{log, Hosts};
 use super::Change;
 
@@ -31,8 +30,8 @@ impl Change {
 impl Hosts {
     /// Whether run `number` (`id`, marking the record `first`) from contract `old` to `wanted`
     /// is refused for the old contract's open messages, read once no host serves the route:
-    /// delivered and not acknowledged, or given up by the server and not lettered yet (the
-    /// host reads the consumers' `num_ack_pending` and the stranded-message markers). Then the
+    /// delivered and not acknowledged, or given up by the server and not lettered yet (read as
+    /// the host reads them: the consumers' `num_ack_pending` and the stranded-message markers). Then the
     /// operator goes back to the old config, and acts again at `again`.
     pub(super) fn waits_for_open(
         &mut self,
@@ -42,9 +41,9 @@ impl Hosts {
     ) -> bool {
         let open = {
             let w = self.world.lock().expect("one thread");
-            let given_up = (w.streams.source.iter())
-                .filter(|m| m.delivery == Delivery::Exhausted)
-                .count() as u64;
+            // Given up and not lettered yet, as the host reads them: by their markers (a
+            // lettered source message stays in its stream, given up, and is not open).
+            let given_up = w.streams.markers.len() as u64;
             w.streams.ack_pending() + given_up
         };
         let after = |c: &RouteContract| c.claim == ClaimMode::After;
