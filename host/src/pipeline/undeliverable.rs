@@ -156,9 +156,8 @@ pub(super) async fn run<S: ClaimStore>(
 }
 
 /// Retries the stranded messages' letters as they fall due, until `stopped`; after each pass
-/// sets the `dedup_stranded_messages` gauge to what it left (so a gauge that counts a marker
-/// says a whole pass saw it and could not letter it: its letter failed, or no host here
-/// serves its route).
+/// sets the `dedup_stranded_messages` gauge to the markers it left: those it tried and could
+/// not letter (the letter failed, or no host here serves the route) and those not due yet.
 pub(super) async fn sweep<S: ClaimStore>(
     shared: Arc<Shared<S>>,
     client: async_nats::Client,

@@ -173,10 +173,12 @@ fn the_delivery_logic_depends_on_neither_the_nats_client_nor_the_wasm_runtime() 
 
 /// Whether `name` is a variable cargo (or nextest) sets for the test it runs, describing the
 /// test's own package (`CARGO_MANIFEST_DIR=.../tests`, `CARGO_PKG_NAME`, ...). A cargo started
-/// from the test inherits them, and build scripts that watch them (`ring`'s and every `cc`
-/// build's `rerun-if-env-changed=CARGO_MANIFEST_DIR`) then count as changed: cargo rebuilt
-/// them and everything above, relinking the test binaries while the suite was running them
-/// (CI saw 14 tests fail with "No such file or directory" at their start).
+/// from the test inherits them, and build scripts that watch them (`ring`'s
+/// `rerun-if-env-changed=CARGO_MANIFEST_DIR`, `CARGO_PKG_*`, `OUT_DIR`, `CARGO_CFG_*`;
+/// `rustix`'s `CARGO_CFG_*`, `CARGO_FEATURE_*`) then count as changed: cargo rebuilt them and
+/// everything above, relinking the test binaries while the suite was running them (CI saw 14
+/// tests fail with "No such file or directory" at their start). The test also runs alone
+/// (`.config/nextest.toml`), so a rebuild it still caused would relink nothing in use.
 fn set_for_the_test(name: &str) -> bool {
     const PREFIXES: [&str; 7] = [
         "CARGO_PKG_",

@@ -6,6 +6,7 @@ use dedup_delivery::change;
 use dedup_host::config::ClaimMode;
 use dedup_host::contract::RouteContract;
 
+use super::super::super::consumer::Lane;
 use super::super::{log, Hosts};
 use super::Change;
 
@@ -42,8 +43,13 @@ impl Hosts {
         let open = {
             let w = self.world.lock().expect("one thread");
             // Given up and not lettered yet, as the host reads them: by their markers (a
-            // lettered source message stays in its stream, given up, and is not open).
-            let given_up = w.streams.markers.len() as u64;
+            // lettered source message stays in its stream, given up, and is not open), less a
+            // queued copy's marker whose copy is gone (the host finds no message for it).
+            let given_up = (w.streams.markers.keys())
+                .filter(|(lane, sequence)| {
+                    *lane != Lane::Queue || !w.streams.message(*lane, *sequence).deleted
+                })
+                .count() as u64;
             w.streams.ack_pending() + given_up
         };
         let after = |c: &RouteContract| c.claim == ClaimMode::After;
