@@ -48,6 +48,7 @@ pub mod forever;
 pub mod health;
 pub mod idempotency;
 pub mod inspect;
+pub mod kv_keys;
 pub mod logging;
 pub mod metrics;
 pub mod objects;

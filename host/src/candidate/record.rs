@@ -241,11 +241,7 @@ pub struct Report {
 /// Reads the findings about `route`'s candidate `digest`.
 pub async fn read(store: &Store, route: &str, digest: &str) -> anyhow::Result<Report> {
     let p = format!("{}.", prefix(route, digest));
-    let keys: Vec<String> = store
-        .keys()
-        .await
-        .context("cannot list the shadow findings")?
-        .try_collect()
+    let keys = crate::kv_keys::list(store, &p)
         .await
         .context("cannot list the shadow findings")?;
     let mut report = Report::default();

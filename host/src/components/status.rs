@@ -71,10 +71,8 @@ pub async fn open(js: &async_nats::jetstream::Context, config: &Config) -> anyho
 
 /// Every live host's status.
 pub async fn read_all(store: &Store) -> anyhow::Result<Vec<HostStatus>> {
-    let mut keys = store.keys().await?;
     let mut hosts = Vec::new();
-    while let Some(key) = keys.next().await {
-        let key = key?;
+    for key in crate::kv_keys::list(store, "").await? {
         if let Some(bytes) = store.get(&key).await? {
             match serde_json::from_slice(&bytes) {
                 Ok(status) => hosts.push(status),

@@ -103,3 +103,54 @@ async fn deploy_wait_returns_only_once_every_live_host_runs_the_candidate_in_the
     }
     d.stop();
 }
+
+/// Every host's status is listed while the hosts rewrite it: `--wait` counts the live hosts
+/// from this listing, and a host missing from one read made `deploy --wait` answer "all 1 live
+/// host(s)" with two running (`Store::keys()` missed a key rewritten during the listing in
+/// about two listings of five; `dedup_host::kv_keys`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_host_is_listed_while_the_hosts_rewrite_their_status() {
+    let env = TestEnv::start().await;
+    let kv = status::open(&env.js, &dedup_host::config::Config::default())
+        .await
+        .unwrap();
+    let hosts = ["host-a", "host-b"];
+    let stop = Arc::new(AtomicBool::new(false));
+    let writers: Vec<_> = hosts
+        .iter()
+        .map(|name| {
+            let (kv, stop, name) = (kv.clone(), stop.clone(), name.to_string());
+            tokio::spawn(async move {
+                while !stop.load(Ordering::SeqCst) {
+                    let entry = status::HostStatus {
+                        instance_id: name.clone(),
+                        updated_ms: dedup_host::claim::record::now_ms(),
+                        routes: BTreeMap::new(),
+                        config_refused: None,
+                    };
+                    let bytes = serde_json::to_vec(&entry).unwrap();
+                    kv.put(&name, bytes.into()).await.unwrap();
+                }
+            })
+        })
+        .collect();
+    let mut short = BTreeMap::<Vec<String>, usize>::new();
+    for _ in 0..300 {
+        let mut listed: Vec<String> = (status::read_all(&kv).await.unwrap().into_iter())
+            .map(|h| h.instance_id)
+            .collect();
+        listed.sort();
+        if listed != hosts {
+            *short.entry(listed).or_default() += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    stop.store(true, Ordering::SeqCst);
+    for w in writers {
+        w.await.unwrap();
+    }
+    assert!(
+        short.is_empty(),
+        "listings that missed a host (listed: how many times): {short:?}"
+    );
+}
