@@ -10,7 +10,6 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use async_nats::jetstream::kv::{self, Store};
-use futures::TryStreamExt;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, watch};
 

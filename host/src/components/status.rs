@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use async_nats::jetstream::kv::{self, Store};
-use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
