@@ -115,6 +115,20 @@ async fn every_host_is_listed_while_the_hosts_rewrite_their_status() {
         .await
         .unwrap();
     let hosts = ["host-a", "host-b"];
+    let status_of = |name: &str| {
+        let entry = status::HostStatus {
+            instance_id: name.to_string(),
+            updated_ms: dedup_host::claim::record::now_ms(),
+            routes: BTreeMap::new(),
+            config_refused: None,
+        };
+        bytes::Bytes::from(serde_json::to_vec(&entry).unwrap())
+    };
+    // Both hosts are in the bucket before the first listing: on a busy machine the writers
+    // below may not have run yet when it is read.
+    for name in hosts {
+        kv.put(name, status_of(name)).await.unwrap();
+    }
     let stop = Arc::new(AtomicBool::new(false));
     let writers: Vec<_> = hosts
         .iter()
@@ -122,14 +136,7 @@ async fn every_host_is_listed_while_the_hosts_rewrite_their_status() {
             let (kv, stop, name) = (kv.clone(), stop.clone(), name.to_string());
             tokio::spawn(async move {
                 while !stop.load(Ordering::SeqCst) {
-                    let entry = status::HostStatus {
-                        instance_id: name.clone(),
-                        updated_ms: dedup_host::claim::record::now_ms(),
-                        routes: BTreeMap::new(),
-                        config_refused: None,
-                    };
-                    let bytes = serde_json::to_vec(&entry).unwrap();
-                    kv.put(&name, bytes.into()).await.unwrap();
+                    kv.put(&name, status_of(&name)).await.unwrap();
                 }
             })
         })
