@@ -67,15 +67,18 @@ impl Default for Timing {
     }
 }
 
-/// With `RUST_LOG` set, the in-process hosts' logs go to the test's output, which the test
-/// runner shows when the test fails (`RUST_LOG=dedup_host=debug cargo nextest run ...`).
+/// The in-process hosts' warnings and errors (or what `RUST_LOG` asks for:
+/// `RUST_LOG=dedup_host=debug cargo nextest run ...`) go to the test's output, which the test
+/// runner shows when the test fails: a failure seen once on a busy CI machine says why.
 fn log_to_test_output() {
-    if std::env::var_os("RUST_LOG").is_some() {
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-            .with_test_writer()
-            .try_init();
-    }
+    let filter = match std::env::var_os("RUST_LOG") {
+        Some(_) => tracing_subscriber::EnvFilter::from_default_env(),
+        None => tracing_subscriber::EnvFilter::new("dedup_host=warn,dedup_runtime=warn"),
+    };
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_test_writer()
+        .try_init();
 }
 
 /// One test's world.
