@@ -50,6 +50,14 @@ pub struct RouteContract {
     pub coalesce: bool,
     /// An exclusive route's partitions.
     pub partitions: Option<usize>,
+    /// Whether an exclusive route's messages are queued by one pinned host, many at a time,
+    /// fenced on its epoch (the copier, `dedup_delivery::copier`). A record without it was
+    /// written by a host that queues one message at a time, unfenced: such hosts must not
+    /// queue beside a copier, so a host refuses that record until `setup --change-route`
+    /// records the copier (refused while a host serves the route), and those hosts cannot
+    /// read a record with it (`deny_unknown_fields`), so they refuse the route.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub copier: bool,
 }
 
 /// A contract as stored, with who recorded it and when.
@@ -245,6 +253,7 @@ pub fn of(config: &Config, route: &RouteConfig) -> RouteContract {
         exclusive_by: route.exclusive_by.clone(),
         coalesce: route.coalesce,
         partitions: route.exclusive_by.as_ref().map(|_| route.partitions()),
+        copier: route.exclusive_by.is_some(),
     }
 }
 
@@ -256,11 +265,14 @@ pub fn differences(recorded: &RouteContract, wanted: &RouteContract) -> Vec<Stri
     ) else {
         unreachable!("a contract is an object");
     };
-    a.iter()
-        .filter(|(field, value)| b.get(*field) != Some(value))
-        .map(|(field, value)| {
-            let mine = b.get(field).cloned().unwrap_or(serde_json::Value::Null);
-            format!("{field}: recorded {value}, this config {mine}")
+    // A field left out of one (a default value skipped) differs too.
+    let fields = a.keys().chain(b.keys().filter(|f| !a.contains_key(*f)));
+    let null = serde_json::Value::Null;
+    fields
+        .filter(|field| a.get(*field) != b.get(*field))
+        .map(|field| {
+            let (recorded, mine) = (a.get(field).unwrap_or(&null), b.get(field).unwrap_or(&null));
+            format!("{field}: recorded {recorded}, this config {mine}")
         })
         .collect()
 }
@@ -520,6 +532,34 @@ mod tests {
         let eight = config("exclusive_by = { subject_token = 2 }\npartitions = 8", "");
         let d = differences(&a, &of(&eight, &eight.routes[0]));
         assert_eq!(d, ["partitions: recorded 16, this config 8"]);
+    }
+
+    #[test]
+    fn an_exclusive_record_from_before_the_copier_differs_and_names_the_change() {
+        let exclusive = config("exclusive_by = { subject_token = 2 }", "");
+        let wanted = of(&exclusive, &exclusive.routes[0]);
+        assert!(wanted.copier);
+        let mut json = serde_json::to_value(&wanted).unwrap();
+        json.as_object_mut().unwrap().remove("copier");
+        let older: RouteContract = serde_json::from_value(json).unwrap();
+        assert_eq!(
+            differences(&older, &wanted),
+            ["copier: recorded null, this config true"]
+        );
+        let record = ContractRecord {
+            contract: older,
+            recorded_by: "h1".into(),
+            recorded_ms: 0,
+            deployment: None,
+            consumer: None,
+            subjects: None,
+        };
+        let e = compare("r", &record, wanted).unwrap_err().to_string();
+        assert!(e.contains("--change-route r"), "{e}");
+        // A route that is not exclusive records no copier: its older records still agree.
+        let plain = config("", "");
+        let text = serde_json::to_string(&of(&plain, &plain.routes[0])).unwrap();
+        assert!(!text.contains("copier"), "{text}");
     }
 
     #[test]

@@ -2,11 +2,13 @@
 //! every host, in the order the messages were published. Built from JetStream primitives
 //! only (the design and its failure analysis: `docs/src/how/exclusive.md`):
 //!
-//! - the route's consumer on the source stream hands out one message at a time
-//!   (`max_ack_pending = 1`); the host that holds it copies it, in source order, onto
+//! - the route's consumer on the source stream hands its messages to one pinned host, the
+//!   route's copier ([`COPIER_GROUP`], a window of [`COPY_WINDOW`]), which copies them, each
+//!   entity's in source order, onto
 //!   `dedup.exclusive.<source stream>.<route>.<partition>.<entity>` in the work-queue stream
-//!   `<source stream>_EXCLUSIVE`, then acks it. The copy's `Nats-Msg-Id` is the source
-//!   sequence, so a copy made twice (a host died between publish and ack) is stored once;
+//!   `<source stream>_EXCLUSIVE`, and acks each once its copy is stored
+//!   ([`dedup_delivery::copier`]). The copy's `Nats-Msg-Id` is the source sequence, so a copy
+//!   made twice (a takeover copying what the last copier left) is stored once;
 //! - each partition has a durable consumer with `max_ack_pending = 1`: the server hands out
 //!   a partition's next message only once the previous one is acked or terminated, to
 //!   whichever host pulls. A nak (retry, busy claim) keeps the message pending, so the
@@ -109,9 +111,30 @@ pub async fn partition_consumer(
     })
 }
 
-/// How long the route's source consumer waits for the ack of the message being queued: the
-/// copy is one publish, so a host that holds it longer has died.
+/// How long the route's source consumer waits for the ack of a message being queued (a copy
+/// is one publish, though it may wait for its entity's previous copy or a takeover): then it
+/// is handed out again, to the pinned host.
 pub const ORDER_ACK_WAIT: Duration = Duration::from_secs(5);
+
+/// How many of the route's source messages its copier holds at once (the source consumer's
+/// `max_ack_pending`): their copies are sent without waiting for each other
+/// (`pipeline/copier.rs`).
+pub const COPY_WINDOW: i64 = 64;
+
+/// The priority group of the route's source consumer: the server hands its messages to one
+/// pinned host, the copier.
+pub const COPIER_GROUP: &str = "copier";
+
+/// How long the copier stays pinned without pulling: then another host's pull takes over.
+pub const COPIER_PIN_TTL: Duration = ORDER_ACK_WAIT;
+
+/// The subject of `route`'s copier epochs in the work queue: a host becomes the copier by
+/// writing there, and every copy it stores is fenced on its write. It is the route's subjects'
+/// stem itself, so nothing that reads the route's queued messages (`<stem>.>`: the partition
+/// consumers, a partition change, `audit`'s floor) ever sees an epoch.
+pub fn order_subject(config: &Config, route: &str) -> String {
+    route_subjects(config, route)
+}
 
 /// The headers of the queued copy: the original's, plus where it came from; its
 /// `Nats-Msg-Id` (the copy's dedup id) is `<route>.<sequence>`, the original's is kept aside.

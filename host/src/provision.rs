@@ -341,24 +341,12 @@ async fn consumer(
     queue: bool,
     dry_run: bool,
 ) -> anyhow::Result<Found> {
-    let (ack_wait, max_ack_pending) = if queue {
-        (crate::exclusive::ORDER_ACK_WAIT, 1)
-    } else {
-        (config.source.ack_wait, config.source.max_ack_pending)
-    };
+    let wanted = crate::source_consumer::Settings::wanted(config, filters.clone(), queue);
     let existing = source.consumer_info(name).await.ok();
     let same = existing.as_ref().is_some_and(|info| {
-        let c = &info.config;
-        let mut have = c.filter_subjects.clone();
-        if !c.filter_subject.is_empty() {
-            have.push(c.filter_subject.clone());
-        }
-        have == filters
-            && c.ack_wait == ack_wait
-            && c.max_deliver == config.source.server_max_deliver
-            && c.max_ack_pending == max_ack_pending
+        crate::source_consumer::Settings::of(&info.config) == wanted
             // One without an owner is adopted (updated with this deployment as its owner).
-            && crate::ownership::owner(&c.metadata).is_some()
+            && crate::ownership::owner(&info.config.metadata).is_some()
     });
     if same {
         return Ok(Found::Matches);

@@ -5,7 +5,7 @@
 //! filters, they would flip to whichever host bound last. So a host's bind creates a missing
 //! consumer with its config, but keeps an existing one's settings as the server has them
 //! (and says where they differ from its config); only what the route's contract decides is
-//! enforced (an exclusive route's queue consumer hands out one message at a time). `setup`
+//! enforced (an exclusive route's queue consumer is pinned to its copier). `setup`
 //! and `setup --apply` write the config's settings.
 
 use std::time::Duration;
@@ -38,14 +38,19 @@ pub struct Settings {
     pub max_ack_pending: i64,
     /// The subjects it delivers.
     pub filter_subjects: Vec<String>,
+    /// Whether it hands its messages to one pinned host (an exclusive route's copier).
+    pub pinned: bool,
 }
 
 impl Settings {
     /// What `config` asks of a consumer with `filter_subjects` (`queue`: it feeds an
-    /// exclusive route's queue, one message at a time).
+    /// exclusive route's queue: pinned to its copier, a window of `exclusive::COPY_WINDOW`).
     pub fn wanted(config: &Config, filter_subjects: Vec<String>, queue: bool) -> Self {
         let (ack_wait, max_ack_pending) = if queue {
-            (crate::exclusive::ORDER_ACK_WAIT, 1)
+            (
+                crate::exclusive::ORDER_ACK_WAIT,
+                crate::exclusive::COPY_WINDOW,
+            )
         } else {
             (config.source.ack_wait, config.source.max_ack_pending)
         };
@@ -54,6 +59,7 @@ impl Settings {
             max_deliver: config.source.server_max_deliver,
             max_ack_pending,
             filter_subjects,
+            pinned: queue,
         }
     }
 
@@ -68,12 +74,15 @@ impl Settings {
             max_deliver: c.max_deliver,
             max_ack_pending: c.max_ack_pending,
             filter_subjects,
+            pinned: c.priority_policy == consumer::PriorityPolicy::PinnedClient,
         }
     }
 
-    /// Whether these are an exclusive route's queue consumer's settings.
-    fn one_at_a_time(&self) -> bool {
-        self.max_ack_pending == 1 && self.ack_wait == crate::exclusive::ORDER_ACK_WAIT
+    /// Whether these are an exclusive route's queue consumer's settings (pinned to its
+    /// copier, or one at a time as before the copier).
+    fn feeds_queue(&self) -> bool {
+        self.pinned
+            || (self.max_ack_pending == 1 && self.ack_wait == crate::exclusive::ORDER_ACK_WAIT)
     }
 
     /// One `setting: server X, this config Y` for each setting that differs from `wanted`.
@@ -103,14 +112,21 @@ impl Settings {
                 self.filter_subjects, wanted.filter_subjects
             ));
         }
+        if self.pinned != wanted.pinned {
+            d.push(format!(
+                "pinned to one host: server {}, this config {}",
+                self.pinned, wanted.pinned
+            ));
+        }
         d
     }
 }
 
 /// The settings `writer` gives a consumer that has `have` (`None`: it does not exist yet)
 /// when `wanted` are the config's. A host keeps what exists, except that the contract
-/// decides whether the route is exclusive (a queue consumer is made one at a time, and a
-/// consumer left one at a time by a route no longer exclusive gets the config's values),
+/// decides whether the route is exclusive (a queue consumer is pinned to its copier, and a
+/// consumer left pinned or one at a time by a route no longer exclusive gets the config's
+/// values),
 /// and the filter is the route's subject as served: a consumer left on an old subject after
 /// a reload would leave the new subject's messages to the unrouted consumer, which finds the
 /// route and acks them without a run. Another deployment's consumer is never re-filtered
@@ -126,9 +142,10 @@ pub fn to_write(
     };
     let mut bound = have.clone();
     bound.filter_subjects = wanted.filter_subjects.clone();
-    if queue || have.one_at_a_time() {
+    if queue || have.feeds_queue() {
         bound.ack_wait = wanted.ack_wait;
         bound.max_ack_pending = wanted.max_ack_pending;
+        bound.pinned = wanted.pinned;
     }
     bound
 }
@@ -203,8 +220,8 @@ pub async fn unrouted_consumer(
 }
 
 /// Creates or updates a durable consumer of the source stream with the config's settings
-/// (`setup`). An exclusive route's (`queue`) hands out one message at a time, which the host
-/// queues per entity in order (`crate::exclusive`).
+/// (`setup`). An exclusive route's (`queue`) hands its messages to one pinned host, the
+/// copier, which queues them per entity in order (`crate::exclusive`).
 pub(crate) async fn create_consumer(
     source: &stream::Stream,
     config: &Config,
@@ -305,6 +322,19 @@ async fn write_consumer(
             filter_subjects: s.filter_subjects,
             metadata,
             deliver_policy,
+            // An exclusive route's messages go to one host at a time, its copier.
+            priority_policy: match s.pinned {
+                true => consumer::PriorityPolicy::PinnedClient,
+                false => consumer::PriorityPolicy::None,
+            },
+            priority_groups: match s.pinned {
+                true => vec![crate::exclusive::COPIER_GROUP.to_string()],
+                false => Vec::new(),
+            },
+            priority_timeout: match s.pinned {
+                true => crate::exclusive::COPIER_PIN_TTL,
+                false => Duration::ZERO,
+            },
             ..Default::default()
         })
         .await
@@ -326,6 +356,7 @@ mod tests {
             max_deliver: 100,
             max_ack_pending,
             filter_subjects: vec![filter.into()],
+            pinned: false,
         }
     }
 
@@ -349,7 +380,10 @@ mod tests {
     fn the_contract_decides_one_at_a_time_whoever_binds() {
         let order = crate::exclusive::ORDER_ACK_WAIT.as_secs();
         let have = settings(30, 1000, "in.a.*");
-        let queue = settings(order, 1, "in.a.*");
+        let queue = Settings {
+            pinned: true,
+            ..settings(order, crate::exclusive::COPY_WINDOW, "in.a.*")
+        };
         assert_eq!(to_write(Writer::Host, Some(&have), &queue, true), queue);
         // No longer exclusive (a reload): the config's values, not one at a time.
         let plain = settings(30, 1000, "in.a.*");

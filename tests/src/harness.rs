@@ -551,3 +551,40 @@ pub fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
     let body = text.split_once("\r\n\r\n")?.1.to_string();
     Some((status, body))
 }
+
+/// Stores a message whose header bytes are not UTF-8, as only a raw `HPUB` can.
+pub fn publish_unparseable(port: u16, subject: &str) {
+    let mut headers = b"NATS/1.0\r\nNats-Msg-Id: poison\r\nX-Bad: ".to_vec();
+    headers.extend_from_slice(&[0xff, 0xfe, 0xfd]);
+    headers.extend_from_slice(b"\r\n\r\n");
+    publish_raw(port, subject, &headers, b"poison");
+}
+
+/// Publishes `payload` on `subject` with the header block `headers` exactly as given (a raw
+/// `HPUB` over a plain TCP connection to the server on `port`: no client checks the block),
+/// and waits for the server's `PONG`.
+pub fn publish_raw(port: u16, subject: &str, headers: &[u8], payload: &[u8]) {
+    use std::io::{BufRead, BufReader, Write};
+    let stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    let mut line = String::new();
+    reader.read_line(&mut line).unwrap(); // INFO
+    let mut w = stream;
+    w.write_all(b"CONNECT {\"verbose\":false,\"headers\":true,\"protocol\":1}\r\n")
+        .unwrap();
+    w.write_all(
+        format!(
+            "HPUB {subject} {} {}\r\n",
+            headers.len(),
+            headers.len() + payload.len()
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    w.write_all(headers).unwrap();
+    w.write_all(payload).unwrap();
+    w.write_all(b"\r\nPING\r\n").unwrap();
+    line.clear();
+    reader.read_line(&mut line).unwrap();
+    assert!(line.starts_with("PONG"), "{line}");
+}

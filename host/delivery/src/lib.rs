@@ -54,6 +54,7 @@ pub mod claim;
 pub mod clock;
 pub mod coalesce;
 pub mod contract;
+pub mod copier;
 pub mod group;
 pub mod heartbeat;
 pub mod journal;

@@ -1,8 +1,10 @@
 //! An exclusive route's source message, queued (`exclusive_by`): the route's consumer hands
-//! out one message at a time; it is copied onto its entity's partition of the work queue and
-//! only then acked, so the queue holds each entity's messages in source order and no message
-//! is acked before its copy is stored. A copy refused for now is naked with the outage
-//! backoff; a message with no entity key, or one that can never be stored, is dead-lettered.
+//! its messages to one pinned host, the copier ([`crate::copier`]); each is copied onto its
+//! entity's partition of the work queue and only then acked, so the queue holds each entity's
+//! messages in source order and no message is acked before its copy is stored. A copy refused
+//! for now is naked with the outage backoff, one this host may not make (another host is the
+//! copier) is handed back at once; a message with no entity key, or one that can never be
+//! stored, is dead-lettered.
 //!
 //! The host runs [`queue`] over JetStream (its pipeline's `queue.rs`), the simulation over
 //! its model: the seam is [`Queueing`].
@@ -22,7 +24,15 @@ pub enum CopyRefused {
     ForGood(String),
     /// The work queue did not answer, or refused for now: queue it again later.
     Transient(String),
+    /// Another host is the route's copier: hand the message back for it, soon and without
+    /// counting an outage (a long nak would hold the consumer's ack floor back).
+    NotCopier(String),
 }
+
+/// How long a delivery this host may not copy waits before the server hands it out again
+/// (to the pinned copier): short, not zero, so that hosts disagreeing about the pin for a
+/// moment do not spend the message's deliveries in a loop.
+pub const HANDED_BACK: Duration = Duration::from_millis(500);
 
 /// One delivery of an exclusive route's source consumer, with the I/O queueing it needs.
 pub trait Queueing: Sync {
@@ -33,8 +43,8 @@ pub trait Queueing: Sync {
     /// source sequence, so a redelivery queued again is dropped).
     fn copy(&self, entity: &str) -> impl Future<Output = Result<(), CopyRefused>> + Send;
 
-    /// Hands the delivery back to the server (an ack is plain: the route's next message waits
-    /// for it, and a lost one only means a redelivery, queued again and dropped).
+    /// Hands the delivery back to the server (an ack is plain: a lost one only means a
+    /// redelivery, queued again and dropped).
     fn settle(&self, how: Settlement) -> impl Future<Output = ()> + Send;
 
     /// Counts how the delivery ended; an [`MessageOutcome::Error`] lengthens the outage
@@ -79,6 +89,7 @@ pub async fn queue<Q: Queueing>(q: &Q) {
             q.count(MessageOutcome::Error);
             q.settle(Settlement::Nak(q.outage_delay())).await
         }
+        Err(CopyRefused::NotCopier(_)) => q.settle(Settlement::Nak(HANDED_BACK)).await,
     }
 }
 
@@ -152,6 +163,13 @@ mod tests {
         let q = Fake::new(Err(CopyRefused::Transient("no answer".into())));
         queue(&q).await;
         assert_eq!(q.lines(), ["copy e1", "count Error", "settle Nak(5s)"]);
+    }
+
+    #[tokio::test]
+    async fn a_copy_another_host_must_make_is_handed_back_soon_and_counts_no_outage() {
+        let q = Fake::new(Err(CopyRefused::NotCopier("pinned elsewhere".into())));
+        queue(&q).await;
+        assert_eq!(q.lines(), ["copy e1", "settle Nak(500ms)"]);
     }
 
     #[tokio::test]

@@ -158,6 +158,9 @@ fixes! {
     /// A host letters a given-up message of a route it does not serve, its config differing from the route's contract (a change not applied yet, hosts of mixed configs), under its own config's key, claim mode and effects.
     /// (`pipeline/undeliverable.rs`; no seed: the simulation's hosts share one config. Its test is `letter_where_served`.)
     LetterWhereServed = "letter-where-served",
+    // The copier of an exclusive route (issue 44).
+    /// 44: a copier's takeover copies nothing the last copier left (its ack floor to its last delivery) before its own deliveries.
+    CopierRange = "copier-range",
 }
 
 /// Unset: [`ENV`] not read yet.

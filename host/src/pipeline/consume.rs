@@ -92,8 +92,10 @@ pub(super) async fn consume<S: ClaimStore>(
     mut stopped: watch::Receiver<bool>,
 ) {
     let in_flight = match (&route, role) {
-        // The server hands these out one at a time anyway.
-        (_, Role::Queue | Role::Partition(_)) => 1,
+        // The server hands a partition's messages out one at a time anyway.
+        (_, Role::Partition(_)) => 1,
+        // The copier's window (`exclusive::COPY_WINDOW`).
+        (_, Role::Queue) => crate::exclusive::COPY_WINDOW as usize,
         (Some(r), Role::Process) => r.max_in_flight,
         (None, Role::Process) => shared.config.host.max_in_flight,
     };
@@ -101,12 +103,23 @@ pub(super) async fn consume<S: ClaimStore>(
     // which delivers the next message on it as soon as the previous one is acked (a request
     // for one, renewed after each message, stalled until it expired).
     let batch = match role {
-        Role::Queue | Role::Partition(_) => ONE_AT_A_TIME_BATCH,
-        Role::Process => in_flight,
+        Role::Partition(_) => ONE_AT_A_TIME_BATCH,
+        Role::Queue | Role::Process => in_flight,
     };
-    let one_at_a_time = matches!(role, Role::Queue | Role::Partition(_));
+    let one_at_a_time = matches!(role, Role::Partition(_));
+    // An exclusive route's source consumer hands its messages to one pinned host, its copier.
+    let group = (role == Role::Queue).then_some(crate::exclusive::COPIER_GROUP);
+    let copier = Arc::new(dedup_delivery::copier::Copier::default());
     let name = route.as_ref().map_or("(unrouted)", |r| r.name.as_str());
-    let permits = Arc::new(Semaphore::new(in_flight));
+    // The copier's pull must not wait for a permit: the server renews its pin only while it
+    // pulls (`exclusive::COPIER_PIN_TTL`), and copies stalled behind a takeover would lose it.
+    // The consumer's window bounds its deliveries, so its permits are never the bound (twice
+    // the window: a delivery handed out again while its first copy still runs).
+    let permits_total = match role {
+        Role::Queue => in_flight * 2,
+        _ => in_flight,
+    };
+    let permits = Arc::new(Semaphore::new(permits_total));
     let mut serving = route.as_ref().map(|r| r.subscribe());
     let metrics = route.as_ref().map(|r| r.metrics.clone());
     let bound = |b: bool| {
@@ -138,7 +151,7 @@ pub(super) async fn consume<S: ClaimStore>(
                 }
             }
         }
-        let mut messages = match pull(&consumer, batch).await {
+        let mut messages = match pull(&consumer, batch, group).await {
             Ok(m) => {
                 bound(true);
                 m
@@ -206,15 +219,29 @@ pub(super) async fn consume<S: ClaimStore>(
                             }
                         }
                     };
+                    // Its place among its entity's copies, taken in the order handed out.
+                    let turn = match (role, &route) {
+                        (Role::Queue, Some(r)) => {
+                            let entity = r.exclusive.as_ref().and_then(|e| {
+                                let (s, h, p) =
+                                    (&message.subject, message.headers.as_ref(), &message.payload);
+                                super::copier::entity_of(e, s, h, p).ok()
+                            });
+                            Some(copier.turn(entity.as_deref()))
+                        }
+                        _ => None,
+                    };
                     let shared = shared.clone();
                     let route = route.clone();
+                    let copier = copier.clone();
                     // A message's work is a future of about 12 KiB: boxed once here, the task
                     // `spawn` moves through its layers stays small (the copies were 7 % of
                     // the I/O threads' samples in a profile of the pipeline benchmark).
                     tokio::spawn(async move {
                         match (role, route) {
                             (Role::Queue, Some(route)) => {
-                                Box::pin(shared.queue(message, &route)).await
+                                let turn = turn.expect("a queued message's turn");
+                                Box::pin(shared.queue(message, &route, &copier, turn)).await
                             }
                             (_, route) => Box::pin(shared.process(message, route)).await,
                         }
@@ -257,7 +284,7 @@ pub(super) async fn consume<S: ClaimStore>(
     }
     // Graceful shutdown: no new messages; wait for the in-flight ones within the bound.
     let grace = shared.config.host.shutdown_grace;
-    let all = u32::try_from(in_flight).unwrap_or(u32::MAX);
+    let all = u32::try_from(permits_total).unwrap_or(u32::MAX);
     if tokio::time::timeout(grace, permits.acquire_many(all))
         .await
         .is_err()
@@ -270,14 +297,17 @@ pub(super) async fn consume<S: ClaimStore>(
 async fn pull(
     consumer: &PullConsumer,
     batch: usize,
+    group: Option<&str>,
 ) -> Result<Messages, async_nats::jetstream::consumer::StreamError> {
-    consumer
+    let mut stream = consumer
         .stream()
         .max_messages_per_batch(batch)
         .expires(PULL_EXPIRES)
-        .heartbeat(PULL_HEARTBEAT)
-        .messages()
-        .await
+        .heartbeat(PULL_HEARTBEAT);
+    if let Some(group) = group {
+        stream = stream.group(group);
+    }
+    stream.messages().await
 }
 
 /// How long the pull must stay quiet at shutdown before it is dropped: a pull request the

@@ -27,6 +27,7 @@ mod after;
 mod ahead;
 mod coalesce;
 mod consume;
+mod copier;
 mod delays;
 mod delivering;
 pub mod effects;
@@ -40,6 +41,7 @@ pub mod replayed;
 mod reset;
 mod settle;
 mod settling;
+mod stored;
 mod undeliverable;
 mod unreadable;
 
@@ -125,7 +127,8 @@ impl<S: ClaimStore> Shared<S> {
 pub(crate) enum Role {
     /// Runs each message (a route's consumer, or the one for unrouted subjects).
     Process,
-    /// Queues an exclusive route's messages per entity, one at a time, in source order.
+    /// Queues an exclusive route's messages per entity, in source order (one host, the
+    /// route's copier, many at a time).
     Queue,
     /// Runs the messages of one partition of an exclusive route's queue.
     Partition(usize),

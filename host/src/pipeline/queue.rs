@@ -1,24 +1,27 @@
 //! An exclusive route's source messages, queued per entity (`crate::exclusive`): the route's
-//! consumer hands out one message at a time; it is copied onto its entity's partition of the
-//! work queue and only then acked, so the queue holds each route's messages in source order.
-//! The order and what a refused copy does are the delivery crate's ([`queue::queue`], under
-//! the stranded-message marker of [`marker::around`]); here its adapters over JetStream.
+//! consumer hands them to one pinned host, the copier, which copies each onto its entity's
+//! partition of the work queue (after the entity's previous copy, under its epoch:
+//! [`dedup_delivery::copier`]) and only then acks it, so the queue holds each entity's
+//! messages in source order. The order and what a refused copy does are the delivery crate's
+//! ([`queue::queue`], under the stranded-message marker of [`marker::around`]); here its
+//! adapters over JetStream.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_nats::jetstream::context::PublishErrorKind;
 use async_nats::jetstream::{self, AckKind};
 use dedup_delivery::marker;
 use dedup_delivery::queue::{self, CopyRefused, Queueing};
 use dedup_delivery::settle::Settlement;
 
+use dedup_delivery::copier::{Copier, CopyError, Turn};
+
+use super::copier::JsCopier;
 use super::delays::{outage_retry, INFRA_RETRY_MAX};
 use super::marked::Marked;
 use super::message::{position, Delivery, Position};
 use super::Shared;
 use crate::claim::ClaimStore;
-use crate::exclusive;
 use crate::idempotency;
 use crate::metrics::MessageOutcome;
 use crate::routes::{Exclusive, Route};
@@ -27,7 +30,13 @@ use crate::stranded::{self, Marker, Origin};
 impl<S: ClaimStore> Shared<S> {
     /// Queues one message of an exclusive route, then acks it. A message without an entity
     /// key, or too big to queue, is dead-lettered.
-    pub(super) async fn queue(&self, message: jetstream::Message, route: &Arc<Route>) {
+    pub(super) async fn queue(
+        &self,
+        message: jetstream::Message,
+        route: &Arc<Route>,
+        copier: &Copier,
+        turn: Turn,
+    ) {
         let Some(exclusive) = &route.exclusive else {
             tracing::error!(
                 route = route.name,
@@ -64,13 +73,23 @@ impl<S: ClaimStore> Shared<S> {
                 ended: &d.ended,
             }
         });
-        marker::around(marked.as_ref(), self.queue_delivery(&d, route, exclusive)).await
+        let queued = self.queue_delivery(&d, route, exclusive, copier, &turn);
+        marker::around(marked.as_ref(), queued).await
     }
 
     /// Copies one delivery of an exclusive route onto its entity's partition, then acks it
     /// ([`queue::queue`]).
-    async fn queue_delivery(&self, d: &Delivery, route: &Arc<Route>, exclusive: &Exclusive) {
-        if self.dead_letter_unreadable(d, &route.name).await {
+    async fn queue_delivery(
+        &self,
+        d: &Delivery,
+        route: &Arc<Route>,
+        exclusive: &Exclusive,
+        copier: &Copier,
+        turn: &Turn,
+    ) {
+        if self.dead_letter_unreadable(d, &route.name).await
+            || self.dead_letter_pin_mangled(d, &route.name).await
+        {
             return;
         }
         let q = Queued {
@@ -78,6 +97,8 @@ impl<S: ClaimStore> Shared<S> {
             d,
             route,
             exclusive,
+            copier,
+            turn,
         };
         queue::queue(&q).await
     }
@@ -89,6 +110,8 @@ struct Queued<'a, S: ClaimStore> {
     d: &'a Delivery,
     route: &'a Route,
     exclusive: &'a Exclusive,
+    copier: &'a Copier,
+    turn: &'a Turn,
 }
 
 impl<S: ClaimStore> Queueing for Queued<'_, S> {
@@ -103,44 +126,47 @@ impl<S: ClaimStore> Queueing for Queued<'_, S> {
         .map_err(|missing| missing.to_string())
     }
 
-    /// Published with the origin headers the partition's consumer reads back.
-    async fn copy(&self, entity: &str) -> Result<(), CopyRefused> {
-        let (d, route) = (self.d, self.route);
-        let config = &self.shared.config;
-        let subject =
-            exclusive::work_subject(config, &route.name, self.exclusive.partitions, entity);
-        let headers = exclusive::queued_headers(
-            d.message.headers.as_ref(),
-            &route.name,
-            &d.message.subject,
-            d.sequence,
-        );
-        let stored = async {
-            (self.shared.js)
-                .publish_with_headers(subject, headers, d.message.payload.clone())
-                .await?
-                .await
-        }
-        .await;
-        match stored {
-            Ok(_) => {
+    /// Published by this host's copier, after its entity's previous copy, under its epoch
+    /// ([`dedup_delivery::copier`]), with the origin headers the partition's consumer reads
+    /// back.
+    async fn copy(&self, _entity: &str) -> Result<(), CopyRefused> {
+        let (d, route, shared) = (self.d, self.route, self.shared);
+        let io = JsCopier {
+            js: &shared.js,
+            config: &shared.config,
+            route,
+            exclusive: self.exclusive,
+        };
+        let m = &d.message;
+        let copy = |epoch| {
+            let payload = m.payload.clone();
+            io.copy(epoch, d.sequence, &m.subject, m.headers.as_ref(), payload)
+        };
+        // The server's pin id is the last `Nats-Pin-Id` (a producer's own comes first).
+        let pin = (m.headers.as_ref()).and_then(|h| h.get_last(async_nats::header::NATS_PIN_ID));
+        let handed = (d.sequence, pin.map(|p| p.as_str()));
+        match self.copier.copy(&io, self.turn, handed, copy).await {
+            Ok(()) => {
                 tracing::debug!(route = route.name, sequence = d.sequence, "queued");
                 Ok(())
             }
-            Err(e) if e.kind() == PublishErrorKind::MaxPayloadExceeded => {
-                Err(CopyRefused::ForGood(format!(
-                    "too big to queue for exclusive route `{}`: {e}",
-                    route.name
-                )))
-            }
-            Err(e) => {
+            Err(CopyError::ForGood(reason)) => Err(CopyRefused::ForGood(reason)),
+            Err(CopyError::Transient(e)) => {
                 let sequence = d.sequence;
                 tracing::warn!(
                     route = route.name,
                     sequence,
                     "cannot queue, will retry: {e}"
                 );
-                Err(CopyRefused::Transient(e.to_string()))
+                Err(CopyRefused::Transient(e))
+            }
+            Err(CopyError::NotCopier(e)) => {
+                tracing::debug!(
+                    route = route.name,
+                    sequence = d.sequence,
+                    "handed back: {e}"
+                );
+                Err(CopyRefused::NotCopier(e))
             }
         }
     }
@@ -165,8 +191,13 @@ impl<S: ClaimStore> Queueing for Queued<'_, S> {
         self.route.metrics.outcome(outcome);
     }
 
+    /// The outage backoff, at most a quarter of the queue's duplicate window: a message naked
+    /// longer holds the source consumer's ack floor back that long, and a takeover copies
+    /// everything above the floor again, storing twice what was acked before the window.
     fn outage_delay(&self) -> Duration {
-        outage_retry(&self.route.metrics, self.d.delivered)
+        let window = self.shared.config.source.duplicate_window;
+        let cap = (window / 4).max(Duration::from_secs(1));
+        outage_retry(&self.route.metrics, self.d.delivered).min(cap)
     }
 
     async fn dead_letter(&self, reason: &str) {

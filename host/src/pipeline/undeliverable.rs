@@ -22,7 +22,6 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use async_nats::{HeaderMap, HeaderName, HeaderValue, Message, Subject};
-use base64::Engine as _;
 use dedup_delivery::revert::{reverted, Fix};
 use dedup_delivery::undeliverable::{self as given_up, GivenUp};
 use futures::StreamExt;
@@ -53,40 +52,11 @@ struct Advisory {
     deliveries: u64,
 }
 
-/// The answer of the `STREAM.MSG.GET` API: the message, or why not.
-#[derive(Debug, Deserialize)]
-struct Stored {
-    #[serde(default)]
-    message: Option<StoredMessage>,
-    #[serde(default)]
-    error: Option<ApiError>,
-}
-
-#[derive(Debug, Deserialize)]
-struct ApiError {
-    #[serde(default)]
-    err_code: u64,
-    #[serde(default)]
-    description: String,
-}
-
 /// A given-up message of a route this host does not serve (its config differs from the
 /// route's contract on the server): a host that serves the route letters it.
 #[derive(Debug, thiserror::Error)]
 #[error("route `{0}` is not served here under its contract (this host's config differs from it, or was not checked against it yet): a host that serves it dead-letters this message")]
 struct NotServedHere(String);
-
-/// `no message found`, `stream not found`: nothing is left to dead-letter.
-const GONE: [u64; 2] = [10037, 10059];
-
-#[derive(Debug, Deserialize)]
-struct StoredMessage {
-    subject: String,
-    #[serde(default)]
-    hdrs: Option<String>,
-    #[serde(default)]
-    data: Option<String>,
-}
 
 /// Handles advisories until `stopped`.
 pub(super) async fn run<S: ClaimStore>(
@@ -366,52 +336,34 @@ async fn fetch(
     stream: &str,
     sequence: u64,
 ) -> anyhow::Result<Option<Message>> {
-    let api = format!("$JS.API.STREAM.MSG.GET.{stream}");
-    let body = serde_json::json!({ "seq": sequence }).to_string();
-    let reply = client.request(api, body.into()).await?;
-    let stored: Stored = serde_json::from_slice(&reply.payload)
-        .map_err(|e| anyhow::anyhow!("message {sequence} not readable from `{stream}`: {e}"))?;
-    match (stored.message, stored.error) {
-        (Some(m), _) => decode(m).map(Some),
-        (None, Some(e)) if GONE.contains(&e.err_code) => Ok(None),
-        (None, e) => {
-            let why = e.map_or_else(|| "an empty answer".to_string(), |e| e.description);
-            anyhow::bail!("message {sequence} not readable from `{stream}`: {why}")
-        }
-    }
+    Ok(super::stored::by_sequence(client, stream, sequence)
+        .await?
+        .map(decode))
 }
 
 /// The stored message with its headers cleaned: each line that parses as `name: value` is
 /// kept (invalid UTF-8 replaced, control characters dropped), everything else is dropped.
-fn decode(stored: StoredMessage) -> anyhow::Result<Message> {
-    let b64 = base64::engine::general_purpose::STANDARD;
-    let payload = match stored.data {
-        Some(data) => b64.decode(data)?,
-        None => Vec::new(),
-    };
-    let headers = match stored.hdrs {
-        Some(hdrs) => {
-            let raw = b64.decode(hdrs)?;
-            let text = String::from_utf8_lossy(&raw);
-            let mut headers = HeaderMap::new();
-            for line in text.lines().skip(1) {
-                let Some((name, value)) = line.split_once(':') else {
-                    continue;
-                };
-                let value: String = value.trim().chars().filter(|c| !c.is_control()).collect();
-                if let (Ok(name), Ok(value)) = (
-                    HeaderName::from_str(name.trim()),
-                    HeaderValue::from_str(&value),
-                ) {
-                    headers.append(name, value);
-                }
+fn decode(stored: super::stored::Stored) -> Message {
+    let payload = stored.payload;
+    let headers = stored.headers.map(|raw| {
+        let text = String::from_utf8_lossy(&raw);
+        let mut headers = HeaderMap::new();
+        for line in text.lines().skip(1) {
+            let Some((name, value)) = line.split_once(':') else {
+                continue;
+            };
+            let value: String = value.trim().chars().filter(|c| !c.is_control()).collect();
+            if let (Ok(name), Ok(value)) = (
+                HeaderName::from_str(name.trim()),
+                HeaderValue::from_str(&value),
+            ) {
+                headers.append(name, value);
             }
-            Some(headers)
         }
-        None => None,
-    };
+        headers
+    });
     let length = payload.len();
-    Ok(Message {
+    Message {
         subject: Subject::from(stored.subject),
         reply: None,
         payload: payload.into(),
@@ -420,5 +372,5 @@ fn decode(stored: StoredMessage) -> anyhow::Result<Message> {
         description: None,
         length,
         raw_headers: None,
-    })
+    }
 }

@@ -104,6 +104,16 @@ pub struct Streams {
     /// The source consumer's generation: a rename deletes it and creates another
     /// (`history`), and what a host sends to the deleted one is lost.
     pub source_generation: u32,
+    /// The sequence of the last copier epoch on the route's order subject (0: none).
+    pub epoch: u64,
+    /// The host the source consumer is pinned to (an exclusive route's copier), and when it
+    /// last pulled.
+    pub pin: Option<(usize, u64)>,
+}
+
+/// The pin id the server gives host `i` (`Nats-Pin-Id`).
+pub fn pin_id(i: usize) -> String {
+    format!("h{i}")
 }
 
 impl Streams {
@@ -122,6 +132,7 @@ impl Streams {
                 max_deliver: server_max_deliver as i64,
                 max_ack_pending: if exclusive { 1 } else { i64::MAX },
                 filter_subjects: Vec::new(),
+                pinned: false,
             },
             source: Vec::new(),
             queue: Vec::new(),
@@ -131,6 +142,8 @@ impl Streams {
             markers: BTreeMap::new(),
             leaderless: Vec::new(),
             source_generation: 0,
+            epoch: 0,
+            pin: None,
         };
         for (key, entity, at) in published {
             streams.publish(key, entity, *at, 0);
@@ -211,11 +224,20 @@ impl Streams {
 
     /// Hands out what the consumers deliver at `now`. Queued messages of partition `p` go out
     /// only if `pulled(p)`: some running host pulls that partition.
-    pub fn due(&mut self, now: u64, pulled: impl Fn(usize) -> bool) -> Vec<Offer> {
+    /// Source messages go out only if `source_pulled`: a host may take them (the pinned one,
+    /// for a consumer pinned to one host).
+    pub fn due(
+        &mut self,
+        now: u64,
+        source_pulled: bool,
+        pulled: impl Fn(usize) -> bool,
+    ) -> Vec<Offer> {
         let mut offers = Vec::new();
         let source = &self.source_consumer;
         let (pending, bound) = (source.max_ack_pending, source.max_deliver as u64);
-        self.offer(Lane::Source, now, |_| Some(0), pending, bound, &mut offers);
+        if source_pulled {
+            self.offer(Lane::Source, now, |_| Some(0), pending, bound, &mut offers);
+        }
         let bound = self.server_max_deliver;
         self.offer(Lane::Queue, now, |m| m.partition, 1, bound, &mut offers);
         offers.retain(|o| o.message.partition.is_none_or(&pulled));
@@ -278,6 +300,25 @@ impl Streams {
         for sequence in exhausted {
             self.lane_mut(lane)[sequence as usize - 1].delivery = Delivery::Exhausted;
             self.advisories.push((lane, sequence));
+        }
+    }
+
+    /// The source consumer's ack floor (every message up to it acked or given up on, as the
+    /// server moves it), the last source sequence it delivered and its pinned host's pin id.
+    pub fn source_window(&self) -> dedup_delivery::copier::Window {
+        let floor = (self.source.iter())
+            .take_while(|m| matches!(m.delivery, Delivery::Done | Delivery::Exhausted))
+            .count() as u64;
+        let delivered = (self.source.iter())
+            .filter(|m| m.deliveries > 0)
+            .map(|m| m.sequence)
+            .max()
+            .unwrap_or(0);
+        let pinned = self.source_consumer.pinned.then_some(self.pin).flatten();
+        dedup_delivery::copier::Window {
+            floor,
+            delivered,
+            pinned: pinned.map(|(i, _)| pin_id(i)),
         }
     }
 

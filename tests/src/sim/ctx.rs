@@ -40,6 +40,9 @@ pub struct Ctx {
     outages: OutageStreak,
     /// Its fenced commits' committers ([`SimGroup`]).
     pub(super) group: SimGroup,
+    /// The exclusive route's copier of this host generation ([`dedup_delivery::copier`]):
+    /// its epoch and its chains of copies per entity, lost with the process.
+    pub(super) copier: dedup_delivery::copier::Copier,
 }
 
 /// One delivery being settled.
@@ -135,6 +138,7 @@ impl Ctx {
             route,
             outages: OutageStreak::new(),
             group: SimGroup::new(world, host),
+            copier: Default::default(),
         })
     }
 

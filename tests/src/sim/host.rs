@@ -182,6 +182,9 @@ pub struct Hosts {
     change: change::Change,
 }
 
+/// How long the copier stays pinned without pulling (`exclusive::COPIER_PIN_TTL`), in ms.
+const PIN_TTL_MS: u64 = dedup_host::exclusive::COPIER_PIN_TTL.as_millis() as u64;
+
 impl Hosts {
     /// `configs.len()` hosts sharing `world`; host 0 reloads a changed config at `reload_at`.
     pub fn new(
@@ -465,9 +468,34 @@ impl Hosts {
         if serving.is_empty() {
             return;
         }
+        // A source consumer pinned to one host (an exclusive route's copier) hands its messages
+        // to that host only; the pin moves once the pinned host has not pulled for the pin's
+        // time to live (`exclusive::COPIER_PIN_TTL`).
+        let pinned_consumer = self
+            .world
+            .lock()
+            .expect("one thread")
+            .streams
+            .source_consumer
+            .pinned;
+        let pin = self.world.lock().expect("one thread").streams.pin;
+        let pinned = match (pinned_consumer, pin) {
+            (false, _) => None,
+            (true, Some((p, _))) if serving.iter().any(|(i, _)| *i == p) => Some(p),
+            (true, Some((_, seen))) if now < seen + PIN_TTL_MS => None,
+            (true, _) => Some(serving[self.rng.range(0, serving.len() as u64 - 1) as usize].0),
+        };
+        if let Some(p) = pinned {
+            if pin.is_none_or(|(was, _)| was != p) {
+                log(&self.world, || format!("the source consumer pins h{p}"));
+            }
+            self.world.lock().expect("one thread").streams.pin = Some((p, now));
+        }
         let offers = {
             let mut w = self.world.lock().expect("one thread");
-            w.streams.due(now, |p| serving.iter().any(|(_, n)| p < *n))
+            let source = !pinned_consumer || pinned.is_some();
+            w.streams
+                .due(now, source, |p| serving.iter().any(|(_, n)| p < *n))
         };
         for offer in offers {
             let pulling: Vec<usize> = serving
@@ -475,8 +503,18 @@ impl Hosts {
                 .filter(|(_, n)| offer.message.partition.is_none_or(|p| p < *n))
                 .map(|(i, _)| *i)
                 .collect();
-            let i = pulling[self.rng.range(0, pulling.len() as u64 - 1) as usize];
+            let i = match (offer.lane, pinned) {
+                (Lane::Source, Some(p)) => p,
+                _ => pulling[self.rng.range(0, pulling.len() as u64 - 1) as usize],
+            };
             let host = &mut self.hosts[i];
+            // Its place among its entity's copies, taken in the order handed out.
+            // Its place among its entity's copies, taken in the order handed out, and the pin
+            // it was handed out under.
+            let turn = (offer.lane == Lane::Source && self.settings.mode.exclusive).then(|| {
+                let pin = pinned.map(super::consumer::pin_id);
+                (host.ctx.copier.turn(Some(&offer.message.entity)), pin)
+            });
             log(&self.world, || {
                 format!(
                     "deliver {:?} {}#{} ({}, {}) to h{i}",
@@ -501,7 +539,7 @@ impl Hosts {
                 key,
                 Box::pin(async move {
                     let buffered = wait.map(Duration::from_millis);
-                    ctx.handle(offer, served, buffered).await
+                    ctx.handle(offer, served, buffered, turn).await
                 }),
             ));
         }

@@ -13,6 +13,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use dedup_delivery::clock::Clock;
+use dedup_delivery::copier::Turn;
 use dedup_delivery::outcome::MessageOutcome;
 use dedup_delivery::{after, ahead, before, marker, queue};
 use dedup_host::claim::{record, ClaimState, Claimer, Lease};
@@ -30,7 +31,14 @@ use super::store::SimStore;
 impl Ctx {
     /// Settles `offer` with the route as `served` describes it, once it waited `buffered` in
     /// the host (behind the partition's permit), if it did.
-    pub async fn handle(&self, offer: Offer, served: Served, buffered: Option<Duration>) {
+    /// An exclusive route's source delivery comes with its `turn` among its entity's copies.
+    pub async fn handle(
+        &self,
+        offer: Offer,
+        served: Served,
+        buffered: Option<Duration>,
+        turn: Option<(Turn, Option<String>)>,
+    ) {
         // The host marks a last delivery as it arrives, before it waits for its turn
         // ([`marker::received`]); its work's marker follows.
         let last = stranded::last_delivery(offer.number, self.settings.server_max_deliver as i64);
@@ -65,13 +73,15 @@ impl Ctx {
         // The host's marker around a last delivery ([`marker::around`]).
         let marked = SimMarker { ctx: self, at: &at };
         let work = async {
-            if queues {
+            if let (true, Some((turn, pin))) = (queues, &turn) {
                 let source = offer.message.source;
                 return queue::queue(&SimQueue {
                     ctx: self,
                     at: &at,
                     source,
                     served: &served,
+                    turn,
+                    pin: pin.as_deref(),
                 })
                 .await;
             }

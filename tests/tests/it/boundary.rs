@@ -10,7 +10,7 @@ use dedup_host::claim::ClaimState;
 use dedup_host::pipeline::effects::headers;
 use dedup_host_tests::guests::host_binary;
 use dedup_host_tests::harness::{
-    wait_for, TestEnv, Timing, DEAD, DEAD_SUBJECT, OUTPUTS, UPPER_ROUTE,
+    publish_unparseable, wait_for, TestEnv, Timing, DEAD, DEAD_SUBJECT, OUTPUTS, UPPER_ROUTE,
 };
 
 const ROUTES: &str = r#"
@@ -237,37 +237,6 @@ async fn publish_refuses_a_bad_header_with_a_clear_error() {
         "an error, not a panic (101): {stderr}"
     );
     assert!(stderr.contains("Bad Name"), "{stderr}");
-}
-
-/// Stores a message whose header bytes are not UTF-8, as only a raw `HPUB` can.
-fn publish_unparseable(port: u16, subject: &str) {
-    use std::io::{BufRead, BufReader, Write};
-    let stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    let mut reader = BufReader::new(stream.try_clone().unwrap());
-    let mut line = String::new();
-    reader.read_line(&mut line).unwrap(); // INFO
-    let mut headers = b"NATS/1.0\r\nNats-Msg-Id: poison\r\nX-Bad: ".to_vec();
-    headers.extend_from_slice(&[0xff, 0xfe, 0xfd]);
-    headers.extend_from_slice(b"\r\n\r\n");
-    let payload = b"poison";
-    let mut w = stream;
-    w.write_all(b"CONNECT {\"verbose\":false,\"headers\":true,\"protocol\":1}\r\n")
-        .unwrap();
-    w.write_all(
-        format!(
-            "HPUB {subject} {} {}\r\n",
-            headers.len(),
-            headers.len() + payload.len()
-        )
-        .as_bytes(),
-    )
-    .unwrap();
-    w.write_all(&headers).unwrap();
-    w.write_all(payload).unwrap();
-    w.write_all(b"\r\nPING\r\n").unwrap();
-    line.clear();
-    reader.read_line(&mut line).unwrap();
-    assert!(line.starts_with("PONG"), "{line}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -455,3 +455,72 @@ async fn probe_runs(env: &TestEnv) -> Vec<(String, u64, u64, u64)> {
         })
         .collect()
 }
+
+/// An exclusive route recorded by hosts from before the copier (issue 44): they queue one
+/// message at a time, unfenced, and must not queue beside a copier. A host of this version
+/// refuses the route, naming the field and the change; its messages wait. Once no host serves
+/// the route, `setup --change-route` records the copier (a record those hosts cannot read, so
+/// they refuse the route), and the host serves every waiting message once, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exclusive_route_recorded_before_the_copier_is_served_once_its_contract_is_changed() {
+    let env = TestEnv::start().await;
+    let timing = Timing::default();
+    let routes = exclusive("");
+    let config = env.config(&timing, &routes);
+    let route = &config.routes[0];
+    let mut older = ContractRecord::new(contract::of(&config, route), "older", &config, route);
+    older.contract.copier = false;
+    let store = contract::open(&env.js, &config).await.unwrap();
+    let bytes = serde_json::to_vec(&older).unwrap();
+    store.put("ex", bytes.into()).await.unwrap();
+    assert!(
+        !String::from_utf8(store.get("ex").await.unwrap().unwrap().to_vec())
+            .unwrap()
+            .contains("copier")
+    );
+
+    let host = env.host(&timing, &routes, "new").await;
+    let why = wait_for(Duration::from_secs(20), "the route refused", || async {
+        refusals(&env, &config, "ex").await.remove("new").flatten()
+    })
+    .await;
+    assert!(
+        why.contains("copier: recorded null, this config true")
+            && why.contains("--change-route ex"),
+        "{why}"
+    );
+    for i in 0..30 {
+        let subject = format!("in.ex.e{}", i % 3);
+        env.publish(&subject, &format!("k{i}"), &[], "probe:5")
+            .await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        env.claim("ex", "k0").await.is_none(),
+        "the refused route ran"
+    );
+
+    let path = env.path("change.toml");
+    std::fs::write(&path, env.config_text(&timing, &routes)).unwrap();
+    let (changed, text) = cli(&["setup", "--change-route", "ex", "--json"], &path);
+    assert!(changed && text.contains("copier"), "{text}");
+    assert!(recorded(&env, &config, "ex").await.contract.copier);
+    let keys: Vec<String> = (0..30).map(|i| format!("k{i}")).collect();
+    let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+    env.wait_completed("ex", &keys, Duration::from_secs(60))
+        .await;
+    // One output per key, each entity's in publish order.
+    let mut seen = BTreeMap::<String, Vec<u64>>::new();
+    for m in env.messages(OUTPUTS).await {
+        let v: serde_json::Value = serde_json::from_slice(&m.payload).unwrap();
+        let entity = v["subject"].as_str().unwrap().rsplit('.').next().unwrap();
+        seen.entry(entity.into())
+            .or_default()
+            .push(v["sequence"].as_u64().unwrap());
+    }
+    assert_eq!(seen.values().map(Vec::len).sum::<usize>(), 30, "{seen:?}");
+    for (entity, order) in &seen {
+        assert!(order.is_sorted(), "{entity}: {order:?}");
+    }
+    host.shutdown().await.unwrap();
+}

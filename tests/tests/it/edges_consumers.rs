@@ -59,7 +59,11 @@ async fn a_host_with_other_consumer_settings_serves_them_as_setup_recorded_and_r
             a.source.max_ack_pending
         )
     );
-    let queue = (ORDER_ACK_WAIT, a.source.server_max_deliver, 1);
+    let queue = (
+        ORDER_ACK_WAIT,
+        a.source.server_max_deliver,
+        dedup_host::exclusive::COPY_WINDOW,
+    );
     assert_eq!(settings(&env, "ex").await, Some(queue));
 
     // Host B, bigger and configured otherwise, binds them (a rolling restart).

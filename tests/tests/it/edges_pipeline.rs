@@ -77,13 +77,16 @@ async fn a_route_made_exclusive_by_a_reload_stays_one_at_a_time_through_a_rebind
         || route_consumer(&env, "ex"),
     )
     .await;
-    assert_eq!(bound.max_ack_pending, 1);
+    assert_eq!(bound.max_ack_pending, dedup_host::exclusive::COPY_WINDOW);
     // A deleted consumer (an operator, a re-created stream) is re-created by the loop.
     let (pending, ack_wait) = delete_and_rebound(&env, "ex").await;
     assert_eq!(
         (pending, ack_wait),
-        (1, dedup_host::exclusive::ORDER_ACK_WAIT),
-        "a re-bound exclusive route still hands out one message at a time"
+        (
+            dedup_host::exclusive::COPY_WINDOW,
+            dedup_host::exclusive::ORDER_ACK_WAIT
+        ),
+        "a re-bound exclusive route still feeds its copier"
     );
     // It still serves, in order: a message of the route runs.
     env.publish("in.ex.a", "ex-1", &[], "hello").await;

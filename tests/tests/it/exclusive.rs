@@ -9,7 +9,10 @@ use std::process::Child;
 use std::time::{Duration, Instant};
 
 use dedup_host::claim::ClaimState;
-use dedup_host_tests::harness::{wait_for, TestEnv, Timing, OUTPUTS};
+use dedup_host_tests::harness::{
+    publish_raw, publish_unparseable, signal, wait_for, TestEnv, Timing, DEAD, OUTPUTS,
+};
+use futures::StreamExt;
 
 const ENTITIES: usize = 40;
 const EVENTS: usize = 25;
@@ -57,7 +60,11 @@ async fn runs(env: &TestEnv) -> Vec<Run> {
 
 /// Publishes ENTITIES x EVENTS probes from four concurrent publishers, interleaved; the
 /// publish order of an entity is its stream order. `special` gets a payload of its own.
-async fn publish_workload(env: &TestEnv, special: Option<(&str, &str)>) -> Vec<String> {
+async fn publish_workload(
+    env: &TestEnv,
+    special: Option<(&str, &str)>,
+    pace: Option<Duration>,
+) -> Vec<String> {
     let mut keys = Vec::new();
     let mut tasks = Vec::new();
     for publisher in 0..4 {
@@ -84,6 +91,9 @@ async fn publish_workload(env: &TestEnv, special: Option<(&str, &str)>) -> Vec<S
                     .unwrap()
                     .await
                     .unwrap();
+                if let Some(pace) = pace {
+                    tokio::time::sleep(pace).await;
+                }
             }
         }));
     }
@@ -144,7 +154,22 @@ async fn wait_all(env: &TestEnv, keys: &[String], within: Duration) {
     .await;
 }
 
-async fn exclusive_workload(faults: bool) {
+/// What happens to the hosts while the workload runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fault {
+    /// Nothing.
+    None,
+    /// One host killed -9 midway, one message failing twice.
+    Kill,
+    /// Each host in turn paused (SIGSTOP) past the copier's pin and the source ack wait,
+    /// then resumed, while messages keep coming: whichever host copies the route's messages
+    /// onto its queue is paused once, another takes over, and the paused one wakes up holding
+    /// messages it had not copied yet (`pipeline/copier.rs`).
+    PauseEach,
+}
+
+async fn exclusive_workload(fault: Fault) {
+    let faults = fault == Fault::Kill;
     let env = TestEnv::start().await;
     let timing = Timing::default();
     let routes = route("");
@@ -155,8 +180,20 @@ async fn exclusive_workload(faults: bool) {
     let started = Instant::now();
     // One message of one entity fails twice before it succeeds.
     let special = faults.then_some(("e7-3", "probe:20:3"));
-    let publishing = publish_workload(&env, special);
-    let keys = if faults {
+    let pace = (fault == Fault::PauseEach).then_some(Duration::from_millis(100));
+    let publishing = publish_workload(&env, special, pace);
+    let keys = if fault == Fault::PauseEach {
+        let (keys, ()) = tokio::join!(publishing, async {
+            for host in &hosts {
+                tokio::time::sleep(Duration::from_millis(800)).await;
+                signal(host, "-STOP");
+                tokio::time::sleep(dedup_host::exclusive::COPIER_PIN_TTL + Duration::from_secs(2))
+                    .await;
+                signal(host, "-CONT");
+            }
+        });
+        keys
+    } else if faults {
         let (keys, ()) = tokio::join!(publishing, async {
             tokio::time::sleep(Duration::from_millis(800)).await;
             let mut victim = hosts.remove(0);
@@ -176,8 +213,8 @@ async fn exclusive_workload(faults: bool) {
     let (parallel, serial) = check_exclusive_and_ordered(&runs);
     assert!(parallel, "other entities ran in parallel");
     eprintln!(
-        "exclusive ({}): {} runs in {elapsed:?}; the runs add up to {serial:?} (ratio {:.2})",
-        if faults { "with faults" } else { "clean" },
+        "exclusive ({:?}): {} runs in {elapsed:?}; the runs add up to {serial:?} (ratio {:.2})",
+        fault,
         runs.len(),
         elapsed.as_secs_f64() / serial.as_secs_f64()
     );
@@ -194,12 +231,17 @@ async fn exclusive_workload(faults: bool) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_message_per_entity_at_a_time_in_publish_order_across_three_hosts() {
-    exclusive_workload(false).await;
+    exclusive_workload(Fault::None).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exclusive_and_ordered_through_a_killed_host_and_a_failing_message() {
-    exclusive_workload(true).await;
+    exclusive_workload(Fault::Kill).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exclusive_and_ordered_while_each_host_in_turn_is_paused_past_the_copiers_pin() {
+    exclusive_workload(Fault::PauseEach).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -342,11 +384,132 @@ async fn setup_provisions_the_queue_and_a_one_at_a_time_route_consumer() {
     );
     let source = env.js.get_stream("EVENTS").await.unwrap();
     let consumer = source.consumer_info("hosts-ex").await.unwrap();
-    assert_eq!(consumer.config.max_ack_pending, 1);
+    // Its copier's window, handed to one pinned host.
+    assert_eq!(
+        (
+            consumer.config.max_ack_pending,
+            consumer.config.priority_groups
+        ),
+        (
+            dedup_host::exclusive::COPY_WINDOW,
+            vec!["copier".to_string()]
+        )
+    );
     let (code, text) = run();
     assert_eq!(code, Some(0), "{text}");
     assert!(
         !text.contains("DIFFERS") && !text.contains("created"),
         "{text}"
     );
+}
+
+/// A takeover copies what the last copier left, read back from the source stream: a message
+/// there whose header block does not parse (a producer's raw `HPUB`) is left to its own
+/// delivery, which dead-letters it, and the route goes on. (Read back with async-nats's own
+/// parse, it failed every takeover whose range held it: the ack floor stayed below it and the
+/// route stopped for good.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_takeover_whose_range_holds_an_unparsable_message_goes_on() {
+    let env = TestEnv::start().await;
+    let timing = Timing::default();
+    let routes = route("");
+    let path = env.path("setup.toml");
+    std::fs::write(&path, env.config_text(&timing, &routes)).unwrap();
+    let set_up = dedup_host_tests::guests::cli(&path, &["setup"]);
+    assert_eq!(set_up.code, 0, "{}{}", set_up.stdout, set_up.stderr);
+    let mut keys = Vec::new();
+    for i in 0..6 {
+        if i == 3 {
+            publish_unparseable(env.server().port(), "in.ex.e2");
+        }
+        let key = format!("k{i}");
+        env.publish(&format!("in.ex.e{}", i % 2), &key, &[], "probe:5")
+            .await;
+        keys.push(key);
+    }
+    // A copier that took all seven and died: pulled under the group, never acked.
+    let consumer: async_nats::jetstream::consumer::PullConsumer = (env.js.get_stream("EVENTS"))
+        .await
+        .unwrap()
+        .get_consumer("hosts-ex")
+        .await
+        .unwrap();
+    let mut pulled = (consumer.stream().group("copier"))
+        .max_messages_per_batch(7)
+        .messages()
+        .await
+        .unwrap();
+    for _ in 0..7 {
+        let next = tokio::time::timeout(Duration::from_secs(10), pulled.next());
+        next.await.expect("delivered").unwrap().unwrap();
+    }
+    drop(pulled);
+
+    let host = env.host_process(&timing, &routes, "ex-0").await;
+    let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+    env.wait_completed("ex", &keys, Duration::from_secs(90))
+        .await;
+    let letter = wait_for(
+        Duration::from_secs(30),
+        "the poison's dead letter",
+        || async { env.messages(DEAD).await.pop() },
+    )
+    .await;
+    assert_eq!(&letter.payload[..], b"poison");
+    let runs = runs(&env).await;
+    assert_eq!(runs.len(), 6, "one output per key");
+    check_exclusive_and_ordered(&runs);
+    stop(host);
+}
+
+/// A producer's raw header block that does not end in an empty line: nats-server appends its
+/// pin id to each delivery to the route's copier after cutting the block's last two bytes, so
+/// the pin runs into the last header (here the message id, the route's key, which would then
+/// differ with every pin). The message is dead-lettered with a reason naming the cause and the
+/// fix, not run under a mangled key; the other messages run once each, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_header_block_the_servers_pin_runs_into_is_dead_lettered_not_run() {
+    let env = TestEnv::start().await;
+    let timing = Timing::default();
+    let routes = route("");
+    let path = env.path("setup.toml");
+    std::fs::write(&path, env.config_text(&timing, &routes)).unwrap();
+    let set_up = dedup_host_tests::guests::cli(&path, &["setup"]);
+    assert_eq!(set_up.code, 0, "{}{}", set_up.stdout, set_up.stderr);
+    let host = env.host_process(&timing, &routes, "ex-0").await;
+    let mut keys = Vec::new();
+    for i in 0..6 {
+        if i == 3 {
+            let block = b"NATS/1.0\r\nNats-Msg-Id: mangled\r\n";
+            publish_raw(env.server().port(), "in.ex.e1", block, b"probe:5");
+        }
+        let key = format!("k{i}");
+        env.publish(&format!("in.ex.e{}", i % 2), &key, &[], "probe:5")
+            .await;
+        keys.push(key);
+    }
+    let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+    env.wait_completed("ex", &keys, Duration::from_secs(90))
+        .await;
+    let letter = wait_for(
+        Duration::from_secs(30),
+        "the mangled message's dead letter",
+        || async { env.messages(DEAD).await.pop() },
+    )
+    .await;
+    let reason = (letter.headers.get("Dedup-Reason"))
+        .map(|v| v.to_string())
+        .unwrap_or_default();
+    assert!(
+        reason.contains("does not end in an empty line"),
+        "the letter says why: {reason}"
+    );
+    let runs = runs(&env).await;
+    assert_eq!(
+        runs.len(),
+        6,
+        "one output per key, none for the mangled message"
+    );
+    check_exclusive_and_ordered(&runs);
+    stop(host);
 }

@@ -69,9 +69,13 @@ async fn a_partition_waits_for_a_given_up_message_whose_paused_owner_still_holds
         .get_stream(format!("{SOURCE}_EXCLUSIVE"))
         .await
         .expect("the exclusive queue");
+    // Counted by the partition's consumer: the queue stream also holds the copier's epoch.
+    let config = env.config(&timing, ROUTE);
+    let name = dedup_host::exclusive::partition_consumer_name(&config, "ex", 0);
+    let partition: PullConsumer = queue.get_consumer(&name).await.expect("the partition");
     wait_for(Duration::from_secs(60), "both messages queued", || async {
-        let messages = queue.clone().info().await.ok().map(|i| i.state.messages)?;
-        (messages == 2).then_some(())
+        let info = partition.clone().info().await.ok()?.clone();
+        (info.num_pending + info.num_ack_pending as u64 == 2).then_some(())
     })
     .await;
     tokio::time::sleep(Duration::from_millis(300)).await; // the guest starts its run
@@ -80,11 +84,10 @@ async fn a_partition_waits_for_a_given_up_message_whose_paused_owner_still_holds
 
     // The first message's deliveries are spent (as busy copies and outage naks would spend
     // them) until the server gives up on it, with a's lease still live.
-    let config = env.config(&timing, ROUTE);
-    let name = dedup_host::exclusive::partition_consumer_name(&config, "ex", 0);
-    let partition: PullConsumer = queue.get_consumer(&name).await.expect("the partition");
     let bound = config.source.server_max_deliver as u64;
     let mut spent = 0;
+    // The first copy's queue sequence (the copier's epoch comes before it in the stream).
+    let mut first = None;
     while spent < bound {
         let mut batch = partition
             .fetch()
@@ -98,7 +101,11 @@ async fn a_partition_waits_for_a_given_up_message_whose_paused_owner_still_holds
         };
         let message = message.expect("a delivery");
         let info = message.info().expect("delivery metadata");
-        assert_eq!(info.stream_sequence, 1, "only the first message is out");
+        let sequence = *first.get_or_insert(info.stream_sequence);
+        assert_eq!(
+            info.stream_sequence, sequence,
+            "only the first message is out"
+        );
         spent = info.delivered as u64;
         message.ack_with(AckKind::Nak(None)).await.expect("nak");
     }

@@ -14,6 +14,7 @@ mod cli_behaves;
 mod cli_invoke;
 mod cli_review;
 mod cluster;
+mod coalesced_settled;
 mod compile_once;
 mod config;
 mod config_schema;

@@ -813,8 +813,8 @@ where
     }
 }
 
-/// Parses a header block (`NATS/1.0 [status [description]]` and `Name: value` lines).
-fn parse_headers(
+/// Parses a header block (`NATS/1.0 [status [description]]` and `Name: value` lines), as a delivery's is parsed.
+pub fn parse_headers(
     header: &[u8],
 ) -> Result<(HeaderMap, Option<StatusCode>, Option<String>), io::Error> {
     let mut lines = std::str::from_utf8(header)

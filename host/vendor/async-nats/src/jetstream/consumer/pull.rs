@@ -1287,12 +1287,18 @@ impl futures_util::Stream for Stream {
                             // We got an message from a stream.
                             StatusCode::OK => {
                                 trace!("message received");
-                                // A published `Nats-Pin-Id` can precede the server's.
+                                // A published `Nats-Pin-Id` can precede the server's. A
+                                // value that is not a nuid is a producer's block that did not
+                                // end in an empty line, the server's pin run into it: kept,
+                                // it would be sent back, refused, and the pin lost.
                                 #[cfg(feature = "server_2_11")]
                                 if let (Some(pin_id), Some(id)) = (
                                     &self.pin_id,
                                     message.headers.as_ref().and_then(|headers| {
-                                        headers.get_last(crate::header::NATS_PIN_ID)
+                                        headers.get_last(crate::header::NATS_PIN_ID).filter(|id| {
+                                            id.as_str().len() == 22
+                                                && id.as_str().bytes().all(|b| b.is_ascii_alphanumeric())
+                                        })
                                     }),
                                 ) {
                                     pin_id.send_if_modified(|pin_id| {
