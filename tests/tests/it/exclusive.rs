@@ -32,6 +32,19 @@ allowed_outputs = ["in.ex.*.done"]
     )
 }
 
+/// A server with route `ex` set up by `dedup-host setup` (no host serving it yet): the env,
+/// its timing and the routes' config text.
+async fn set_up_route() -> (TestEnv, Timing, String) {
+    let env = TestEnv::start().await;
+    let timing = Timing::default();
+    let routes = route("");
+    let path = env.path("setup.toml");
+    std::fs::write(&path, env.config_text(&timing, &routes)).unwrap();
+    let set_up = dedup_host_tests::guests::cli(&path, &["setup"]);
+    assert_eq!(set_up.code, 0, "{}{}", set_up.stdout, set_up.stderr);
+    (env, timing, routes)
+}
+
 /// One run as the guest reported it.
 #[derive(Debug, Clone)]
 struct Run {
@@ -410,13 +423,7 @@ async fn setup_provisions_the_queue_and_a_one_at_a_time_route_consumer() {
 /// route stopped for good.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_takeover_whose_range_holds_an_unparsable_message_goes_on() {
-    let env = TestEnv::start().await;
-    let timing = Timing::default();
-    let routes = route("");
-    let path = env.path("setup.toml");
-    std::fs::write(&path, env.config_text(&timing, &routes)).unwrap();
-    let set_up = dedup_host_tests::guests::cli(&path, &["setup"]);
-    assert_eq!(set_up.code, 0, "{}{}", set_up.stdout, set_up.stderr);
+    let (env, timing, routes) = set_up_route().await;
     let mut keys = Vec::new();
     for i in 0..6 {
         if i == 3 {
@@ -469,13 +476,7 @@ async fn a_takeover_whose_range_holds_an_unparsable_message_goes_on() {
 /// fix, not run under a mangled key; the other messages run once each, in order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_header_block_the_servers_pin_runs_into_is_dead_lettered_not_run() {
-    let env = TestEnv::start().await;
-    let timing = Timing::default();
-    let routes = route("");
-    let path = env.path("setup.toml");
-    std::fs::write(&path, env.config_text(&timing, &routes)).unwrap();
-    let set_up = dedup_host_tests::guests::cli(&path, &["setup"]);
-    assert_eq!(set_up.code, 0, "{}{}", set_up.stdout, set_up.stderr);
+    let (env, timing, routes) = set_up_route().await;
     let host = env.host_process(&timing, &routes, "ex-0").await;
     let mut keys = Vec::new();
     for i in 0..6 {
