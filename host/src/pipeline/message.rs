@@ -253,7 +253,7 @@ impl<S: ClaimStore> Shared<S> {
         // guard's CPU.
         let log_span = || d.span(&route.name);
         if self
-            .dead_letter_unreadable(d, &route.name)
+            .dead_letter_unreadable(d, &route.name, false)
             .instrument(log_span())
             .await
         {

@@ -87,9 +87,7 @@ impl<S: ClaimStore> Shared<S> {
         copier: &Copier,
         turn: &Turn,
     ) {
-        if self.dead_letter_unreadable(d, &route.name).await
-            || self.dead_letter_pin_mangled(d, &route.name).await
-        {
+        if self.dead_letter_unreadable(d, &route.name, true).await {
             return;
         }
         let q = Queued {

@@ -2,7 +2,9 @@
 //! without `:`; nats-server stores whatever a producer sends). The vendored async-nats delivers
 //! them without headers and with the raw block (`host/vendor/README.md`) instead of dropping
 //! the connection. No retry can make them readable, so each is dead-lettered on its first
-//! delivery, the raw block kept in the letter, base64.
+//! delivery, the raw block kept in the letter, base64. So is a pinned consumer's delivery
+//! whose block the server's appended pin id ran into ([`pin_mangled`]): its headers are not
+//! what was published.
 
 use super::effects::headers::RAW_HEADERS;
 use super::message::Delivery;
@@ -11,22 +13,18 @@ use crate::claim::ClaimStore;
 
 impl<S: ClaimStore> Shared<S> {
     /// Dead-letters (or, if no letter can ever be stored, terms) `d` for `route` when its
-    /// header block could not be parsed; returns whether it did.
-    pub(super) async fn dead_letter_unreadable(&self, d: &Delivery, route: &str) -> bool {
-        let Some(reason) = unreadable(&d.message) else {
-            return false;
-        };
-        self.dead_letter_unclaimed(d, route, "", &reason).await;
-        true
-    }
-}
-
-impl<S: ClaimStore> Shared<S> {
-    /// Dead-letters (or terms) `d`, a delivery of an exclusive route's pinned source consumer,
-    /// for `route` when its header block was mangled by the pin id the server appended
+    /// header block could not be parsed or, for a delivery of a pinned consumer (an exclusive
+    /// route's copier, `pinned`), was mangled by the pin id the server appended
     /// ([`pin_mangled`]); returns whether it did.
-    pub(super) async fn dead_letter_pin_mangled(&self, d: &Delivery, route: &str) -> bool {
-        let Some(reason) = pin_mangled(&d.message) else {
+    pub(super) async fn dead_letter_unreadable(
+        &self,
+        d: &Delivery,
+        route: &str,
+        pinned: bool,
+    ) -> bool {
+        let reason =
+            unreadable(&d.message).or_else(|| pinned.then(|| pin_mangled(&d.message)).flatten());
+        let Some(reason) = reason else {
             return false;
         };
         self.dead_letter_unclaimed(d, route, "", &reason).await;
@@ -46,7 +44,7 @@ const PIN: &str = "Nats-Pin-Id";
 /// every pin. A well-formed block keeps the server's pin last, a nuid (22 ASCII letters and
 /// digits): any other shape means the block was mangled. The takeover's range skips such a
 /// block for the same reason (`copier.rs`), so both leave it to this letter.
-pub(super) fn pin_mangled(message: &async_nats::Message) -> Option<String> {
+fn pin_mangled(message: &async_nats::Message) -> Option<String> {
     let headers = message.headers.as_ref()?;
     let run_into = headers.iter().any(|(name, values)| {
         let name: &str = name.as_ref();
