@@ -58,6 +58,15 @@ pub struct RouteContract {
     /// read a record with it (`deny_unknown_fields`), so they refuse the route.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub copier: bool,
+    /// How many of an exclusive route's messages a partition hands out at once, never giving
+    /// one up (`exclusive::PARTITION_WINDOW`; its entity's later messages wait behind a
+    /// message still queued, `dedup_delivery::ahead`). A record without it was written by a
+    /// host that counts on one message at a time per partition: beside a window, it would
+    /// run an entity's next message while the previous one runs. So a host refuses that
+    /// record until `setup --change-route` records the window (refused while a host serves
+    /// the route), and those hosts cannot read a record with it (`deny_unknown_fields`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partition_window: Option<i64>,
 }
 
 /// A contract as stored, with who recorded it and when.
@@ -168,7 +177,7 @@ pub fn other_consumer(recorded: &ContractRecord, config: &Config, route: &str) -
 #[derive(Debug, Error)]
 pub enum ContractError {
     /// The config differs from the recorded contract.
-    #[error("route `{route}` differs from its contract on the server (recorded by {recorded_by}; every host must agree on it): {}; make this config match, or change the contract with `dedup-host setup --config <this config> --change-route {route}` once no host serves the route", differences.join("; "))]
+    #[error("route `{route}` differs from its contract on the server (recorded by {recorded_by}; every host must agree on it): {}; make this config match (`copier` and `partition_window` are no config's: this version records them), or change the contract with `dedup-host setup --config <this config> --change-route {route}` once no host serves the route", differences.join("; "))]
     Differs {
         /// The route.
         route: String,
@@ -254,6 +263,7 @@ pub fn of(config: &Config, route: &RouteConfig) -> RouteContract {
         coalesce: route.coalesce,
         partitions: route.exclusive_by.as_ref().map(|_| route.partitions()),
         copier: route.exclusive_by.is_some(),
+        partition_window: (route.exclusive_by.as_ref()).map(|_| crate::exclusive::PARTITION_WINDOW),
     }
 }
 
@@ -296,6 +306,8 @@ pub async fn open(js: &Context, config: &Config) -> anyhow::Result<Store> {
 
 /// What the contract bucket holds for a route.
 #[derive(Debug)]
+// Read once per lookup of a route, never stored in bulk: boxing the record buys nothing.
+#[allow(clippy::large_enum_variant)]
 pub enum Lookup {
     /// A contract, with its revision.
     Recorded(ContractRecord, u64),
@@ -541,10 +553,15 @@ mod tests {
         assert!(wanted.copier);
         let mut json = serde_json::to_value(&wanted).unwrap();
         json.as_object_mut().unwrap().remove("copier");
+        json.as_object_mut().unwrap().remove("partition_window");
         let older: RouteContract = serde_json::from_value(json).unwrap();
+        let window = crate::exclusive::PARTITION_WINDOW;
         assert_eq!(
             differences(&older, &wanted),
-            ["copier: recorded null, this config true"]
+            [
+                "copier: recorded null, this config true".to_string(),
+                format!("partition_window: recorded null, this config {window}")
+            ]
         );
         let record = ContractRecord {
             contract: older,
@@ -556,10 +573,13 @@ mod tests {
         };
         let e = compare("r", &record, wanted).unwrap_err().to_string();
         assert!(e.contains("--change-route r"), "{e}");
-        // A route that is not exclusive records no copier: its older records still agree.
+        // A route that is not exclusive records neither: its older records still agree.
         let plain = config("", "");
         let text = serde_json::to_string(&of(&plain, &plain.routes[0])).unwrap();
-        assert!(!text.contains("copier"), "{text}");
+        assert!(
+            !text.contains("copier") && !text.contains("partition_window"),
+            "{text}"
+        );
     }
 
     #[test]

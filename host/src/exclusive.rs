@@ -9,10 +9,12 @@
 //!   `<source stream>_EXCLUSIVE`, and acks each once its copy is stored
 //!   ([`dedup_delivery::copier`]). The copy's `Nats-Msg-Id` is the source sequence, so a copy
 //!   made twice (a takeover copying what the last copier left) is stored once;
-//! - each partition has a durable consumer with `max_ack_pending = 1`: the server hands out
-//!   a partition's next message only once the previous one is acked or terminated, to
-//!   whichever host pulls. A nak (retry, busy claim) keeps the message pending, so the
-//!   partition waits for it: order holds through retries, redeliveries and host deaths;
+//! - each partition has a durable consumer handing out a window of [`PARTITION_WINDOW`]
+//!   messages and never giving one up; an entity's copies lie in source order on one
+//!   subject, and a delivery goes on to its claim only once it is the first on its subject
+//!   ([`dedup_delivery::ahead`]). A nak (retry, busy claim) keeps the message in the queue,
+//!   so its entity's next waits for it: order holds through retries, redeliveries and host
+//!   deaths;
 //! - an entity always hashes to the same partition; the route's `partitions` (recorded in its
 //!   contract on the server, [`crate::contract`], so every host agrees) let other entities run
 //!   in parallel.
@@ -97,9 +99,11 @@ pub async fn partition_consumer(
         filter_subject: filter,
         ack_policy: AckPolicy::Explicit,
         ack_wait: config.source.ack_wait,
-        max_deliver: config.source.server_max_deliver,
-        // One message of the partition at a time: the next only after an ack or term.
-        max_ack_pending: 1,
+        // Given up only far past any wait: the host counts attempts in the claim record and
+        // dead-letters itself, and a message of an entity holds the next until its copy is
+        // deleted (`dedup_delivery::ahead`).
+        max_deliver: PARTITION_MAX_DELIVER,
+        max_ack_pending: PARTITION_WINDOW,
         ..Default::default()
     })
     .await
@@ -111,6 +115,18 @@ pub async fn partition_consumer(
     })
 }
 
+/// How many of a partition's messages are out at once (its consumer's `max_ack_pending`):
+/// messages of different entities run side by side, one entity's wait for each other
+/// (`dedup_delivery::ahead`).
+pub const PARTITION_WINDOW: i64 = 32;
+
+/// How often a partition hands a message out before it gives it up: a backstop only, for a
+/// message no host can take (a subject the client cannot parse drops its connection at each
+/// delivery), far past any wait behind an entity's earlier message (10,000 naked waits of 11 s
+/// are a day and more). A given-up copy is dead-lettered by its advisory, or by the sweep once
+/// the next message of its entity finds it below the partition's ack floor.
+pub const PARTITION_MAX_DELIVER: i64 = 10_000;
+
 /// How long the route's source consumer waits for the ack of a message being queued (a copy
 /// is one publish, though it may wait for its entity's previous copy or a takeover): then it
 /// is handed out again, to the pinned host.
@@ -119,7 +135,7 @@ pub const ORDER_ACK_WAIT: Duration = Duration::from_secs(5);
 /// How many of the route's source messages its copier holds at once (the source consumer's
 /// `max_ack_pending`): their copies are sent without waiting for each other
 /// (`pipeline/copier.rs`).
-pub const COPY_WINDOW: i64 = 64;
+pub const COPY_WINDOW: i64 = 256;
 
 /// The priority group of the route's source consumer: the server hands its messages to one
 /// pinned host, the copier.

@@ -116,7 +116,8 @@ pub struct Route {
 pub struct Exclusive {
     /// Where the entity key comes from.
     pub by: KeySource,
-    /// Partitions (one message at a time each): the route's `partitions`.
+    /// Partitions (each hands out a window of messages, one of an entity at a time): the
+    /// route's `partitions`.
     pub partitions: usize,
     /// Skip a message when a newer one of its entity is waiting.
     pub coalesce: bool,

@@ -8,8 +8,8 @@
 //!
 //! Each one gets a marker in the claim bucket, `=stranded.<stream>.<sequence>.<consumer>` (no
 //! claim key starts with `=`: route names are letters, digits, `_` and `-`), written before a
-//! host works on a message's last delivery (on an exclusive route's consumers already as it
-//! arrives, before it waits for its turn), kept unless that work ended the message, and written
+//! host works on a message's last delivery (an exclusive route's partitions never give a
+//! message up: their deliveries have no last one), kept unless that work ended the message, and written
 //! when dead-lettering an undeliverable message fails. Every host sweeps the markers of its
 //! deployment's consumers ([`owner`]) and retries each one with a bounded, jittered backoff
 //! until its letter is stored (or its key turns out settled), then removes it; so neither a

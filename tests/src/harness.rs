@@ -53,6 +53,8 @@ pub struct Timing {
     pub backoff: &'static str,
     /// `source.max_deliver`.
     pub max_deliver: u32,
+    /// `source.server_max_deliver`.
+    pub server_max_deliver: i64,
 }
 
 impl Default for Timing {
@@ -63,6 +65,7 @@ impl Default for Timing {
             ack_wait: "2s",
             backoff: r#"["200ms"]"#,
             max_deliver: 5,
+            server_max_deliver: dedup_host::config::DEFAULT_SERVER_MAX_DELIVER,
         }
     }
 }
@@ -185,6 +188,7 @@ impl TestEnv {
             ack_wait,
             backoff,
             max_deliver,
+            server_max_deliver,
         } = timing;
         let replicas = self.servers.nodes.len();
         let storage = if replicas > 1 { "file" } else { "memory" };
@@ -213,6 +217,7 @@ subjects = ["in.*.*"]
 consumer = "{CONSUMER}"
 ack_wait = "{ack_wait}"
 max_deliver = {max_deliver}
+server_max_deliver = {server_max_deliver}
 backoff = {backoff}
 max_ack_pending = 1000
 replicas = {replicas}

@@ -15,12 +15,10 @@ use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use crate::claim::record::COALESCED_REASON;
 use crate::claim::{ClaimError, ClaimOutcome, ClaimStore, Lease};
 use crate::clock::Clock;
 use crate::heartbeat::{Heartbeat, Progress};
 use crate::outcome::MessageOutcome;
-use crate::partition::{self, Late, Partition, Queued};
 use crate::pinned::{self, Gone};
 use crate::revert::{reverted, Fix};
 use crate::settle::{self, Retries, Settlement, Settling};
@@ -146,7 +144,7 @@ pub trait ClaimedDelivery: Progress {
 
     /// The version the claim names when it is not installed on this host
     /// ([`pinned::Pinned::Gone`]): the delivery does not run; [`run`] settles it
-    /// ([`pinned::settle_missing`]) unless it is late or superseded. `None` when it runs.
+    /// ([`pinned::settle_missing`]) unless it is superseded. `None` when it runs.
     fn pinned_gone(&self) -> Option<&Gone>;
 
     /// Whether version `digest` is still offered to the route's hosts (its live version or a
@@ -179,44 +177,6 @@ pub trait ClaimedDelivery: Progress {
     /// A fenced commit was refused because the claim moved: counted where the host counts
     /// what each dedup layer caught. Nothing by default.
     fn fence_refused(&self) {}
-
-    /// For an exclusive partition's queued delivery, where it stands in its partition
-    /// ([`crate::partition`]); `None` (the default) for any other delivery.
-    fn queued(&self) -> Option<Queued> {
-        None
-    }
-
-    /// Reads the info of the partition's consumer that handed out this queued delivery; an
-    /// error says why it could not.
-    fn partition(&self) -> impl Future<Output = Result<Partition, String>> + Send {
-        async { Err("not a queued delivery".to_string()) }
-    }
-}
-
-/// Whether claimed delivery `c` came too late to run ([`crate::partition::late`]): the
-/// server moved past it before its claim landed. Asks its partition's consumer once, after
-/// the claim, for queued deliveries only; also says whether the claim reclaimed a coalesced
-/// key.
-async fn late<C: ClaimedDelivery>(c: &C) -> Option<(Late, bool)> {
-    let mut queued = c.queued()?;
-    let reclaimed = c.lease().previous_reason().await.as_deref() == Some(COALESCED_REASON);
-    // A copy that reclaimed a coalesced key: its message was skipped (and acked) by another
-    // delivery, so a later message handed out means this copy is stale, as on a route that
-    // does not coalesce; run, it could follow the entity's next message (the simulation's
-    // seed 299 `--fenced --coalesce`, once a skip needed a newer message that will run).
-    if queued.coalescing && reclaimed {
-        queued.coalescing = false;
-    }
-    let read = match c.partition().await {
-        Ok(read) => Some(read),
-        Err(e) => {
-            tracing::warn!(
-                "cannot read the partition's consumer ({e}); judging by this host's config of its ack wait and delivery bound"
-            );
-            None
-        }
-    };
-    partition::late(&queued, read.as_ref()).map(|late| (late, reclaimed))
 }
 
 /// Runs a claimed delivery's handler beside its heartbeat and settles its outcome; returns how
@@ -232,22 +192,10 @@ pub async fn run<C: ClaimedDelivery>(c: &C) -> MessageOutcome {
             return outcome;
         }
     }
-    if let Some((late, reclaimed)) = late(c).await {
-        if reclaimed {
-            // Reclaimed from a coalesced record (a newer message of the entity was waiting),
-            // most likely by a stale copy of a message another delivery settled: recorded
-            // coalesced again, as found (naming the message it named), so no attempt is
-            // spent; a later message of the key reclaims it.
-            tracing::warn!("{}: not run, coalesced again", late.reason());
-            return settle::coalesced_again(&c.settling()).await;
-        }
-        // The server may have handed out the entity's next message already.
-        return settle::release_given_up(&c.settling(), late.reason()).await;
-    }
     if c.superseded().await {
         return settle::coalesced(&c.settling()).await;
     }
-    // Late and superseded deliveries run no version: only one that would run is pinned.
+    // Superseded deliveries run no version: only one that would run is pinned.
     if !pinned_first {
         if let Some(outcome) = not_installed(c).await {
             return outcome;

@@ -21,9 +21,8 @@
 //!   acked, over the [`queue::Queueing`] seam; [`marker`]: the stranded-message marker around
 //!   a message's last delivery, over the [`marker::Marking`] seam; [`undeliverable`]: what
 //!   becomes of a message the server gave up delivering, from its key's record; [`ahead`]: a
-//!   queued message waits while an earlier one of its entity, given up by the server, may
-//!   still run; [`partition`]: a queued delivery whose claim was won does not run if its
-//!   partition's consumer moved past it meanwhile; [`coalesce`]: whether a newer message
+//!   queued message waits while an earlier one of its entity is still in the queue, and is
+//!   dropped once its own copy is gone; [`coalesce`]: whether a newer message
 //!   of the entity will run, so that an older one may be skipped.
 //! - [`group`]: fenced commits of several messages sent as one atomic batch, one batch of a
 //!   stream in flight at a time, over the [`group::Batches`] seam.
@@ -61,7 +60,6 @@ pub mod journal;
 pub mod marker;
 pub mod outage;
 pub mod outcome;
-pub mod partition;
 pub mod pinned;
 pub mod queue;
 pub mod redact;

@@ -9,8 +9,6 @@
 
 use std::future::Future;
 
-use crate::revert::{self, Fix};
-
 /// One message's marker.
 pub trait Marking: Sync {
     /// Writes the marker (a write that fails is reported: the advisory is then the message's
@@ -38,21 +36,6 @@ pub async fn around<M: Marking, F: Future>(marker: Option<&M>, work: F) -> F::Ou
         marker.forget().await;
     }
     out
-}
-
-/// Waits for `taken_up` (the host's turn to start a delivery it got: a free slot, the
-/// partition's permit) with the delivery's marker written first, when the delivery is the
-/// server's last. A delivery can wait in a host for a while before its work starts, and a
-/// host killed meanwhile never takes it up: marked only then, it would leave no marker, and
-/// with the advisory missed the message would stay in its stream, delivered no more (seeds
-/// 27908, 38541, 13978, 15484 `--fenced --exclusive` and 9193 `--coalesce`). [`around`]
-/// marks it again when the work starts and forgets it once the work ended the message.
-pub async fn received<M: Marking, F: Future>(marker: Option<&M>, taken_up: F) -> F::Output {
-    let marker = marker.filter(|_| !revert::reverted(Fix::MarkerOnReceipt)); // test-only
-    if let Some(marker) = marker {
-        marker.mark().await;
-    }
-    taken_up.await
 }
 
 #[cfg(test)]
@@ -101,20 +84,5 @@ mod tests {
         around(Some(&m), async { m.log.lock().expect("log").push("work") }).await;
         assert_eq!(*m.log.lock().unwrap(), ["mark", "work"]);
         around(None::<&Fake>, async {}).await;
-    }
-
-    #[tokio::test]
-    async fn a_last_delivery_is_marked_on_receipt_before_it_waits_for_its_turn() {
-        let m = fake(true);
-        let turn = async { m.log.lock().expect("log").push("turn") };
-        received(Some(&m), turn).await;
-        assert_eq!(*m.log.lock().unwrap(), ["mark", "turn"]);
-        // A host killed while the delivery waits for its turn leaves the marker written.
-        let m = fake(false);
-        let waiting = std::pin::pin!(received(Some(&m), std::future::pending::<()>()));
-        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-        assert!(waiting.poll(&mut cx).is_pending(), "the turn never comes");
-        assert_eq!(*m.log.lock().unwrap(), ["mark"]);
-        received(None::<&Fake>, async {}).await;
     }
 }

@@ -16,7 +16,7 @@
 //! (`host/src/pipeline/pinned.rs`), the simulation over its model's versions. A claim-before
 //! delivery whose pinned version is not installed here ([`Gone`]) is settled by
 //! [`settle_missing`] from [`crate::before::run`], only once the delivery is known to be
-//! neither late nor superseded: those are settled without running any version.
+//! not superseded: those are settled without running any version.
 
 use std::time::Duration;
 

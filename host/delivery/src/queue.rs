@@ -58,8 +58,8 @@ pub trait Queueing: Sync {
     fn dead_letter(&self, reason: &str) -> impl Future<Output = ()> + Send;
 }
 
-/// Whether the queue stage marks a source message's last delivery, as it arrives
-/// ([`crate::marker::received`]) and around its work ([`crate::marker::around`]): always, so
+/// Whether the queue stage marks a source message's last delivery around its work
+/// ([`crate::marker::around`]): always, so
 /// that a message the server gave up on is lettered though its advisory reached no host
 /// (issue 42, finding 10). `false` only with [`Fix::QueueStageMarker`] reverted (test-only).
 pub fn marks_last_delivery() -> bool {

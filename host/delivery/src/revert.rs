@@ -13,8 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// Never set in production: each name undoes a fix that keeps a guarantee.
 pub const ENV: &str = "DEDUP_HOST_TEST_REVERT";
 
-/// The former one-fix switch, still honoured: reverts [`Fix::AheadWait`] and
-/// [`Fix::AheadLate`].
+/// The former one-fix switch, still honoured: reverts [`Fix::AheadWait`].
 pub const AHEAD_ENV: &str = "DEDUP_HOST_TEST_REVERT_AHEAD_WAIT";
 
 macro_rules! fixes {
@@ -64,7 +63,7 @@ fixes! {
     /// bound (the sweep letters it, which the other checks excuse).
     OutageBackoff = "outage-backoff",
     /// 4b: no stranded-message marker before a message's last delivery.
-    /// (`marker::around`; the marker of a queued delivery on receipt, `marker::received`, stays.)
+    /// (`marker::around`.)
     LastDeliveryMarker = "last-delivery-marker",
     /// 5: no per-output size check (every output passes `over_max_payload`).
     OutputSizeCheck = "output-size-check",
@@ -92,22 +91,12 @@ fixes! {
     MarkerKept = "marker-kept",
     /// A claim-after write that meets another delivery's publish-failed mark counts as a duplicate.
     PublishFailedMark = "publish-failed-mark",
-    /// A queued message does not wait behind a given-up one still running under a live lease.
+    /// A queued message behind an earlier one of its entity still in the queue goes on to its claim.
     AheadWait = "ahead-wait",
-    /// A claimed last queued delivery whose ack wait ran out is run, not released.
-    AheadLate = "ahead-late",
-    /// A claimed queued delivery is judged by its host's clock and config, not its partition consumer's info.
-    PartitionConsumerInfo = "partition-consumer-info",
-    /// A queued delivery its partition moved past is judged late only if it is the last one.
-    LateBeforeLast = "late-before-last",
     /// The outcome write is exempt from the lease's local expiry check.
     OutcomeWriteFenced = "outcome-write-fenced",
     /// A claim's lease is counted from when its answer came back, not from when it was sent.
     LeaseFromSend = "lease-from-send",
-    /// A last delivery is marked only when its work starts, not as it reaches the host.
-    MarkerOnReceipt = "marker-on-receipt",
-    /// A coalesced key's message the server gave up on counts as settled and is deleted.
-    CoalescedGivenUpLettered = "coalesced-given-up-lettered",
     // The findings of "Guarantees at the edges" (issue 42).
     /// 42.2: a rebind uses the config the host started with, not the live one.
     RebindLiveConfig = "rebind-live-config",
@@ -214,7 +203,7 @@ pub fn set(fixes: &[Fix]) {
 fn from_env() -> u64 {
     let mut mask = 0;
     if std::env::var_os(AHEAD_ENV).is_some() {
-        mask |= Fix::AheadWait.bit() | Fix::AheadLate.bit();
+        mask |= Fix::AheadWait.bit();
     }
     if let Ok(names) = std::env::var(ENV) {
         for name in names.split(',').map(str::trim).filter(|n| !n.is_empty()) {

@@ -175,17 +175,6 @@ pub async fn coalesced<T: Settling>(t: &T) -> MessageOutcome {
     MessageOutcome::Coalesced
 }
 
-/// A late delivery that reclaimed a coalesced key (most likely a stale copy of a message
-/// another delivery settled): recorded coalesced again as found, naming the message the
-/// record named ([`crate::claim::Lease::coalesce_again`]), and acked.
-pub async fn coalesced_again<T: Settling>(t: &T) -> MessageOutcome {
-    if let Err(e) = t.lease().coalesce_again().await {
-        return write_failed(t, e, false).await;
-    }
-    t.settle(Settlement::Ack).await;
-    MessageOutcome::Coalesced
-}
-
 /// How a failed attempt is retried.
 #[derive(Debug, Clone, Copy)]
 pub struct Retries {
@@ -256,16 +245,6 @@ pub async fn release<T: Settling>(t: &T, reason: &str) -> MessageOutcome {
 pub async fn release_after<T: Settling>(t: &T, reason: &str, delay: Duration) -> MessageOutcome {
     tracing::warn!("not the guest's fault, will retry without counting an attempt: {reason}");
     give_back(t, reason, delay).await
-}
-
-/// Releases, without running it, a delivery the server gave up on before its claim landed
-/// ([`crate::partition::late`]): uncounted, and not retried, since the server delivers it
-/// no more; the undeliverable-message handler dead-letters it.
-pub async fn release_given_up<T: Settling>(t: &T, reason: &str) -> MessageOutcome {
-    tracing::warn!(
-        "{reason}: released without running it; the server delivers it no more, so the undeliverable-message handler dead-letters it (replay it with `dead-letters replay`)"
-    );
-    give_back(t, reason, t.release_delay()).await
 }
 
 /// Records the claim released (this attempt uncounted) and naks the delivery after `delay`.

@@ -10,7 +10,6 @@
 use std::time::Duration;
 
 use crate::claim::{ClaimRecord, ClaimState};
-use crate::revert::{reverted, Fix};
 
 /// What to do with a message the server gave up on, from its key's record.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,15 +62,14 @@ pub fn decide(
         // message must still run it, and this may be that message (its claims refused by a
         // leader election until the server gave up: the simulation's seed 3153 `--coalesce`).
         // Dropped, the key would never run and nothing would say so; lettered, the operator's
-        // replay runs it.
-        ClaimState::Completed
-            if record.is_coalesced() && !reverted(Fix::CoalescedGivenUpLettered) =>
-        {
-            GivenUp::Letter {
-                attempt: record.attempt,
-                last_reason: record.reason.clone(),
-            }
-        }
+        // replay runs it. No test-only switch since partitions never give a queued message
+        // up (a source message given up before it was queued, or a queued one left by an
+        // earlier version, can still meet this): no simulation seed reaches it, and its test
+        // is the unit test below.
+        ClaimState::Completed if record.is_coalesced() => GivenUp::Letter {
+            attempt: record.attempt,
+            last_reason: record.reason.clone(),
+        },
         ClaimState::Completed => GivenUp::Settled,
         ClaimState::Failed if record.permanent => GivenUp::Settled,
         ClaimState::InProgress if !record.lease_lapsed(now_ms, skew) => GivenUp::Running {

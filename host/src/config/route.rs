@@ -72,8 +72,8 @@ pub struct RouteConfig {
     /// of its entity is already waiting, so the handler sees the latest state.
     #[serde(default)]
     pub coalesce: bool,
-    /// With `exclusive_by`: how many partitions the route's entities are spread over (one
-    /// message at a time each), the same on every host: recorded in the route's contract on
+    /// With `exclusive_by`: how many partitions the route's entities are spread over (each
+    /// hands out up to 32 messages at once, one of an entity at a time), the same on every host: recorded in the route's contract on
     /// the server, never derived from a host's size (default 16).
     #[serde(default)]
     #[schemars(range(min = 1, max = 1024), extend("x-default-text" = "16"))]

@@ -106,6 +106,7 @@ pub struct Metrics {
     stranded: Gauge,
     spans_dropped: Counter,
     pool_overflows: Counter,
+    copies_passed: Counter,
     ready: Gauge,
     consumers: Family<ConsumerLabels, Gauge>,
     http_calls: Family<HttpCallLabels, Counter>,
@@ -150,6 +151,7 @@ impl Metrics {
             stranded: Gauge::default(),
             spans_dropped: Counter::default(),
             pool_overflows: Counter::default(),
+            copies_passed: Counter::default(),
             ready: Gauge::default(),
             consumers: Family::default(),
             http_calls: Family::default(),
@@ -161,7 +163,7 @@ impl Metrics {
         // name, help, family: every series of the host.
         register! {
             registry;
-            "messages", "Deliveries by how they ended: processed, duplicate, busy, retried, dead_lettered, lost_claim, coalesced (skipped for a newer message of its entity), error (an infrastructure error, naked with backoff)", m.messages;
+            "messages", "Deliveries by how they ended: processed, duplicate, busy (its key in progress elsewhere, or an exclusive route's message naked while an earlier one of its entity is queued), retried, dead_lettered, lost_claim, coalesced (skipped for a newer message of its entity), error (an infrastructure error, naked with backoff)", m.messages;
             "hits", "Repeats caught, by layer: claim (key already completed or dead-lettered), output (an output the stream reported as a duplicate: a re-run's), stream (a host publish, a dead letter, the dead-letter stream's window dropped), fence (a fenced route's whole output set refused because a stale owner committed it)", m.hits;
             "outputs", "Outputs published (including ones deduplicated)", m.outputs;
             "traps", "Guest traps by kind (timeout, fuel exhausted, memory limit, guest trap, ...)", m.traps;
@@ -179,6 +181,7 @@ impl Metrics {
             "stranded_messages", "Messages the server delivers no more whose dead letter is not stored yet (the dead-letter stream was missing, full or unreachable, or no host here serves its route under the contract), as the last sweep left them; hosts retry each with a backoff up to 5 minutes, audit lists them", m.stranded;
             "spans_dropped", "Trace spans dropped: the export queue was full or an export failed", m.spans_dropped;
             "pool_overflow", "Guest instances made outside the host-wide instance pool (it was full, or a reload raised a route's memory limit past its slots): slower, never refused; lower concurrency if it keeps rising", m.pool_overflows;
+            "queued_copies_passed", "Copies in an exclusive route's queue that their partition no longer hands out (acked and never deleted, or given up) and that later messages of their entity looked past instead of waiting for; each is handed to the sweep of undeliverable messages, which deletes it (its key settled) or dead-letters it", m.copies_passed;
             "host_ready", "1 while /readyz answers 200 (ready), 0 otherwise", m.ready;
             "consumer_info", "The stream and durable consumer of a route (value 1), labelled as the NATS exporters label theirs", m.consumers;
             "http_calls", "Guests' outbound HTTP calls by result: sent, replayed (answered from the journal), denied (outside the allowlist), prohibited (a private address no rule names), limit, failed, stopped (by the journal)", m.http_calls;
@@ -206,6 +209,11 @@ impl Metrics {
             consumer_name: consumer.to_string(),
         };
         self.consumers.get_or_create(&labels).set(1);
+    }
+
+    /// The count of queued copies looked past (`dedup_queued_copies_passed_total`).
+    pub fn copies_passed(&self) -> Counter {
+        self.copies_passed.clone()
     }
 
     /// The count of trace spans dropped ([`crate::telemetry`]).

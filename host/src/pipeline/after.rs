@@ -141,15 +141,15 @@ impl<S: ClaimStore> AfterDelivery for After<'_, S> {
     }
 
     fn outage_delay(&self) -> Duration {
-        outage_retry(&self.route.metrics, self.d.delivered)
+        outage_retry(&self.route.metrics, self.d.retry_count())
     }
 
     fn release_delay(&self) -> Duration {
-        outage_retry_uncounted(&self.route.metrics, self.d.delivered)
+        outage_retry_uncounted(&self.route.metrics, self.d.retry_count())
     }
 
     fn pool_full_delay(&self) -> Duration {
-        pool_full_retry(self.d.delivered)
+        pool_full_retry(self.d.retry_count())
     }
 
     fn retries(&self, attempt: u32) -> Retries {

@@ -10,11 +10,9 @@ use std::time::Duration;
 use async_nats::jetstream::consumer::pull::{MessagesErrorKind, Stream as Messages};
 use async_nats::jetstream::consumer::PullConsumer;
 use async_nats::jetstream::AckKind;
-use dedup_delivery::marker;
 use futures::StreamExt;
 use tokio::sync::{watch, Semaphore};
 
-use super::marked::Received;
 use super::{Role, Shared};
 use crate::claim::ClaimStore;
 use crate::routes::{Guest, Route};
@@ -23,8 +21,6 @@ use crate::routes::{Guest, Route};
 const PULL_EXPIRES: Duration = Duration::from_secs(2);
 /// Idle heartbeat the server sends during a pull; two missed ones end the stream.
 const PULL_HEARTBEAT: Duration = Duration::from_secs(1);
-/// The pull request size of consumers that hand out one message at a time.
-const ONE_AT_A_TIME_BATCH: usize = 16;
 /// First and largest wait before pulling again after a failure.
 const RETRY_FIRST: Duration = Duration::from_millis(100);
 const RETRY_MAX: Duration = Duration::from_secs(5);
@@ -92,21 +88,14 @@ pub(super) async fn consume<S: ClaimStore>(
     mut stopped: watch::Receiver<bool>,
 ) {
     let in_flight = match (&route, role) {
-        // The server hands a partition's messages out one at a time anyway.
-        (_, Role::Partition(_)) => 1,
+        // The partition's window (`exclusive::PARTITION_WINDOW`).
+        (_, Role::Partition(_)) => crate::exclusive::PARTITION_WINDOW as usize,
         // The copier's window (`exclusive::COPY_WINDOW`).
         (_, Role::Queue) => crate::exclusive::COPY_WINDOW as usize,
         (Some(r), Role::Process) => r.max_in_flight,
         (None, Role::Process) => shared.config.host.max_in_flight,
     };
-    // A one-at-a-time consumer still asks for several: the request stays open at the server,
-    // which delivers the next message on it as soon as the previous one is acked (a request
-    // for one, renewed after each message, stalled until it expired).
-    let batch = match role {
-        Role::Partition(_) => ONE_AT_A_TIME_BATCH,
-        Role::Queue | Role::Process => in_flight,
-    };
-    let one_at_a_time = matches!(role, Role::Partition(_));
+    let batch = in_flight;
     // An exclusive route's source consumer hands its messages to one pinned host, its copier.
     let group = (role == Role::Queue).then_some(crate::exclusive::COPIER_GROUP);
     let copier = Arc::new(dedup_delivery::copier::Copier::default());
@@ -169,21 +158,13 @@ pub(super) async fn consume<S: ClaimStore>(
             }
         };
         loop {
-            // A consumer that hands out one message at a time gets the next one while the
-            // previous one's work may still hold the permit: it takes the message first, so
-            // that a last delivery is marked as it arrives, not only once its turn comes
-            // (`marker::received`; a host killed meanwhile left no marker). Others take a
-            // permit first, then a message.
-            let permit = match one_at_a_time {
-                true => None,
-                false => Some(tokio::select! {
-                    p = permits.clone().acquire_owned() => p.expect("semaphore open"),
-                    _ = stopped.changed() => {
-                        nak_pulled(&mut messages).await;
-                        break 'pull;
-                    }
-                    _ = until_served(&mut serving, false) => continue 'pull,
-                }),
+            let permit = tokio::select! {
+                p = permits.clone().acquire_owned() => p.expect("semaphore open"),
+                _ = stopped.changed() => {
+                    nak_pulled(&mut messages).await;
+                    break 'pull;
+                }
+                _ = until_served(&mut serving, false) => continue 'pull,
             };
             let next = tokio::select! {
                 m = messages.next() => m,
@@ -196,29 +177,6 @@ pub(super) async fn consume<S: ClaimStore>(
             match next {
                 Some(Ok(message)) => {
                     retry = RETRY_FIRST;
-                    let permit = match permit {
-                        Some(p) => p,
-                        None => {
-                            let config = &shared.config.source;
-                            let marker = Received::of(
-                                &shared.markers,
-                                &message,
-                                (config.server_max_deliver, config.ack_wait),
-                                role == Role::Queue,
-                            );
-                            let turn = permits.clone().acquire_owned();
-                            tokio::select! {
-                                p = marker::received(marker.as_ref(), turn) => p.expect("semaphore open"),
-                                _ = stopped.changed() => {
-                                    let delay = PULL_EXPIRES + DRAIN_QUIET * 2;
-                                    let _ = message.ack_with(AckKind::Nak(Some(delay))).await;
-                                    nak_pulled(&mut messages).await;
-                                    break 'pull;
-                                }
-                                _ = until_served(&mut serving, false) => continue 'pull,
-                            }
-                        }
-                    };
                     // Its place among its entity's copies, taken in the order handed out.
                     let turn = match (role, &route) {
                         (Role::Queue, Some(r)) => {

@@ -12,7 +12,6 @@ use dedup_delivery::before::{self, ClaimedDelivery, Handled, Unclaimed};
 use dedup_delivery::claim::{ClaimError, ClaimOutcome, ClaimStore, Lease};
 use dedup_delivery::clock::Tokio;
 use dedup_delivery::heartbeat::Progress;
-use dedup_delivery::partition::{Partition, Queued};
 use dedup_delivery::pinned::Gone;
 use dedup_delivery::settle::{Retries, Settlement};
 use opentelemetry::trace::SpanKind;
@@ -90,7 +89,7 @@ impl<S: ClaimStore> Unclaimed for NotClaimed<'_, S> {
         let span = self.d.span(&self.route.name);
         span.in_scope(|| tracing::warn!("claim failed, will retry: {error}"));
         self.route.metrics.outcome(MessageOutcome::Error);
-        outage_retry(&self.route.metrics, self.d.delivered)
+        outage_retry(&self.route.metrics, self.d.retry_count())
     }
 
     async fn dead_letter(&self, reason: &str) {
@@ -219,7 +218,7 @@ impl<'a, 'c, S: ClaimStore> ClaimedDelivery for Run<'a, 'c, S> {
     }
 
     fn pool_full_delay(&self) -> Duration {
-        pool_full_retry(self.c.d.delivered)
+        pool_full_retry(self.c.d.retry_count())
     }
 
     fn heartbeat(&self) -> Duration {
@@ -232,41 +231,6 @@ impl<'a, 'c, S: ClaimStore> ClaimedDelivery for Run<'a, 'c, S> {
 
     fn fence_refused(&self) {
         self.c.route.metrics.hit(DedupLayer::Fence, 1);
-    }
-
-    /// A queued message: its place in the work queue, and its consumer's bounds as this
-    /// host's config has them.
-    fn queued(&self) -> Option<Queued> {
-        let d = self.c.d;
-        let (_, sequence) = d.queued.as_ref()?;
-        let config = &self.shared.config;
-        Some(Queued {
-            sequence: *sequence,
-            delivered: d.delivered,
-            since: d.received.elapsed(),
-            skew: config.claims.clock_skew,
-            coalescing: self.c.route.exclusive.as_ref().is_some_and(|e| e.coalesce),
-            configured: Partition {
-                handed_out: 0,
-                ack_wait: config.source.ack_wait,
-                max_deliver: config.source.server_max_deliver,
-            },
-        })
-    }
-
-    /// The partition consumer's info (one JetStream API request).
-    async fn partition(&self) -> Result<Partition, String> {
-        let name = (self.c.d.partition.as_deref())
-            .ok_or("the delivery carries no consumer name in its metadata")?;
-        let stream = crate::exclusive::stream_name(&self.shared.config);
-        let unread = |e: &dyn std::fmt::Display| format!("consumer `{name}` of `{stream}`: {e}");
-        let queue = (self.shared.js.get_stream_no_info(&stream).await).map_err(|e| unread(&e))?;
-        let info = queue.consumer_info(name).await.map_err(|e| unread(&e))?;
-        Ok(Partition {
-            handed_out: info.delivered.stream_sequence,
-            ack_wait: info.config.ack_wait,
-            max_deliver: info.config.max_deliver,
-        })
     }
 }
 

@@ -10,6 +10,7 @@ use async_nats::jetstream::message::Acker;
 use async_nats::jetstream::{self, AckKind};
 use dedup_delivery::marker;
 
+use super::behind::Entered;
 use super::marked::Marked;
 use super::Shared;
 use crate::bindings::{Event, Header};
@@ -38,9 +39,13 @@ pub(super) struct Claimed<'a, S: ClaimStore> {
     pub(super) key: &'a str,
     pub(super) lease: Arc<Lease<S>>,
     /// The version the claim names, when it is not installed here: not run
-    /// ([`dedup_delivery::before::run`] settles it unless it is late or superseded).
+    /// ([`dedup_delivery::before::run`] settles it unless it is superseded).
     pub(super) gone: Option<dedup_delivery::pinned::Gone>,
 }
+
+/// The most deliveries of a queued copy its retry delays count ([`Delivery::retry_count`]):
+/// an outage naks it every few seconds at most.
+const QUEUED_RETRY_COUNT: u64 = 4;
 
 /// The parts of a delivery the pipeline works with.
 pub(super) struct Delivery {
@@ -52,12 +57,11 @@ pub(super) struct Delivery {
     pub(super) sequence: u64,
     /// For an exclusive route: where the message waited in the queue (subject, sequence).
     pub(super) queued: Option<(async_nats::Subject, u64)>,
-    /// For an exclusive route: the partition's consumer that handed it out.
-    pub(super) partition: Option<String>,
     /// How many times the server delivered it (this delivery included).
     pub(super) delivered: u64,
-    /// When this host got it (the server's ack wait runs from about then).
-    pub(super) received: std::time::Instant,
+    /// When its copy was stored, by this host's clock (when it arrived, if the copy looks
+    /// younger): no earlier delivery of it can have been made.
+    pub(super) stored: std::time::Instant,
     /// Whether this delivery ended the message's life (acked or termed here, not naked or
     /// left to another route's consumer): only those count in the end-to-end latency.
     pub(super) ended: std::sync::atomic::AtomicBool,
@@ -86,11 +90,14 @@ impl<S: ClaimStore> Shared<S> {
         let in_flight = metrics.in_flight();
         let started = std::time::Instant::now();
         let exclusive = route.as_ref().is_some_and(|r| r.exclusive.is_some());
-        let partition = exclusive
-            .then(|| message.info().ok().map(|i| i.consumer.to_string()))
-            .flatten();
         let mut d = Delivery::new(message, sequence, delivered);
-        d.partition = partition;
+        if exclusive {
+            // By the stream's clock: a copy's earlier deliveries were made after it.
+            let age = time::OffsetDateTime::now_utc() - published;
+            if let Ok(age) = Duration::try_from(age) {
+                d.stored = started.checked_sub(age).unwrap_or(started);
+            }
+        }
         let message = &mut d.message;
         if exclusive {
             // A queued copy: the guest, the key and the records see the original.
@@ -131,23 +138,21 @@ impl<S: ClaimStore> Shared<S> {
         // The server delivers it no more: until it is settled, a marker says so, in case the
         // host dies now and the advisory that would follow reaches no host ([`crate::stranded`]).
         // (The consumer of unrouted subjects acks a routed message at once: not its concern.)
-        let last = stranded::last_delivery(d.delivered, self.config.source.server_max_deliver)
+        // A partition never gives a queued copy up: however often it was delivered (waiting
+        // behind its entity's earlier message), it has no last delivery.
+        let last = d.queued.is_none()
+            && stranded::last_delivery(d.delivered, self.config.source.server_max_deliver)
             && (route.is_some() || self.routes.find(&d.message.subject).is_none());
         let marked = last.then(|| {
-            let stream = match &d.queued {
-                Some(_) => crate::exclusive::stream_name(&self.config),
-                None => self.config.source.stream.clone(),
-            };
-            let sequence = d.queued.as_ref().map_or(d.sequence, |(_, s)| *s);
-            // The partition's consumer, the route's, or the one of unrouted subjects.
-            let consumer = match (&d.partition, &route) {
-                (Some(partition), _) => partition.clone(),
-                (None, Some(route)) => crate::setup::route_consumer_name(&self.config, &route.name),
-                (None, None) => self.config.source.consumer.clone(),
+            let stream = self.config.source.stream.clone();
+            // The route's consumer, or the one of unrouted subjects.
+            let consumer = match &route {
+                Some(route) => crate::setup::route_consumer_name(&self.config, &route.name),
+                None => self.config.source.consumer.clone(),
             };
             let origin = Origin {
                 stream: &stream,
-                sequence,
+                sequence: d.sequence,
                 consumer: &consumer,
             };
             let reason = format!("its last delivery ({}) did not settle it", d.delivered);
@@ -194,7 +199,10 @@ impl<S: ClaimStore> Shared<S> {
     /// Routes, keys, claims and runs one delivery: a claimed one in a span with all its
     /// fields, anything else in one with its route and sequence.
     async fn route_and_run(&self, d: &Delivery, route: Option<Arc<Route>>) {
-        let claimed = match self.route_and_claim(d, route).await {
+        // A queued delivery is in progress here until it ends: later ones of its subject wait
+        // for it, woken as it ends (`behind.rs`).
+        let entered = (d.queued.as_ref()).map(|(s, q)| self.in_progress.enter(s, *q, &d.ended));
+        let claimed = match self.route_and_claim(d, route, entered.as_ref()).await {
             Some(claimed) => claimed,
             None => return,
         };
@@ -220,7 +228,7 @@ impl<S: ClaimStore> Shared<S> {
             gone: gone.map(|reason| dedup_delivery::pinned::Gone {
                 digest: claimed_version,
                 reason,
-                delivered: d.delivered,
+                delivered: d.retry_count(),
             }),
         };
         Box::pin(self.run(&claimed)).instrument(span).await
@@ -232,6 +240,7 @@ impl<S: ClaimStore> Shared<S> {
         &self,
         d: &Delivery,
         route: Option<Arc<Route>>,
+        entered: Option<&Entered<'_>>,
     ) -> Option<(Arc<Route>, Guest, String, Box<Lease<S>>)> {
         let Some(route) = route else {
             let subject = &d.message.subject;
@@ -311,9 +320,9 @@ impl<S: ClaimStore> Shared<S> {
                 .await;
             return None;
         }
-        // A partition hands out its next message once the server gave up on one, whose owner
-        // may still run it: the entity's next waits for that lease (`ahead.rs`).
-        if !self.clear_ahead(d, &route, &key).await {
+        // A partition hands out a window of messages: one of an entity waits while an earlier
+        // one of its entity is still queued (`ahead.rs`), recorded here until it ends.
+        if !self.clear_ahead(d, &route, &key, entered).await {
             return None;
         }
         let started = std::time::Instant::now();
@@ -342,6 +351,9 @@ impl<S: ClaimStore> Shared<S> {
             ]
         });
         let lease = self.settle_unclaimed(d, &route, &key, claimed).await?;
+        if !self.still_first(d, &route, &key, entered, &lease).await {
+            return None;
+        }
         d.trace.set(|| {
             vec![
                 KeyValue::new("dedup.attempt", i64::from(lease.attempt())),
@@ -397,13 +409,23 @@ impl Delivery {
             reply,
             sequence,
             queued: None,
-            partition: None,
             delivered,
-            received: std::time::Instant::now(),
+            stored: std::time::Instant::now(),
             ended: Default::default(),
             reset_revision: Default::default(),
             guest_us: Default::default(),
             trace: Trace::default(),
+        }
+    }
+
+    /// The delivery count its retry delays grow with: a queued copy's deliveries mostly waited
+    /// behind its entity (each wait past the hold is one more), so only the first few count:
+    /// a partition has no delivery bound to spare, and one transient error after a long wait
+    /// must not wait minutes.
+    pub(super) fn retry_count(&self) -> u64 {
+        match self.queued {
+            Some(_) => self.delivered.min(QUEUED_RETRY_COUNT),
+            None => self.delivered,
         }
     }
 

@@ -25,6 +25,7 @@
 
 mod after;
 mod ahead;
+mod behind;
 mod coalesce;
 mod consume;
 mod copier;
@@ -78,6 +79,8 @@ pub(crate) struct Shared<S: ClaimStore> {
     shadows: crate::candidate::shadow::Shadows,
     /// Sends fenced routes' commits, several to a batch ([`crate::fenced::group`]).
     fenced: crate::fenced::group::GroupCommits,
+    /// This host's queued deliveries in progress ([`behind`]).
+    in_progress: behind::InProgress,
 }
 
 impl<S: ClaimStore> Shared<S> {
@@ -105,6 +108,7 @@ impl<S: ClaimStore> Shared<S> {
             unrouted,
             tracer,
             shadows,
+            in_progress: behind::InProgress::default(),
         }
     }
 

@@ -1,6 +1,6 @@
 //! Which version runs a claimed key, over this host's routes and components bucket: the
 //! decision (the version that began a key's effects runs it, or the key is given back or
-//! dead-lettered, once it is known to be neither late nor superseded) is
+//! dead-lettered, once it is known not to be superseded) is
 //! [`dedup_delivery::pinned`]'s and [`dedup_delivery::before::run`]'s, which the simulation
 //! runs too; what is here is where the versions are: the route's live version and candidate
 //! ([`installed`]) and whether a version is still offered to the route's hosts (the

@@ -44,7 +44,7 @@ impl<S: ClaimStore> Shared<S> {
             Err(DeadLetterError::Transient { .. }) => {
                 self.settle(
                     d,
-                    AckKind::Nak(Some(outage_retry_uncounted(&metrics, d.delivered))),
+                    AckKind::Nak(Some(outage_retry_uncounted(&metrics, d.retry_count()))),
                 )
                 .await
             }
@@ -82,7 +82,7 @@ impl<S: ClaimStore> Shared<S> {
         let span = d.span(&route.name);
         span.in_scope(|| tracing::warn!("{why}"));
         route.metrics.outcome(MessageOutcome::Error);
-        let delay = super::delays::outage_retry(&route.metrics, d.delivered);
+        let delay = super::delays::outage_retry(&route.metrics, d.retry_count());
         self.settle(d, AckKind::Nak(Some(delay)))
             .instrument(span)
             .await;

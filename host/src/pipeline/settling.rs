@@ -234,7 +234,7 @@ impl<S: ClaimStore> Settling for Settle<'_, '_, S> {
     }
 
     fn release_delay(&self) -> Duration {
-        outage_retry_uncounted(&self.c.route.metrics, self.c.d.delivered)
+        outage_retry_uncounted(&self.c.route.metrics, self.c.d.retry_count())
     }
 
     fn unanswered_delay(&self) -> Duration {

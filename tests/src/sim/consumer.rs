@@ -238,8 +238,16 @@ impl Streams {
         if source_pulled {
             self.offer(Lane::Source, now, |_| Some(0), pending, bound, &mut offers);
         }
-        let bound = self.server_max_deliver;
-        self.offer(Lane::Queue, now, |m| m.partition, 1, bound, &mut offers);
+        // A partition's window, never given up (`exclusive::partition_consumer`).
+        let window = dedup_host::exclusive::PARTITION_WINDOW;
+        self.offer(
+            Lane::Queue,
+            now,
+            |m| m.partition,
+            window,
+            u64::MAX,
+            &mut offers,
+        );
         offers.retain(|o| o.message.partition.is_none_or(&pulled));
         offers.retain(|o| !self.leaderless.contains(&o.lane));
         for o in &offers {
@@ -347,22 +355,6 @@ impl Streams {
             .iter()
             .rev()
             .find(|n| n.entity == m.entity && n.partition == m.partition)
-    }
-
-    /// What the consumer of queued message `sequence`'s partition says of itself (its
-    /// info): the latest message of the partition it handed out, its ack wait and bound.
-    pub fn partition(&self, sequence: u64) -> dedup_delivery::partition::Partition {
-        let partition = self.message(Lane::Queue, sequence).partition;
-        let handed_out = (self.queue.iter())
-            .filter(|m| m.partition == partition && m.deliveries > 0)
-            .map(|m| m.sequence)
-            .max()
-            .unwrap_or(0);
-        dedup_delivery::partition::Partition {
-            handed_out,
-            ack_wait: std::time::Duration::from_millis(self.ack_wait_ms),
-            max_deliver: self.server_max_deliver as i64,
-        }
     }
 
     /// Settles a message a host dead-lettered, or found settled, after the server gave up on

@@ -54,11 +54,11 @@ pub(super) struct At {
     pub(super) entity: String,
     /// The revision a replay reset the key at (`Delivery::fresh_from`).
     pub(super) fresh_from: u64,
-    /// When the host got the delivery (virtual ms): the ack wait runs from then.
-    pub(super) received: u64,
     /// The claim spaces' latest revision when the delivery arrived at the host: its ack is
     /// checked against the key's records from there on ([`Ctx::recorded_settle`]).
     pub(super) arrived: u64,
+    /// When the server delivered it (ms of the model's clock).
+    pub(super) delivered_ms: u64,
     /// Its claim key: the message's key under the route name the host serves
     /// ([`Ctx::route`]).
     pub(super) claim: String,

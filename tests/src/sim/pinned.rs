@@ -45,7 +45,7 @@ impl Ctx {
     /// it names that version as not installed ([`pinned::Gone`]), and the host's own
     /// [`before::run`] settles it ([`pinned::settle_missing`]: whether the bucket still offers
     /// that version is read from the model's components, unless the host is cut off from the
-    /// server) once it is neither late nor superseded.
+    /// server) once it is not superseded.
     ///
     /// [`before::run`]: dedup_delivery::before::run
     pub(super) async fn pin(&self, run: &mut SimRun<'_>) {

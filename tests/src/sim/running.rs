@@ -14,7 +14,6 @@ use dedup_delivery::before::{ClaimedDelivery, Handled, Unclaimed};
 use dedup_delivery::claim::{ClaimError, Lease};
 use dedup_delivery::heartbeat::Progress;
 use dedup_delivery::outcome::MessageOutcome;
-use dedup_delivery::partition::{Partition, Queued};
 use dedup_delivery::pinned::Gone;
 use dedup_delivery::settle::{Retries, Settlement};
 use dedup_delivery::{backoff, coalesce};
@@ -22,7 +21,6 @@ use dedup_host::pipeline::busy_delay;
 
 use super::consumer::Lane;
 use super::ctx::{At, Ctx, NakMs, Running};
-use super::network::Stream;
 use super::outputs::Outputs;
 use super::route::Served;
 use super::settling::SimSettle;
@@ -32,8 +30,6 @@ use super::store::SimStore;
 pub(super) struct SimUnclaimed<'a> {
     pub(super) ctx: &'a Ctx,
     pub(super) at: &'a At,
-    /// The claims' store (the bucket, or the fenced stream's claim subjects).
-    pub(super) store: &'a SimStore,
 }
 
 impl Unclaimed for SimUnclaimed<'_> {
@@ -252,41 +248,5 @@ impl<'a> ClaimedDelivery for SimRun<'a> {
 
     fn clock(&self) -> &Ctx {
         self.ctx
-    }
-
-    /// A queued delivery, timed from when the host took it up (after any wait in its
-    /// buffer), as on the host.
-    fn queued(&self) -> Option<Queued> {
-        if self.at.lane != Lane::Queue {
-            return None;
-        }
-        let s = self.ctx.settings;
-        let since = self.ctx.world().now.saturating_sub(self.at.received);
-        Some(Queued {
-            sequence: self.at.sequence,
-            delivered: self.at.number,
-            since: Duration::from_millis(since),
-            skew: Duration::from_millis(s.skew_ms),
-            coalescing: s.mode.coalesce,
-            configured: Partition {
-                handed_out: 0,
-                ack_wait: Duration::from_millis(s.ack_wait_ms),
-                max_deliver: s.server_max_deliver as i64,
-            },
-        })
-    }
-
-    /// The model's partition consumer, answered at once (no round trip: the seeds' runs
-    /// stay as they were before the host asked), unless the work queue has no leader or the
-    /// host is partitioned from the server.
-    async fn partition(&self) -> Result<Partition, String> {
-        if !self.ctx.reaches_server().await {
-            return Err("timed out: cut off from the server".into());
-        }
-        let w = self.ctx.world();
-        if w.network.electing(Stream::Queue, w.now) {
-            return Err("no responders: the work queue has no leader".into());
-        }
-        Ok(w.streams.partition(self.at.sequence))
     }
 }

@@ -39,9 +39,10 @@ impl Ctx {
         buffered: Option<Duration>,
         turn: Option<(Turn, Option<String>)>,
     ) {
-        // The host marks a last delivery as it arrives, before it waits for its turn
-        // ([`marker::received`]); its work's marker follows.
-        let last = stranded::last_delivery(offer.number, self.settings.server_max_deliver as i64);
+        // A partition never gives a queued message up: only the source's deliveries have a
+        // last one, marked around their work.
+        let bound = self.settings.server_max_deliver as i64;
+        let last = offer.lane == Lane::Source && stranded::last_delivery(offer.number, bound);
         // The queue stage marks a last delivery too, as the host's does.
         let queues = offer.lane == Lane::Source && self.settings.mode.exclusive;
         let last = last && (!queues || queue::marks_last_delivery());
@@ -49,27 +50,21 @@ impl Ctx {
         // stream leader; the model's replays are always proven).
         // The claim spaces' revision as the delivery arrives, before any wait in the buffer.
         let arrived_at = self.world().last_revision();
-        let at_now = |now| At {
+        let at = At {
             lane: offer.lane,
             sequence: offer.message.sequence,
             number: offer.number,
             key: offer.message.key.clone(),
             entity: offer.message.entity.clone(),
             fresh_from: record::fresh_from(offer.message.fresh_from, offer.number),
-            received: now,
             arrived: arrived_at,
+            delivered_ms: self.world().now,
             claim: format!("{}{}", self.route, offer.message.key),
             consumer: offer.consumer,
         };
         if let Some(wait) = buffered {
-            let arrived = at_now(self.world().now);
-            let marked = SimMarker {
-                ctx: self,
-                at: &arrived,
-            };
-            marker::received(last.then_some(&marked), self.sleep(wait)).await;
+            self.sleep(wait).await;
         }
-        let at = at_now(self.world().now);
         // The host's marker around a last delivery ([`marker::around`]).
         let marked = SimMarker { ctx: self, at: &at };
         let work = async {
@@ -97,13 +92,9 @@ impl Ctx {
     /// model.
     async fn deliver(&self, at: &At, served: &Served) {
         let claimer = &self.claimers[usize::from(served.fenced)];
-        let unclaimed = SimUnclaimed {
-            ctx: self,
-            at,
-            store: claimer.store(),
-        };
-        // A queued message waits while one ahead of it that the server gave up on may still
-        // run: the host's own decision ([`ahead::clear`]).
+        let unclaimed = SimUnclaimed { ctx: self, at };
+        // A queued message waits while an earlier one of its entity is still queued, and is
+        // dropped once its own copy is gone: the host's own decision ([`ahead::clear`]).
         if at.lane == Lane::Queue && !ahead::clear(&unclaimed).await {
             return;
         }
@@ -121,6 +112,14 @@ impl Ctx {
         let Some(lease) = before::claimed(&unclaimed, claim).await else {
             return;
         };
+        // A queued message claimed past its hold reads its subject again, as the host's does.
+        let age = match at.number {
+            1 => Duration::from_millis(self.world().now.saturating_sub(at.delivered_ms)),
+            _ => Duration::MAX,
+        };
+        if at.lane == Lane::Queue && !ahead::still_first(&unclaimed, &lease, age).await {
+            return;
+        }
         let owner = claimer.owner();
         let mut run = SimRun::new(self, at, &lease, claimer.store(), served, owner, chosen);
         self.pin(&mut run).await;

@@ -37,6 +37,7 @@ fn timing() -> Timing {
         ack_wait: "4s",
         backoff: r#"["500ms"]"#,
         max_deliver: 10,
+        ..Timing::default()
     }
 }
 

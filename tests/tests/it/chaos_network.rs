@@ -32,6 +32,7 @@ fn timing() -> Timing {
         ack_wait: "4s",
         backoff: r#"["500ms"]"#,
         max_deliver: 20,
+        ..Timing::default()
     }
 }
 

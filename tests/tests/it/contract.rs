@@ -11,7 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use dedup_host::components::status;
-use dedup_host::contract::{self, ContractRecord};
+use dedup_host::contract::{self, ContractRecord, RouteContract};
 use dedup_host_tests::guests::host_binary;
 use dedup_host_tests::harness::{stop_gracefully, wait_for, TestEnv, Timing, OUTPUTS};
 
@@ -463,20 +463,37 @@ async fn probe_runs(env: &TestEnv) -> Vec<(String, u64, u64, u64)> {
 /// they refuse the route), and the host serves every waiting message once, in order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_exclusive_route_recorded_before_the_copier_is_served_once_its_contract_is_changed() {
+    served_once_changed("copier", "true", |c| c.copier = false).await;
+}
+
+/// The same for a route recorded by hosts from before partition windows (issue 44): they count
+/// on one message at a time per partition, and beside a window would run an entity's next
+/// message while the previous one runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exclusive_route_recorded_before_partition_windows_is_served_once_its_contract_is_changed(
+) {
+    let window = dedup_host::exclusive::PARTITION_WINDOW.to_string();
+    served_once_changed("partition_window", &window, |c| c.partition_window = None).await;
+}
+
+/// An exclusive route whose contract was recorded as `older` makes it (lacking `field`, which
+/// this config sets to `value`): refused, then served once `setup --change-route` records it.
+async fn served_once_changed(field: &str, value: &str, older: impl FnOnce(&mut RouteContract)) {
     let env = TestEnv::start().await;
     let timing = Timing::default();
     let routes = exclusive("");
     let config = env.config(&timing, &routes);
     let route = &config.routes[0];
-    let mut older = ContractRecord::new(contract::of(&config, route), "older", &config, route);
-    older.contract.copier = false;
+    let mut recorded_older =
+        ContractRecord::new(contract::of(&config, route), "older", &config, route);
+    older(&mut recorded_older.contract);
     let store = contract::open(&env.js, &config).await.unwrap();
-    let bytes = serde_json::to_vec(&older).unwrap();
+    let bytes = serde_json::to_vec(&recorded_older).unwrap();
     store.put("ex", bytes.into()).await.unwrap();
     assert!(
         !String::from_utf8(store.get("ex").await.unwrap().unwrap().to_vec())
             .unwrap()
-            .contains("copier")
+            .contains(field)
     );
 
     let host = env.host(&timing, &routes, "new").await;
@@ -485,7 +502,7 @@ async fn an_exclusive_route_recorded_before_the_copier_is_served_once_its_contra
     })
     .await;
     assert!(
-        why.contains("copier: recorded null, this config true")
+        why.contains(&format!("{field}: recorded null, this config {value}"))
             && why.contains("--change-route ex"),
         "{why}"
     );
@@ -503,8 +520,11 @@ async fn an_exclusive_route_recorded_before_the_copier_is_served_once_its_contra
     let path = env.path("change.toml");
     std::fs::write(&path, env.config_text(&timing, &routes)).unwrap();
     let (changed, text) = cli(&["setup", "--change-route", "ex", "--json"], &path);
-    assert!(changed && text.contains("copier"), "{text}");
-    assert!(recorded(&env, &config, "ex").await.contract.copier);
+    assert!(changed && text.contains(field), "{text}");
+    assert_eq!(
+        recorded(&env, &config, "ex").await.contract,
+        contract::of(&config, route)
+    );
     let keys: Vec<String> = (0..30).map(|i| format!("k{i}")).collect();
     let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
     env.wait_completed("ex", &keys, Duration::from_secs(60))

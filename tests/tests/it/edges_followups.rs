@@ -54,6 +54,7 @@ struct Side {
 fn side(env: &TestEnv, name: &str, routes: &str, bucket: &str, server_max: u32) -> Side {
     let timing = Timing {
         max_deliver: 1,
+        server_max_deliver: i64::from(server_max),
         ..Timing::default()
     };
     let text = env
@@ -65,10 +66,6 @@ fn side(env: &TestEnv, name: &str, routes: &str, bucket: &str, server_max: u32) 
         .replace(
             &format!("bucket = \"{BUCKET}\""),
             &format!("bucket = \"{bucket}\""),
-        )
-        .replace(
-            "[source]\n",
-            &format!("[source]\nserver_max_deliver = {server_max}\n"),
         );
     let path = env.path(&format!("{name}.toml"));
     std::fs::write(&path, &text).unwrap();

@@ -4,7 +4,9 @@
 use std::time::Duration;
 
 use dedup_host::claim::ClaimState;
+use dedup_host::config::Config;
 use dedup_host::pipeline::effects::headers;
+use dedup_host::serve::RunningHost;
 use dedup_host_tests::harness::{http_get, wait_for, TestEnv, Timing, DEAD, OUTPUTS};
 
 const ROUTES: &str = r#"
@@ -192,11 +194,11 @@ async fn a_letter_that_cannot_be_stored_strands_the_message_until_it_can() {
     .await;
 }
 
-/// The same through an exclusive route: the message strands in the route's queue stream,
-/// whose partition consumer reaches its last delivery, and its queued copy is removed once the
-/// letter is stored.
+/// The same through an exclusive route: a partition gives nothing up within any wait, so the
+/// queued message is not stranded but kept in the route's queue, handed out again and again
+/// past the source's delivery bound, and its copy is removed once the letter is stored.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_queued_message_that_cannot_be_dead_lettered_strands_until_it_can() {
+async fn a_queued_message_that_cannot_be_dead_lettered_waits_in_its_queue_until_it_can() {
     let solo = r#"
 [[routes]]
 name = "solo"
@@ -206,10 +208,32 @@ config = { succeed_on_attempt = "100" }
 exclusive_by = { subject_token = 2 }
 allowed_outputs = ["in.solo.*.done"]
 "#;
-    strand_and_recover("solo", "in.solo.a", solo, "EVENTS_EXCLUSIVE").await;
+    let (env, config, host) = without_dead_letters("in.solo.a", solo).await;
+    let queue = env.js.get_stream("EVENTS_EXCLUSIVE").await.unwrap();
+    let subject = dedup_host::exclusive::work_subject(&config, "solo", 16, "a");
+    let partition = subject.rsplit('.').nth(1).unwrap().parse().unwrap();
+    let name = dedup_host::exclusive::partition_consumer_name(&config, "solo", partition);
+    let partition: async_nats::jetstream::consumer::PullConsumer = queue
+        .get_consumer(&name)
+        .await
+        .unwrap_or_else(|e| panic!("partition `{name}`: {e}"));
+    wait_for(
+        Duration::from_secs(120),
+        "the copy handed out past the source's bound",
+        || async {
+            let info = partition.clone().info().await.ok()?.clone();
+            (info.delivered.consumer_sequence > 4 && info.num_ack_pending == 1).then_some(())
+        },
+    )
+    .await;
+    let last = queue.clone().info().await.unwrap().state.last_sequence;
+    assert!(queue.get_raw_message(last).await.is_ok(), "the copy stays");
+    recover(&env, &config, host, ("solo", "in.solo.a"), "none left").await;
 }
 
-async fn strand_and_recover(route: &str, subject: &str, extra_routes: &str, held_in: &str) {
+/// A host serving `ROUTES` and `extra_routes`, one attempt a message and the server's bound 4,
+/// and a message on `subject` published once the dead-letter stream is gone.
+async fn without_dead_letters(subject: &str, extra_routes: &str) -> (TestEnv, Config, RunningHost) {
     let env = TestEnv::start().await;
     let timing = Timing {
         max_deliver: 1,
@@ -220,9 +244,14 @@ async fn strand_and_recover(route: &str, subject: &str, extra_routes: &str, held
     config.host.instance_id = Some("h".into());
     config.host.metrics_addr = Some("127.0.0.1:0".parse().unwrap());
     let host = dedup_host::serve::start(config.clone()).await.unwrap();
-    let addr = host.metrics_addr().unwrap();
     env.js.delete_stream(DEAD).await.unwrap();
     env.publish(subject, "stuck", &[], "x").await;
+    (env, config, host)
+}
+
+async fn strand_and_recover(route: &str, subject: &str, extra_routes: &str, held_in: &str) {
+    let (env, config, host) = without_dead_letters(subject, extra_routes).await;
+    let addr = host.metrics_addr().unwrap();
 
     let report = wait_for(
         Duration::from_secs(120),
@@ -269,8 +298,27 @@ async fn strand_and_recover(route: &str, subject: &str, extra_routes: &str, held
         "the message stays in `{held_in}`"
     );
 
-    // The operator brings the dead-letter stream back: the sweep stores the letter.
-    dedup_host::setup::ensure(&env.js, &config).await.unwrap();
+    recover(
+        &env,
+        &config,
+        host,
+        (route, subject),
+        "gave up after 4 deliveries",
+    )
+    .await;
+}
+
+/// The operator brings the dead-letter stream back: the letter of `route`'s message on
+/// `subject` is stored (its reason holding `reason`), the key ends failed for good, and a queued
+/// copy leaves the queue.
+async fn recover(
+    env: &TestEnv,
+    config: &Config,
+    host: RunningHost,
+    (route, subject): (&str, &str),
+    reason: &str,
+) {
+    dedup_host::setup::ensure(&env.js, config).await.unwrap();
     let letters = wait_for(
         Duration::from_secs(120),
         "the stranded message's letter",
@@ -281,8 +329,8 @@ async fn strand_and_recover(route: &str, subject: &str, extra_routes: &str, held
     )
     .await;
     assert_eq!(letters.len(), 1);
-    let reason = header(&letters[0], headers::REASON);
-    assert!(reason.contains("gave up after 4 deliveries"), "{reason}");
+    let stored = header(&letters[0], headers::REASON);
+    assert!(stored.contains(reason), "{stored}");
     assert_eq!(header(&letters[0], headers::ROUTE), route);
     assert_eq!(header(&letters[0], headers::KEY), "stuck");
     assert_eq!(header(&letters[0], headers::SUBJECT), subject);
@@ -290,7 +338,7 @@ async fn strand_and_recover(route: &str, subject: &str, extra_routes: &str, held
     assert_eq!(record.state, ClaimState::Failed);
     assert!(record.permanent, "{record:?}");
     let report = wait_for(Duration::from_secs(60), "a clean audit", || async {
-        let r = dedup_host::ops::audit::run(&env.js, &config, None)
+        let r = dedup_host::ops::audit::run(&env.js, config, None)
             .await
             .ok()?;
         r.anomalies.is_empty().then_some(r)
@@ -303,9 +351,9 @@ async fn strand_and_recover(route: &str, subject: &str, extra_routes: &str, held
         || async { (host.metrics().stranded() == 0).then_some(()) },
     )
     .await;
-    if held_in != dedup_host_tests::harness::SOURCE {
+    if let Ok(held) = env.js.get_stream("EVENTS_EXCLUSIVE").await {
         // The queue also keeps the copier's epoch on the route's order subject.
-        let order = dedup_host::exclusive::order_subject(&config, route);
+        let order = dedup_host::exclusive::order_subject(config, route);
         let state = held.clone().info().await.unwrap().state.clone();
         let mut copies = Vec::new();
         for sequence in state.first_sequence..=state.last_sequence {

@@ -46,7 +46,7 @@ mod edges_replay;
 mod edges_second_team;
 mod edges_security;
 mod exclusive;
-mod exclusive_given_up;
+mod exclusive_window;
 mod exit_codes;
 mod failures;
 mod fairness;

@@ -83,9 +83,6 @@ pub struct Lease<S: ClaimStore> {
     fencing_token: u64,
     /// [`ClaimRecord::calls_as`] of the claim.
     calls_as: Option<String>,
-    /// The message the coalesced record this claim reclaimed named
-    /// ([`ClaimRecord::source_sequence`]), kept by [`Lease::coalesce_again`].
-    coalesced_as: Option<u64>,
     /// When the lease lapses by this host's clock ([`monotonic_ms`]): [`LOST`] once lost,
     /// [`SETTLED`] once the outcome is recorded. Kept beside the state, not in it, so the
     /// lapse is seen while a write hangs holding the state's lock.
@@ -131,7 +128,6 @@ impl<S: ClaimStore> Lease<S> {
             attempt: record.attempt,
             fencing_token: revision,
             calls_as: record.calls_as.clone(),
-            coalesced_as: None,
             state: Mutex::new(LeaseState {
                 record,
                 revision,
@@ -147,15 +143,6 @@ impl<S: ClaimStore> Lease<S> {
     /// (`yes`): an outcome written before [`Lease::begin_effects`] clears the name.
     pub(super) fn pinned_here(mut self, yes: bool) -> Self {
         self.state.get_mut().pin_tentative = yes;
-        self
-    }
-
-    /// Notes the record `previous` this claim replaced: if it was coalesced, the message it
-    /// named is the one [`Lease::coalesce_again`] keeps.
-    pub(super) fn reclaimed(mut self, previous: &ClaimRecord) -> Self {
-        if previous.is_coalesced() {
-            self.coalesced_as = previous.source_sequence;
-        }
         self
     }
 
@@ -457,33 +444,6 @@ impl<S: ClaimStore> Lease<S> {
             |r| {
                 r.state = ClaimState::Completed;
                 r.reason = Some(super::record::COALESCED_REASON.to_string());
-            },
-            true,
-        )
-        .await
-    }
-
-    /// Records the key coalesced again as the coalesced record this claim reclaimed left it,
-    /// naming the message that record named ([`ClaimRecord::source_sequence`]), not this
-    /// claim's: a late delivery, most likely a stale copy, decided nothing new, and nothing
-    /// says a message newer than its own waits. A coalesced record settles the message it
-    /// names and the older ones of its key (`Claimer::claim_message`,
-    /// `undeliverable::decide`), so named under this later message it would settle it and
-    /// those between: one the server gave up on, maybe the entity's newest, would be dropped
-    /// instead of lettered, and never run. A claim that reclaimed no coalesced record: as
-    /// [`Lease::coalesce`].
-    ///
-    /// No test-only switch: under its own message, no simulation seed fails (40,000 seeds in
-    /// every mode); its test is the unit test `a_key_coalesced_again_keeps_the_message_it_named`.
-    pub async fn coalesce_again(&self) -> Result<(), LeaseLost> {
-        let named = self.coalesced_as;
-        self.write(
-            |r| {
-                r.state = ClaimState::Completed;
-                r.reason = Some(super::record::COALESCED_REASON.to_string());
-                if named.is_some() {
-                    r.source_sequence = named;
-                }
             },
             true,
         )

@@ -257,7 +257,7 @@ impl<S: ClaimStore> Claimer<S> {
             match self.store.update(key, &next, revision).await {
                 Ok(revision) => {
                     let lease = self.lease(key, next, revision, pinned_here(Some(&current)));
-                    return Ok(ClaimOutcome::Acquired(Box::new(lease.reclaimed(&current))));
+                    return Ok(ClaimOutcome::Acquired(Box::new(lease)));
                 }
                 Err(ClaimError::Conflict) => continue,
                 Err(e @ ClaimError::Unavailable(_)) => {
@@ -265,7 +265,7 @@ impl<S: ClaimStore> Claimer<S> {
                         Some(revision) => {
                             let lease =
                                 self.lease(key, next, revision, pinned_here(Some(&current)));
-                            Ok(ClaimOutcome::Acquired(Box::new(lease.reclaimed(&current))))
+                            Ok(ClaimOutcome::Acquired(Box::new(lease)))
                         }
                         None => Err(e),
                     };
@@ -313,10 +313,9 @@ impl<S: ClaimStore> Claimer<S> {
 ///
 /// With [`crate::revert::Fix::CoalescedMessageSettled`] reverted (test-only): never, as before
 /// that fix. The older messages have no switch of their own: with only the named message
-/// settled, no simulation seed fails (40,000 seeds in every mode: such a copy is most often
-/// judged late, and a late copy's coalesce write keeps the name, [`Lease::coalesce_again`];
-/// with `late-before-last` reverted too, seed 3707 `--coalesce` shows one reclaiming the key
-/// and running after its entity's newest message), so the unit test
+/// settled, no simulation seed fails (40,000 seeds in every mode before partitions had
+/// windows; seed 3707 `--coalesce` then showed one reclaiming the key and running after its
+/// entity's newest message, with a since removed check reverted too), so the unit test
 /// `an_older_message_of_a_key_coalesced_under_a_later_one_is_a_duplicate` is its test.
 fn coalesced_elsewhere(record: &ClaimRecord, source_sequence: Option<u64>) -> bool {
     let (Some(ours), Some(named)) = (source_sequence, record.source_sequence) else {

@@ -331,43 +331,6 @@ async fn an_older_message_of_a_key_coalesced_under_a_later_one_is_a_duplicate() 
     ));
 }
 
-/// A late delivery that reclaimed a coalesced key records it coalesced again naming the
-/// message the record named, not its own: the named message and older ones stay settled, a
-/// message between the two still reclaims it, and the later message the server may have
-/// given up on is not counted as skipped (`undeliverable::decide`).
-#[tokio::test]
-async fn a_key_coalesced_again_keeps_the_message_it_named() {
-    let store = Arc::new(MemoryClaimStore::new());
-    let (a, b) = (claimer(&store, "a", 10_000), claimer(&store, "b", 10_000));
-    let ClaimOutcome::Acquired(l) = a.claim_message("k", "d", 0, Some(9)).await.unwrap() else {
-        panic!()
-    };
-    l.coalesce().await.unwrap();
-    let ClaimOutcome::Acquired(late) = b.claim_message("k", "d", 0, Some(12)).await.unwrap() else {
-        panic!("a later message of the key reclaims it")
-    };
-    late.coalesce_again().await.unwrap();
-    let (record, _) = store.get("k").await.unwrap().unwrap();
-    assert!(record.is_coalesced());
-    assert_eq!(record.source_sequence, Some(9), "coalesced again as found");
-    assert!(matches!(
-        b.claim_message("k", "d", 0, Some(9)).await.unwrap(),
-        ClaimOutcome::Completed
-    ));
-    let ClaimOutcome::Acquired(between) = b.claim_message("k", "d", 0, Some(10)).await.unwrap()
-    else {
-        panic!("message 10 is after the one the record names: it reclaims the key")
-    };
-    between.coalesce().await.unwrap();
-    // A claim that reclaimed no coalesced record names its own message.
-    let ClaimOutcome::Acquired(fresh) = a.claim_message("j", "d", 0, Some(4)).await.unwrap() else {
-        panic!()
-    };
-    fresh.coalesce_again().await.unwrap();
-    let (record, _) = store.get("j").await.unwrap().unwrap();
-    assert_eq!(record.source_sequence, Some(4));
-}
-
 /// A store whose next `lag` reads of any key return `snapshot` (a lagging replica's view).
 struct Lagging {
     inner: MemoryClaimStore,

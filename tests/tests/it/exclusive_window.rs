@@ -1,17 +1,16 @@
-//! An exclusive partition whose message the server gave up on (its partition consumer's
-//! `max_deliver` spent) while the message's owner, paused with SIGSTOP, still holds a live
-//! lease: the partition hands out the entity's next message, and that one must wait for the
-//! lease (`dedup_delivery::ahead`, found by the simulation: `docs/src/how/simulation.md`)
-//! instead of running beside the paused run once it resumes.
+//! An exclusive partition hands out a window of messages and never gives one up: while an
+//! entity's message runs on a host paused with SIGSTOP, the entity's next message, handed out
+//! again to a second host once its ack wait ran out in the paused one, must wait for the first
+//! to leave the queue (`dedup_delivery::ahead`) instead of running beside it. Waiting, it is
+//! handed out more often than the source's delivery bound, and is never taken for a message
+//! at its last delivery (no stranded marker is written for it).
 
 use std::process::Child;
 use std::time::Duration;
 
 use async_nats::jetstream::consumer::PullConsumer;
-use async_nats::jetstream::AckKind;
 use dedup_host::claim::ClaimState;
-use dedup_host_tests::harness::{signal, wait_for, TestEnv, Timing, OUTPUTS, SOURCE};
-use futures::StreamExt;
+use dedup_host_tests::harness::{signal, wait_for, TestEnv, Timing, BUCKET, OUTPUTS, SOURCE};
 
 const ROUTE: &str = r#"
 [[routes]]
@@ -42,18 +41,21 @@ fn runs(outputs: &[async_nats::jetstream::message::StreamMessage]) -> Vec<(Strin
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_partition_waits_for_a_given_up_message_whose_paused_owner_still_holds_its_lease() {
+async fn an_entitys_next_message_waits_for_one_running_on_a_paused_host_and_never_runs_beside_it() {
     let env = TestEnv::start().await;
-    // A long lease, so the paused owner's outlives the pause; an ack wait above the pull
-    // requests' expiry (2 s), so once the owner is paused its open pulls end and every later
-    // delivery goes to this test's fetches, then to the second host.
+    // A long lease, so the paused owner's outlives the pause; a short ack wait, so the
+    // messages it holds are handed out again to the second host meanwhile; a low delivery
+    // bound on the source, which the waiting message passes.
     let timing = Timing {
         lease: "15s",
         ack_wait: "2s",
+        max_deliver: 1,
+        server_max_deliver: 4,
         ..Timing::default()
     };
     let a = Killed(env.host_process(&timing, ROUTE, "ex-a").await);
-    env.publish("in.ex.e1", "first", &[], "probe:4000").await;
+    // Long enough for the second to be handed out past the source's bound while it waits.
+    env.publish("in.ex.e1", "first", &[], "probe:12000").await;
     env.publish("in.ex.e1", "second", &[], "probe:10").await;
     wait_for(
         Duration::from_secs(60),
@@ -69,63 +71,48 @@ async fn a_partition_waits_for_a_given_up_message_whose_paused_owner_still_holds
         .get_stream(format!("{SOURCE}_EXCLUSIVE"))
         .await
         .expect("the exclusive queue");
-    // Counted by the partition's consumer: the queue stream also holds the copier's epoch.
     let config = env.config(&timing, ROUTE);
     let name = dedup_host::exclusive::partition_consumer_name(&config, "ex", 0);
-    let partition: PullConsumer = queue.get_consumer(&name).await.expect("the partition");
-    wait_for(Duration::from_secs(60), "both messages queued", || async {
+    let mut partition: PullConsumer = queue.get_consumer(&name).await.expect("the partition");
+    let info = partition
+        .info()
+        .await
+        .expect("the partition's info")
+        .clone();
+    let bound = dedup_host::exclusive::PARTITION_MAX_DELIVER;
+    assert_eq!(
+        info.config.max_deliver, bound,
+        "a partition gives up only far past any wait"
+    );
+    let window = dedup_host::exclusive::PARTITION_WINDOW;
+    assert_eq!(info.config.max_ack_pending, window);
+    wait_for(Duration::from_secs(60), "both messages out", || async {
         let info = partition.clone().info().await.ok()?.clone();
-        (info.num_pending + info.num_ack_pending as u64 == 2).then_some(())
+        (info.num_ack_pending == 2).then_some(())
     })
     .await;
     tokio::time::sleep(Duration::from_millis(300)).await; // the guest starts its run
     signal(&a.0, "-STOP");
-    tokio::time::sleep(Duration::from_millis(2_500)).await; // a's open pulls end
 
-    // The first message's deliveries are spent (as busy copies and outage naks would spend
-    // them) until the server gives up on it, with a's lease still live.
-    let bound = config.source.server_max_deliver as u64;
-    let mut spent = 0;
-    // The first copy's queue sequence (the copier's epoch comes before it in the stream).
-    let mut first = None;
-    while spent < bound {
-        let mut batch = partition
-            .fetch()
-            .max_messages(1)
-            .expires(Duration::from_secs(3))
-            .messages()
-            .await
-            .expect("fetch");
-        let Some(message) = batch.next().await else {
-            continue;
-        };
-        let message = message.expect("a delivery");
-        let info = message.info().expect("delivery metadata");
-        let sequence = *first.get_or_insert(info.stream_sequence);
-        assert_eq!(
-            info.stream_sequence, sequence,
-            "only the first message is out"
-        );
-        spent = info.delivered as u64;
-        message.ack_with(AckKind::Nak(None)).await.expect("nak");
-    }
-
-    // The partition now hands out the second message to b, while a's lease on the first
-    // lives: b must not run it.
+    // Both messages' ack waits run out in the paused host: b is handed both, finds the first
+    // busy under a's lease and the second behind it.
     let _b = Killed(env.host_process(&timing, ROUTE, "ex-b").await);
     wait_for(
         Duration::from_secs(60),
-        "the second message delivered",
+        "both messages handed out again",
         || async {
-            let mut partition = partition.clone();
-            let delivered = partition.info().await.ok()?.delivered.stream_sequence;
-            (delivered >= 2).then_some(())
+            let info = partition.clone().info().await.ok()?.clone();
+            (info.num_redelivered >= 2).then_some(())
         },
     )
     .await;
-    tokio::time::sleep(Duration::from_secs(2)).await; // what b does with it
+    tokio::time::sleep(Duration::from_secs(3)).await; // what b does with them
     let first = env.claim("ex", "first").await.expect("first's record");
     assert_eq!(first.state, ClaimState::InProgress, "a's lease still holds");
+    assert!(
+        env.claim("ex", "second").await.is_none(),
+        "the second message was claimed while the first ran"
+    );
     signal(&a.0, "-CONT");
 
     env.wait_completed("ex", &["first", "second"], Duration::from_secs(120))
@@ -140,6 +127,20 @@ async fn a_partition_waits_for_a_given_up_message_whose_paused_owner_still_holds
     assert!(
         runs[0].2 <= runs[1].1,
         "the second ran while the first still ran: {runs:?}"
+    );
+    let delivered = partition.info().await.expect("the partition's info");
+    assert!(
+        delivered.delivered.consumer_sequence >= 2 + 4,
+        "the second message was handed out past the source's bound: {delivered:?}"
+    );
+    // A marker would let the sweep dead-letter a message that waits its turn.
+    let claims = env.js.get_stream(format!("KV_{BUCKET}")).await.unwrap();
+    let markers = format!("$KV.{BUCKET}.{}.>", dedup_host::stranded::PREFIX);
+    let mut markers = claims.info_with_subjects(markers).await.unwrap();
+    let marked = futures::StreamExt::next(&mut markers).await;
+    assert!(
+        marked.is_none(),
+        "a waiting queued message was marked: {marked:?}"
     );
 }
 
