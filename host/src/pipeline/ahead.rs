@@ -37,16 +37,28 @@ impl<S: ClaimStore> Shared<S> {
         let Some(entered) = entered else {
             return true;
         };
-        let queued = Queued {
-            not_claimed: NotClaimed {
-                shared: self,
-                d,
-                route,
-                key,
-            },
-            entered,
-        };
+        let queued = self.queued(d, route, key, entered);
         dedup_delivery::ahead::clear(&queued).await
+    }
+
+    /// Queued delivery `d` of `route` (key `key`), in progress here as `entered`.
+    fn queued<'a, 'e>(
+        &'a self,
+        d: &'a Delivery,
+        route: &'a Route,
+        key: &'a str,
+        entered: &'a Entered<'e>,
+    ) -> Queued<'a, 'e, S> {
+        let not_claimed = NotClaimed {
+            shared: self,
+            d,
+            route,
+            key,
+        };
+        Queued {
+            not_claimed,
+            entered,
+        }
     }
 
     /// Whether queued delivery `d`, whose claim `lease` was just won, still runs
@@ -63,15 +75,7 @@ impl<S: ClaimStore> Shared<S> {
         let Some(entered) = entered else {
             return true;
         };
-        let queued = Queued {
-            not_claimed: NotClaimed {
-                shared: self,
-                d,
-                route,
-                key,
-            },
-            entered,
-        };
+        let queued = self.queued(d, route, key, entered);
         // A redelivery always reads again: another delivery of its copy was made. A first one
         // by the age of its copy, by the stream's clock, allowing for the skew between clocks.
         let age = match d.delivered {
